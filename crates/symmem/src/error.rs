@@ -1,0 +1,111 @@
+use crate::collective::CollectiveMismatch;
+
+/// Why a pointer or an operation could not be translated to a peer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TranslateError {
+    #[error("rank {rank} is out of range for a world of {world_size} ranks")]
+    RankOutOfRange { rank: usize, world_size: usize },
+    #[error(
+        "address {addr:#x} (+{len} B) is outside rank {rank}'s copy of the allocation \
+         [{base:#x}, {base:#x} + {bytes} B); translate only pointers into this allocation, \
+         or use the table of the allocation the pointer belongs to"
+    )]
+    OutOfBounds {
+        addr: u64,
+        len: u64,
+        rank: usize,
+        base: u64,
+        bytes: u64,
+    },
+    #[error(
+        "peer {peer} is not load/store reachable from rank {rank} (another node, or no IPC \
+         mapping): its table entry is 0 and direct = false; use the provider's put/get \
+         instead of a direct store or load"
+    )]
+    PeerNotDirect { rank: usize, peer: usize },
+    #[error(
+        "address {addr:#x} is not aligned to {align} bytes, which a {what} needs; use an \
+         element offset that is a multiple of the element size"
+    )]
+    Misaligned {
+        addr: u64,
+        align: u64,
+        what: &'static str,
+    },
+    #[error(
+        "the translated range {addr:#x} (+{len} B) on peer {peer} is outside that peer's \
+         symmetric heap; the pointer does not belong to a symmetric allocation"
+    )]
+    OutsideHeap { addr: u64, len: u64, peer: usize },
+}
+
+/// Errors of the core crate and of the providers behind it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "cannot allocate zero elements of {type_name}: ask for at least one element \
+         (symmetric allocations must have the same non-zero size on every rank)"
+    )]
+    ZeroLength { type_name: &'static str },
+    #[error(
+        "{len} elements of {elem_size} B overflow the address space; allocate fewer elements"
+    )]
+    SizeOverflow { len: usize, elem_size: usize },
+    #[error(transparent)]
+    CollectiveMismatch(#[from] CollectiveMismatch),
+    #[error(
+        "this context is unusable after an earlier collective failed ({first}); ranks may be \
+         out of step, so no further collective is attempted: finish every rank and restart"
+    )]
+    Poisoned { first: String },
+    #[error(
+        "provider {provider} says all {world_size} ranks share one node, yet no peer is \
+         load/store reachable: the provider was likely built without IPC (rocSHMEM: rebuild \
+         with -DUSE_IPC=ON, e.g. `cargo xtask build-rocshmem`; NVSHMEM: check peer access \
+         between the GPUs)"
+    )]
+    NoPeerReachable {
+        provider: &'static str,
+        world_size: usize,
+    },
+    #[error(
+        "{what} belongs to context {found} but was used with context {expected}; use the \
+         context that allocated it"
+    )]
+    ForeignContext {
+        what: &'static str,
+        expected: u64,
+        found: u64,
+    },
+    #[error("context is finalized; create a new one to allocate again")]
+    Finalized,
+    #[error(transparent)]
+    Translate(#[from] TranslateError),
+    #[error("{provider}: {source}")]
+    Provider {
+        provider: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+}
+
+impl Error {
+    /// Wraps a provider's own error.
+    pub fn provider(
+        provider: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Provider {
+            provider,
+            source: Box::new(source),
+        }
+    }
+
+    /// The collective mismatch behind this error, if it is one.
+    pub fn as_collective_mismatch(&self) -> Option<&CollectiveMismatch> {
+        match self {
+            Self::CollectiveMismatch(m) => Some(m),
+            _ => None,
+        }
+    }
+}

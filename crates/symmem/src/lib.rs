@@ -1,0 +1,24 @@
+//! Core of symmem: symmetric allocations and the peer-bases tables that let one kernel
+//! address every peer's copy of an allocation.
+//!
+//! A peer-bases table holds, per rank `p`, this process's address of rank `p`'s copy of one
+//! symmetric allocation (`table[rank]` is the allocation's own address). Any pointer into any
+//! symmetric allocation then translates with `table[to] + (ptr - table[from])`, because SHMEM
+//! libraries map each peer's whole heap linearly.
+//!
+//! This crate holds no FFI and no vendor code: providers (host shared memory, NVSHMEM,
+//! rocSHMEM) implement [`SymmetricProvider`] and the [`Context`] builds everything else.
+
+mod collective;
+mod context;
+mod error;
+mod provider;
+mod rank_env;
+mod table;
+
+pub use collective::{CollectiveKind, CollectiveMismatch, CollectiveOp, describe_ranks};
+pub use context::{AllocationRecord, Context, ContextId, FinalizeReport, SymmetricBuffer};
+pub use error::{Error, TranslateError};
+pub use provider::{SymmetricProvider, TranslatedOps};
+pub use rank_env::{Launcher, RankEnvError, RankIdentity};
+pub use table::{AddressMap, PeerTable};
