@@ -136,7 +136,10 @@ mod tests {
 
     #[test]
     fn differing_sequence_numbers_are_a_mismatch() {
-        let calls = vec![op(4, CollectiveKind::Barrier), op(5, CollectiveKind::Barrier)];
+        let calls = vec![
+            op(4, CollectiveKind::Barrier),
+            op(5, CollectiveKind::Barrier),
+        ];
         assert!(CollectiveMismatch::detect(&calls).is_some());
     }
 }

@@ -187,7 +187,10 @@ impl<P: SymmetricProvider> Context<P> {
                 elem_size: size_of::<T>(),
             })? as u64;
         let op = self.begin(CollectiveKind::Malloc { bytes })?;
-        let addr = self.provider.malloc(bytes, &op).map_err(|e| self.poison(e))?;
+        let addr = self
+            .provider
+            .malloc(bytes, &op)
+            .map_err(|e| self.poison(e))?;
         let record = AllocationRecord {
             id: op.seq,
             addr,
@@ -217,7 +220,10 @@ impl<P: SymmetricProvider> Context<P> {
     }
 
     /// The address map of an existing buffer (equal to what `allocate_symmetric_map` gave).
-    pub fn symmetric_address_map<T>(&self, buffer: &SymmetricBuffer<T>) -> Result<AddressMap, Error> {
+    pub fn symmetric_address_map<T>(
+        &self,
+        buffer: &SymmetricBuffer<T>,
+    ) -> Result<AddressMap, Error> {
         self.own(buffer.context, "buffer")?;
         Ok(self.map_of(buffer.addr, buffer.bytes()))
     }
@@ -466,4 +472,3 @@ impl<P: SymmetricProvider> Drop for Context<P> {
         }
     }
 }
-

@@ -47,9 +47,7 @@ pub enum Error {
          (symmetric allocations must have the same non-zero size on every rank)"
     )]
     ZeroLength { type_name: &'static str },
-    #[error(
-        "{len} elements of {elem_size} B overflow the address space; allocate fewer elements"
-    )]
+    #[error("{len} elements of {elem_size} B overflow the address space; allocate fewer elements")]
     SizeOverflow { len: usize, elem_size: usize },
     #[error(transparent)]
     CollectiveMismatch(#[from] CollectiveMismatch),

@@ -39,8 +39,13 @@ pub trait SymmetricProvider {
 /// peer's heap.
 pub trait TranslatedOps: SymmetricProvider {
     /// Stores `values` at `dst` translated to peer `to`.
-    fn store_u64(&self, table: &PeerTable, dst: u64, to: usize, values: &[u64])
-    -> Result<(), Error>;
+    fn store_u64(
+        &self,
+        table: &PeerTable,
+        dst: u64,
+        to: usize,
+        values: &[u64],
+    ) -> Result<(), Error>;
     /// Loads `out.len()` values from `src` translated to peer `from`.
     fn load_u64(
         &self,
@@ -61,8 +66,13 @@ pub trait TranslatedOps: SymmetricProvider {
         bytes: u64,
     ) -> Result<(), Error>;
     /// Atomically adds `value` to the u64 at `dst` translated to peer `to`.
-    fn atomic_add_u64(&self, table: &PeerTable, dst: u64, to: usize, value: u64)
-    -> Result<(), Error>;
+    fn atomic_add_u64(
+        &self,
+        table: &PeerTable,
+        dst: u64,
+        to: usize,
+        value: u64,
+    ) -> Result<(), Error>;
     /// Reads this rank's own symmetric memory.
     fn read_local(&self, addr: u64, out: &mut [u8]) -> Result<(), Error>;
     /// Writes this rank's own symmetric memory.

@@ -191,7 +191,13 @@ fn job_key(launcher: Launcher, get: &impl Fn(&str) -> Option<String>) -> Option<
     // Keep it usable as one path component.
     Some(
         key.chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect(),
     )
 }
@@ -220,7 +226,10 @@ mod tests {
             ("MASTER_PORT", "29500"),
         ])
         .unwrap();
-        assert_eq!((id.rank, id.world_size, id.local_rank, id.local_world_size), (3, 8, 1, 2));
+        assert_eq!(
+            (id.rank, id.world_size, id.local_rank, id.local_world_size),
+            (3, 8, 1, 2)
+        );
         assert_eq!(id.launcher, Launcher::Torchrun);
         assert_eq!(id.job_key.as_deref(), Some("10.0.0.1-29500"));
     }
@@ -235,7 +244,10 @@ mod tests {
             ("PMIX_NAMESPACE", "prterun-host-123@1"),
         ])
         .unwrap();
-        assert_eq!((id.rank, id.world_size, id.launcher), (2, 4, Launcher::OpenMpi));
+        assert_eq!(
+            (id.rank, id.world_size, id.launcher),
+            (2, 4, Launcher::OpenMpi)
+        );
         assert_eq!(id.job_key.as_deref(), Some("prterun-host-123_1"));
 
         let id = ident(&[
@@ -257,7 +269,10 @@ mod tests {
     #[test]
     fn singleton_without_variables() {
         let id = ident(&[]).unwrap();
-        assert_eq!((id.rank, id.world_size, id.launcher), (0, 1, Launcher::Singleton));
+        assert_eq!(
+            (id.rank, id.world_size, id.launcher),
+            (0, 1, Launcher::Singleton)
+        );
     }
 
     #[test]
@@ -281,7 +296,10 @@ mod tests {
         ));
         assert!(matches!(
             ident(&[("RANK", "0")]).unwrap_err(),
-            RankEnvError::Missing { missing: "WORLD_SIZE", .. }
+            RankEnvError::Missing {
+                missing: "WORLD_SIZE",
+                ..
+            }
         ));
     }
 }

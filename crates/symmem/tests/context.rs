@@ -135,7 +135,10 @@ fn no_reachable_peer_on_a_single_node_provider_means_no_ipc() {
     provider.unreachable = vec![1];
     let mut ctx = Context::new(provider);
     let err = ctx.allocate_symmetric::<u8>(16).unwrap_err();
-    assert!(matches!(err, Error::NoPeerReachable { world_size: 2, .. }), "{err}");
+    assert!(
+        matches!(err, Error::NoPeerReachable { world_size: 2, .. }),
+        "{err}"
+    );
     assert!(err.to_string().contains("USE_IPC=ON"), "{err}");
     // The context refuses to go on rather than hand out a table of zeros.
     assert!(matches!(ctx.barrier(), Err(Error::Poisoned { .. })));
@@ -194,10 +197,7 @@ fn collectives_carry_sequence_and_kind() {
             bytes: 16
         }
     );
-    assert_eq!(
-        ops.iter().map(|o| o.seq).collect::<Vec<_>>(),
-        vec![0, 1, 2]
-    );
+    assert_eq!(ops.iter().map(|o| o.seq).collect::<Vec<_>>(), vec![0, 1, 2]);
 }
 
 #[test]

@@ -1,0 +1,126 @@
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+use symmem::{CollectiveMismatch, CollectiveOp, describe_ranks};
+
+/// Why a collective failed; rank 0 sends the same failure to every rank.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum CollectiveFailure {
+    #[error(transparent)]
+    Mismatch(#[from] CollectiveMismatch),
+    #[error(
+        "{} never arrived at collective {op} within {waited_ms} ms (hung, or out of order with \
+         the other ranks); raise SYMMEM_COLLECTIVE_TIMEOUT if ranks legitimately take longer",
+        describe_ranks(.missing)
+    )]
+    NeverArrived {
+        op: CollectiveOp,
+        missing: Vec<usize>,
+        waited_ms: u64,
+    },
+    #[error(
+        "rank {rank} disconnected before collective {op} (it exited or crashed); see its output"
+    )]
+    PeerGone { rank: usize, op: CollectiveOp },
+}
+
+/// Errors of the control plane. Each names what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    #[error(transparent)]
+    Collective(#[from] CollectiveFailure),
+    #[error(
+        "rank 0 disconnected during collective {op} (it exited or crashed); see rank 0's output"
+    )]
+    RootGone { op: CollectiveOp },
+    #[error(
+        "rank 0 did not answer collective {op} within {} s; it is hung or was stopped",
+        .waited.as_secs()
+    )]
+    RootSilent { op: CollectiveOp, waited: Duration },
+    #[error(
+        "cannot derive a rendezvous folder: no launcher job id in the environment; set \
+         {}=<a folder on this host, the same for every rank of the job>",
+        crate::RENDEZVOUS_ENV
+    )]
+    NoRendezvous,
+    #[error(
+        "rendezvous folder {dir} is not usable ({source}); set {}=<a writable folder you \
+         own>",
+        crate::RENDEZVOUS_ENV
+    )]
+    RendezvousNotWritable {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "rendezvous socket path {path} is longer than the 107 bytes a Unix socket allows; set \
+         {}=<a shorter folder>",
+        crate::RENDEZVOUS_ENV
+    )]
+    PathTooLong { path: PathBuf },
+    #[error(
+        "rendezvous {path} is in use by another running job; give this job its own folder \
+         with {}",
+        crate::RENDEZVOUS_ENV
+    )]
+    RendezvousInUse { path: PathBuf },
+    #[error(
+        "rank {rank} could not reach rank 0 at {path} within {} s; is rank 0 running, with \
+         the same {}?", .waited.as_secs(), crate::RENDEZVOUS_ENV
+    )]
+    ConnectTimeout {
+        rank: usize,
+        path: PathBuf,
+        waited: Duration,
+    },
+    #[error(
+        "{} never connected to rank 0 at {path} within {} s; did every rank start, with the \
+         same {} and world size?", describe_ranks(.missing), .waited.as_secs(), crate::RENDEZVOUS_ENV
+    )]
+    AcceptTimeout {
+        missing: Vec<usize>,
+        path: PathBuf,
+        waited: Duration,
+    },
+    #[error(
+        "a process of uid {uid} (pid {pid}) joined the rendezvous, but this job runs as uid \
+         {expected}; only the job's own user may map its heaps: use a private {} folder",
+        crate::RENDEZVOUS_ENV
+    )]
+    ForeignUid { uid: u32, pid: i32, expected: u32 },
+    #[error("rendezvous handshake refused: {0}")]
+    Handshake(String),
+    #[error("rank {rank} is out of range for a world of {world_size} ranks")]
+    RankOutOfRange { rank: usize, world_size: usize },
+    #[error("world size 0: a job has at least one rank")]
+    WorldSizeZero,
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("malformed control message: {0}; are all ranks running the same symmem build?")]
+    Protocol(String),
+}
+
+impl BootstrapError {
+    pub(crate) fn io(what: impl Into<String>, source: impl Into<std::io::Error>) -> Self {
+        Self::Io {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+
+    /// Converts into the core error, keeping collective mismatches typed.
+    pub fn into_symmem(self, provider: &'static str) -> symmem::Error {
+        match self {
+            Self::Collective(CollectiveFailure::Mismatch(m)) => {
+                symmem::Error::CollectiveMismatch(m)
+            }
+            other => symmem::Error::provider(provider, other),
+        }
+    }
+}

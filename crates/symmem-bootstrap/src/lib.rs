@@ -1,0 +1,15 @@
+//! Control plane for the ranks of one host: a Unix-socket rendezvous at rank 0, uid-checked
+//! file-descriptor passing, and all-gather collectives that compare each rank's
+//! [`CollectiveOp`](symmem::CollectiveOp) and time out naming the ranks that never arrived.
+//!
+//! Topology: a star. Rank 0 binds `<rendezvous>/rank0.sock`; every other rank connects, both
+//! sides check the other's uid (SO_PEERCRED), and rank 0 removes the socket file once every
+//! rank is in, so nothing stays on disk. Each collective: every rank sends its call to rank 0,
+//! rank 0 compares them and answers every rank with the gathered payloads or one failure.
+
+mod error;
+mod rendezvous;
+mod wire;
+
+pub use error::{BootstrapError, CollectiveFailure};
+pub use rendezvous::{Bootstrap, Gathered, RENDEZVOUS_ENV, default_rendezvous, parse_duration};

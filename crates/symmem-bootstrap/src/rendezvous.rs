@@ -1,0 +1,515 @@
+use crate::wire::{self, Message, Received};
+use crate::{BootstrapError, CollectiveFailure};
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+use std::io::ErrorKind;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use symmem::{CollectiveMismatch, CollectiveOp, RankIdentity};
+
+/// Environment variable naming the rendezvous folder (the same for every rank of a job).
+pub const RENDEZVOUS_ENV: &str = "SYMMEM_RENDEZVOUS";
+const SOCKET_NAME: &str = "rank0.sock";
+/// Extra wait of the other ranks beyond rank 0's timeout, so rank 0's explanation of a
+/// failed collective reaches them before their own timeout fires.
+const ANSWER_MARGIN: Duration = Duration::from_secs(5);
+/// How long rank 0 keeps looking for further stragglers once one rank timed out.
+const STRAGGLER_PROBE: Duration = Duration::from_millis(20);
+
+/// What one collective gathered from every rank.
+#[derive(Debug, Default)]
+pub struct Gathered {
+    /// Each rank's payload, indexed by rank.
+    pub payloads: Vec<Vec<u8>>,
+    /// Descriptors sent by ranks of this rank's fd group (never this rank's own), by rank.
+    pub fds: Vec<Option<OwnedFd>>,
+}
+
+enum Links {
+    /// Rank 0: a stream to every other rank, index `rank - 1`.
+    Root(Vec<UnixStream>),
+    Leaf(UnixStream),
+    Alone,
+}
+
+/// One rank's end of the control plane.
+pub struct Bootstrap {
+    rank: usize,
+    world_size: usize,
+    timeout: Duration,
+    links: Links,
+}
+
+/// The rendezvous folder for this job: `$SYMMEM_RENDEZVOUS`, or a folder derived from the
+/// launcher's job id under `$XDG_RUNTIME_DIR` (else the temp folder).
+pub fn default_rendezvous(identity: &RankIdentity) -> Result<PathBuf, BootstrapError> {
+    if let Some(dir) = std::env::var_os(RENDEZVOUS_ENV).filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let user = base.join(format!("symmem-{}", nix::unistd::getuid()));
+    match (&identity.job_key, identity.world_size) {
+        (Some(key), _) => Ok(user.join(key)),
+        (None, 1) => Ok(user.join(format!("singleton-{}", std::process::id()))),
+        (None, _) => Err(BootstrapError::NoRendezvous),
+    }
+}
+
+/// Parses `90`, `90s`, `500ms`, `2m` into a duration.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration; write e.g. 90, 90s, 500ms or 2m"))?;
+    let scale = match unit.trim() {
+        "" | "s" => 1.0,
+        "ms" => 1e-3,
+        "m" | "min" => 60.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?}; use ms, s or m"
+            ));
+        }
+    };
+    Ok(Duration::from_secs_f64(value * scale))
+}
+
+impl Bootstrap {
+    /// Joins the job's rendezvous in `dir`: rank 0 waits for every other rank, the others
+    /// connect to rank 0; both sides refuse a peer running as another user.
+    pub fn connect(
+        rank: usize,
+        world_size: usize,
+        dir: &Path,
+        timeout: Duration,
+    ) -> Result<Self, BootstrapError> {
+        if world_size == 0 {
+            return Err(BootstrapError::WorldSizeZero);
+        }
+        if rank >= world_size {
+            return Err(BootstrapError::RankOutOfRange { rank, world_size });
+        }
+        let links = if world_size == 1 {
+            Links::Alone
+        } else {
+            let path = dir.join(SOCKET_NAME);
+            // sun_path holds 108 bytes including the terminating NUL.
+            if path.as_os_str().len() > 107 {
+                return Err(BootstrapError::PathTooLong { path });
+            }
+            if rank == 0 {
+                Links::Root(accept_all(dir, &path, world_size, timeout)?)
+            } else {
+                Links::Leaf(connect_root(rank, world_size, &path, timeout)?)
+            }
+        };
+        Ok(Self {
+            rank,
+            world_size,
+            timeout,
+            links,
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Collective: waits for every rank and checks that all issued `op`.
+    pub fn barrier(&mut self, op: &CollectiveOp) -> Result<(), BootstrapError> {
+        self.exchange(op, &[], None, 0).map(drop)
+    }
+
+    /// Collective all-gather: every rank contributes `payload` (and optionally one descriptor)
+    /// under `op`; on agreement every rank receives all payloads, and the descriptors of the
+    /// ranks that gave the same `fd_group`.
+    pub fn exchange(
+        &mut self,
+        op: &CollectiveOp,
+        payload: &[u8],
+        fd: Option<BorrowedFd<'_>>,
+        fd_group: u64,
+    ) -> Result<Gathered, BootstrapError> {
+        match &self.links {
+            Links::Alone => Ok(Gathered {
+                payloads: vec![payload.to_vec()],
+                fds: vec![None],
+            }),
+            Links::Leaf(root) => leaf_exchange(
+                root,
+                self.world_size,
+                self.timeout,
+                op,
+                payload,
+                fd,
+                fd_group,
+            ),
+            Links::Root(leaves) => root_exchange(leaves, self.timeout, op, payload, fd, fd_group),
+        }
+    }
+}
+
+struct Arrival {
+    op: CollectiveOp,
+    payload: Vec<u8>,
+    fd_group: u64,
+    fd: Option<OwnedFd>,
+}
+
+fn root_exchange(
+    leaves: &[UnixStream],
+    timeout: Duration,
+    op: &CollectiveOp,
+    payload: &[u8],
+    fd: Option<BorrowedFd<'_>>,
+    fd_group: u64,
+) -> Result<Gathered, BootstrapError> {
+    let world_size = leaves.len() + 1;
+    let started = Instant::now();
+    let mut deadline = started + timeout;
+    let mut arrivals: Vec<Option<Arrival>> = Vec::with_capacity(world_size);
+    arrivals.push(None); // rank 0's own contribution is used by reference below
+    let mut missing = Vec::new();
+    let mut failure = None;
+    for (i, leaf) in leaves.iter().enumerate() {
+        let rank = i + 1;
+        match wire::recv(leaf, deadline)? {
+            Received::Frame(
+                Message::Arrive {
+                    op,
+                    payload,
+                    fd_group,
+                    has_fd,
+                },
+                fd,
+            ) if has_fd == fd.is_some() => arrivals.push(Some(Arrival {
+                op,
+                payload,
+                fd_group,
+                fd,
+            })),
+            Received::Frame(other, _) => {
+                return Err(BootstrapError::Protocol(format!(
+                    "rank {rank} sent {other:?} where a collective call was expected"
+                )));
+            }
+            Received::Closed => {
+                arrivals.push(None);
+                failure.get_or_insert(CollectiveFailure::PeerGone {
+                    rank,
+                    op: op.clone(),
+                });
+            }
+            Received::TimedOut => {
+                arrivals.push(None);
+                missing.push(rank);
+                deadline = Instant::now() + STRAGGLER_PROBE;
+            }
+        }
+    }
+    if failure.is_none() && !missing.is_empty() {
+        failure = Some(CollectiveFailure::NeverArrived {
+            op: op.clone(),
+            missing,
+            waited_ms: timeout.as_millis() as u64,
+        });
+    }
+    if failure.is_none() {
+        let ops: Vec<CollectiveOp> = std::iter::once(op.clone())
+            .chain(arrivals.iter().skip(1).flatten().map(|a| a.op.clone()))
+            .collect();
+        failure = CollectiveMismatch::detect(&ops).map(CollectiveFailure::Mismatch);
+    }
+    if let Some(failure) = failure {
+        for leaf in leaves {
+            // Best effort: a rank that is gone cannot be told.
+            let _ = wire::send(
+                leaf,
+                &Message::Fail {
+                    failure: failure.clone(),
+                },
+                None,
+            );
+        }
+        return Err(failure.into());
+    }
+
+    let groups: Vec<u64> = std::iter::once(fd_group)
+        .chain(arrivals.iter().skip(1).flatten().map(|a| a.fd_group))
+        .collect();
+    let payloads: Vec<Vec<u8>> = std::iter::once(payload.to_vec())
+        .chain(arrivals.iter().skip(1).flatten().map(|a| a.payload.clone()))
+        .collect();
+    let fd_of = |rank: usize| -> Option<BorrowedFd<'_>> {
+        if rank == 0 {
+            fd
+        } else {
+            arrivals[rank]
+                .as_ref()
+                .and_then(|a| a.fd.as_ref().map(|f| f.as_fd()))
+        }
+    };
+    for (i, leaf) in leaves.iter().enumerate() {
+        let rank = i + 1;
+        let fd_ranks: Vec<usize> = (0..world_size)
+            .filter(|&q| q != rank && groups[q] == groups[rank] && fd_of(q).is_some())
+            .collect();
+        let release = Message::Release {
+            payloads: payloads.clone(),
+            fd_ranks: fd_ranks.clone(),
+        };
+        wire::send(leaf, &release, None)?;
+        for q in fd_ranks {
+            wire::send(leaf, &Message::Fd { rank: q }, fd_of(q))?;
+        }
+    }
+    let fds = arrivals
+        .into_iter()
+        .enumerate()
+        .map(|(rank, a)| {
+            a.filter(|_| rank != 0 && groups[rank] == groups[0])
+                .and_then(|a| a.fd)
+        })
+        .collect();
+    let _ = started;
+    Ok(Gathered { payloads, fds })
+}
+
+fn leaf_exchange(
+    root: &UnixStream,
+    world_size: usize,
+    timeout: Duration,
+    op: &CollectiveOp,
+    payload: &[u8],
+    fd: Option<BorrowedFd<'_>>,
+    fd_group: u64,
+) -> Result<Gathered, BootstrapError> {
+    let arrive = Message::Arrive {
+        op: op.clone(),
+        payload: payload.to_vec(),
+        fd_group,
+        has_fd: fd.is_some(),
+    };
+    if wire::send(root, &arrive, fd).is_err() {
+        return Err(BootstrapError::RootGone { op: op.clone() });
+    }
+    let deadline = Instant::now() + timeout + ANSWER_MARGIN;
+    let answer = |deadline| -> Result<(Message, Option<OwnedFd>), BootstrapError> {
+        match wire::recv(root, deadline)? {
+            Received::Frame(message, fd) => Ok((message, fd)),
+            Received::Closed => Err(BootstrapError::RootGone { op: op.clone() }),
+            Received::TimedOut => Err(BootstrapError::RootSilent {
+                op: op.clone(),
+                waited: timeout + ANSWER_MARGIN,
+            }),
+        }
+    };
+    match answer(deadline)? {
+        (Message::Release { payloads, fd_ranks }, _) if payloads.len() == world_size => {
+            let mut fds: Vec<Option<OwnedFd>> = (0..world_size).map(|_| None).collect();
+            for expected in fd_ranks {
+                match answer(deadline)? {
+                    (Message::Fd { rank }, Some(fd)) if rank == expected && rank < world_size => {
+                        fds[rank] = Some(fd);
+                    }
+                    (other, _) => {
+                        return Err(BootstrapError::Protocol(format!(
+                            "expected the descriptor of rank {expected}, got {other:?}"
+                        )));
+                    }
+                }
+            }
+            Ok(Gathered { payloads, fds })
+        }
+        (Message::Fail { failure }, _) => Err(failure.into()),
+        (other, _) => Err(BootstrapError::Protocol(format!(
+            "expected the answer to collective {op}, got {other:?}"
+        ))),
+    }
+}
+
+fn accept_all(
+    dir: &Path,
+    path: &Path,
+    world_size: usize,
+    timeout: Duration,
+) -> Result<Vec<UnixStream>, BootstrapError> {
+    let not_writable = |source| BootstrapError::RendezvousNotWritable {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(not_writable)?;
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(BootstrapError::RendezvousInUse {
+                path: path.to_path_buf(),
+            });
+        }
+        // Left behind by a crashed job: nobody listens any more.
+        std::fs::remove_file(path).map_err(not_writable)?;
+    }
+    let listener = UnixListener::bind(path).map_err(not_writable)?;
+    // The socket file is only needed until everyone is in; remove it on every exit path.
+    let _unlink = RemoveOnDrop(path);
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| BootstrapError::io("configuring the rendezvous socket", e))?;
+    let me = nix::unistd::getuid().as_raw();
+    let deadline = Instant::now() + timeout;
+    let mut slots: Vec<Option<UnixStream>> = (1..world_size).map(|_| None).collect();
+    while slots.iter().any(Option::is_none) {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    let missing = (1..world_size).filter(|r| slots[r - 1].is_none()).collect();
+                    return Err(BootstrapError::AcceptTimeout {
+                        missing,
+                        path: path.to_path_buf(),
+                        waited: timeout,
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(BootstrapError::io("accepting a rank", e)),
+        };
+        stream
+            .set_nonblocking(false)
+            .map_err(|e| BootstrapError::io("configuring a rank's socket", e))?;
+        let creds = getsockopt(&stream, PeerCredentials)
+            .map_err(|e| BootstrapError::io("reading a peer's credentials", e))?;
+        if creds.uid() != me {
+            let reason = format!(
+                "rank 0 runs as uid {me}, this process as uid {}",
+                creds.uid()
+            );
+            tracing::warn!(
+                uid = creds.uid(),
+                pid = creds.pid(),
+                "refused a rendezvous peer of another user"
+            );
+            let _ = wire::send(&stream, &Message::Reject { reason }, None);
+            continue;
+        }
+        let hello_deadline = Instant::now() + Duration::from_secs(10).min(timeout);
+        let (rank, their_world) = match wire::recv(&stream, hello_deadline)? {
+            Received::Frame(Message::Hello { rank, world_size }, None) => (rank, world_size),
+            _ => continue, // not one of ours, or gave up: keep waiting for the real ranks
+        };
+        let reject = if their_world != world_size {
+            Some(format!(
+                "rank 0 has a world of {world_size} ranks, you have {their_world}"
+            ))
+        } else if rank == 0 || rank >= world_size {
+            Some(format!(
+                "rank {rank} is not valid in a world of {world_size} ranks"
+            ))
+        } else if slots[rank - 1].is_some() {
+            Some(format!(
+                "rank {rank} already joined; two processes claim the same RANK"
+            ))
+        } else {
+            None
+        };
+        match reject {
+            Some(reason) => {
+                tracing::warn!(rank, %reason, "refused a rendezvous peer");
+                let _ = wire::send(&stream, &Message::Reject { reason }, None);
+            }
+            None => {
+                wire::send(&stream, &Message::Welcome, None)?;
+                slots[rank - 1] = Some(stream);
+            }
+        }
+    }
+    Ok(slots.into_iter().flatten().collect())
+}
+
+fn connect_root(
+    rank: usize,
+    world_size: usize,
+    path: &Path,
+    timeout: Duration,
+) -> Result<UnixStream, BootstrapError> {
+    let deadline = Instant::now() + timeout;
+    let stream = loop {
+        match UnixStream::connect(path) {
+            Ok(stream) => break stream,
+            // Rank 0 has not bound yet, or a stale socket awaits its replacement.
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused) => {
+                if Instant::now() >= deadline {
+                    return Err(BootstrapError::ConnectTimeout {
+                        rank,
+                        path: path.to_path_buf(),
+                        waited: timeout,
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+                return Err(BootstrapError::RendezvousNotWritable {
+                    dir: path.parent().unwrap_or(path).to_path_buf(),
+                    source: e,
+                });
+            }
+            Err(e) => {
+                return Err(BootstrapError::io(
+                    format!("connecting to {}", path.display()),
+                    e,
+                ));
+            }
+        }
+    };
+    let creds = getsockopt(&stream, PeerCredentials)
+        .map_err(|e| BootstrapError::io("reading rank 0's credentials", e))?;
+    let me = nix::unistd::getuid().as_raw();
+    if creds.uid() != me {
+        return Err(BootstrapError::ForeignUid {
+            uid: creds.uid(),
+            pid: creds.pid(),
+            expected: me,
+        });
+    }
+    wire::send(&stream, &Message::Hello { rank, world_size }, None)?;
+    match wire::recv(
+        &stream,
+        deadline.max(Instant::now() + Duration::from_secs(1)),
+    )? {
+        Received::Frame(Message::Welcome, _) => Ok(stream),
+        Received::Frame(Message::Reject { reason }, _) => Err(BootstrapError::Handshake(reason)),
+        Received::Frame(other, _) => Err(BootstrapError::Protocol(format!(
+            "{other:?} instead of a welcome"
+        ))),
+        Received::Closed | Received::TimedOut => Err(BootstrapError::Handshake(
+            "rank 0 closed the connection without a welcome".into(),
+        )),
+    }
+}
+
+struct RemoveOnDrop<'a>(&'a Path);
+
+impl Drop for RemoveOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
+}

@@ -1,0 +1,158 @@
+//! Length-prefixed JSON frames over a Unix stream socket, each optionally carrying one file
+//! descriptor (SCM_RIGHTS, attached to the frame's first byte).
+
+use crate::BootstrapError;
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+use serde::{Deserialize, Serialize};
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+use symmem::CollectiveOp;
+
+/// Frames bigger than this are a protocol error (payloads are small: ids, sizes).
+const MAX_FRAME: usize = 16 << 20;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum Message {
+    Hello {
+        rank: usize,
+        world_size: usize,
+    },
+    Welcome,
+    Reject {
+        reason: String,
+    },
+    Arrive {
+        op: CollectiveOp,
+        payload: Vec<u8>,
+        fd_group: u64,
+        has_fd: bool,
+    },
+    Release {
+        payloads: Vec<Vec<u8>>,
+        /// Ranks whose descriptors follow, one `Fd` frame each, in this order.
+        fd_ranks: Vec<usize>,
+    },
+    Fd {
+        rank: usize,
+    },
+    Fail {
+        failure: crate::CollectiveFailure,
+    },
+}
+
+pub(crate) enum Received {
+    Frame(Message, Option<OwnedFd>),
+    Closed,
+    TimedOut,
+}
+
+pub(crate) fn send(
+    stream: &UnixStream,
+    message: &Message,
+    fd: Option<BorrowedFd<'_>>,
+) -> Result<(), BootstrapError> {
+    let body = serde_json::to_vec(message).map_err(|e| BootstrapError::Protocol(e.to_string()))?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&body);
+    let raw: [RawFd; 1] = [fd.map_or(-1, |f| f.as_raw_fd())];
+    let rights = [ControlMessage::ScmRights(&raw)];
+    let cmsgs: &[ControlMessage<'_>] = if fd.is_some() { &rights } else { &[] };
+    let sent = loop {
+        match sendmsg::<()>(
+            stream.as_raw_fd(),
+            &[IoSlice::new(&frame)],
+            cmsgs,
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        ) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            other => break other,
+        }
+    }
+    .map_err(|e| BootstrapError::io("sending a control message", e))?;
+    // A stream socket may take a large frame in pieces; the descriptor went with the first.
+    let mut rest = &frame[sent..];
+    let mut writer = stream;
+    writer
+        .write_all(&mut rest)
+        .map_err(|e| BootstrapError::io("sending a control message", e))?;
+    Ok(())
+}
+
+/// Receives one frame, waiting until `deadline` at most.
+pub(crate) fn recv(stream: &UnixStream, deadline: Instant) -> Result<Received, BootstrapError> {
+    let mut header = [0u8; 4];
+    let mut fd = None;
+    let mut got = 0;
+    while got == 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(Received::TimedOut);
+        }
+        // set_read_timeout refuses zero; the check above keeps it positive.
+        stream
+            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .map_err(|e| BootstrapError::io("setting a socket timeout", e))?;
+        let mut cmsg = nix::cmsg_space!([RawFd; 1]);
+        let mut iov = [IoSliceMut::new(&mut header)];
+        match recvmsg::<()>(
+            stream.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(msg) => {
+                for c in msg
+                    .cmsgs()
+                    .map_err(|e| BootstrapError::io("reading ancillary data", e))?
+                {
+                    if let ControlMessageOwned::ScmRights(fds) = c {
+                        for raw in fds {
+                            // SAFETY: the kernel just installed this descriptor for us; we are
+                            // its only owner.
+                            let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                            fd.get_or_insert(owned);
+                        }
+                    }
+                }
+                if msg.bytes == 0 {
+                    return Ok(Received::Closed);
+                }
+                got = msg.bytes;
+            }
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(nix::errno::Errno::EAGAIN) => return Ok(Received::TimedOut),
+            Err(nix::errno::Errno::ECONNRESET) => return Ok(Received::Closed),
+            Err(e) => return Err(BootstrapError::io("receiving a control message", e)),
+        }
+    }
+    let mut reader = stream;
+    // The rest of the frame follows right away; allow a generous but bounded wait.
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| BootstrapError::io("setting a socket timeout", e))?;
+    if got < 4 {
+        read_exact(&mut reader, &mut header[got..])?;
+    }
+    let len = u32::from_le_bytes(header) as usize;
+    if len > MAX_FRAME {
+        return Err(BootstrapError::Protocol(format!("frame of {len} bytes")));
+    }
+    let mut body = vec![0u8; len];
+    read_exact(&mut reader, &mut body)?;
+    let message =
+        serde_json::from_slice(&body).map_err(|e| BootstrapError::Protocol(e.to_string()))?;
+    Ok(Received::Frame(message, fd))
+}
+
+fn read_exact(reader: &mut &UnixStream, buf: &mut [u8]) -> Result<(), BootstrapError> {
+    reader.read_exact(buf).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => {
+            BootstrapError::Protocol("connection closed inside a frame".into())
+        }
+        _ => BootstrapError::io("receiving a control message", e),
+    })
+}

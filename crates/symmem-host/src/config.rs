@@ -1,0 +1,102 @@
+use crate::HostError;
+use std::path::PathBuf;
+use std::time::Duration;
+use symmem::RankIdentity;
+
+pub const HEAP_SIZE_ENV: &str = "SYMMEM_HOST_HEAP_SIZE";
+pub const NODE_ID_ENV: &str = "SYMMEM_NODE_ID";
+pub const COLLECTIVE_TIMEOUT_ENV: &str = "SYMMEM_COLLECTIVE_TIMEOUT";
+/// Sparse: only touched pages use memory.
+pub const DEFAULT_HEAP_BYTES: u64 = 1 << 30;
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How to build a [`HostProvider`](crate::HostProvider).
+#[derive(Clone, Debug)]
+pub struct HostConfig {
+    pub identity: RankIdentity,
+    /// Folder where the ranks meet; the same for every rank of the job.
+    pub rendezvous: PathBuf,
+    /// Size of each rank's heap (every rank must use the same).
+    pub heap_bytes: u64,
+    /// Emulated node of this rank: peers on another node are not mapped.
+    pub node_id: u64,
+    /// How long a collective waits for the slowest rank.
+    pub timeout: Duration,
+}
+
+impl HostConfig {
+    /// Reads the rank variables and the `SYMMEM_*` settings from the environment.
+    pub fn from_env() -> Result<Self, HostError> {
+        let identity = RankIdentity::from_env()?;
+        let rendezvous = symmem_bootstrap::default_rendezvous(&identity)?;
+        let var = |name| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let heap_bytes = match var(HEAP_SIZE_ENV) {
+            Some(v) => parse_bytes(&v).ok_or(HostError::InvalidSetting {
+                var: HEAP_SIZE_ENV,
+                value: v,
+                expected: "a size such as 268435456, 512M or 4G",
+            })?,
+            None => DEFAULT_HEAP_BYTES,
+        };
+        let node_id = match var(NODE_ID_ENV) {
+            Some(v) => v.trim().parse().map_err(|_| HostError::InvalidSetting {
+                var: NODE_ID_ENV,
+                value: v,
+                expected: "a non-negative integer",
+            })?,
+            None => 0,
+        };
+        let timeout = match var(COLLECTIVE_TIMEOUT_ENV) {
+            Some(v) => symmem_bootstrap::parse_duration(&v)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or(HostError::InvalidSetting {
+                    var: COLLECTIVE_TIMEOUT_ENV,
+                    value: v,
+                    expected: "a duration such as 60, 60s, 500ms or 2m",
+                })?,
+            None => DEFAULT_TIMEOUT,
+        };
+        Ok(Self {
+            identity,
+            rendezvous,
+            heap_bytes,
+            node_id,
+            timeout,
+        })
+    }
+}
+
+/// Parses `4096`, `64K`, `512M`, `4G` (binary units; an optional trailing `B`/`iB`).
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let t = text.trim().to_ascii_uppercase();
+    let t = t
+        .strip_suffix("IB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(&t);
+    let (digits, shift) = match t.chars().last()? {
+        'K' => (&t[..t.len() - 1], 10),
+        'M' => (&t[..t.len() - 1], 20),
+        'G' => (&t[..t.len() - 1], 30),
+        'T' => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    digits.trim().parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("4096"), Some(4096));
+        assert_eq!(parse_bytes("64k"), Some(64 << 10));
+        assert_eq!(parse_bytes("512M"), Some(512 << 20));
+        assert_eq!(parse_bytes("4GiB"), Some(4 << 30));
+        assert_eq!(parse_bytes("1GB"), Some(1 << 30));
+        assert_eq!(parse_bytes("lots"), None);
+        assert_eq!(parse_bytes(""), None);
+        assert_eq!(parse_bytes("99999999999T"), None);
+    }
+}

@@ -1,0 +1,67 @@
+use symmem_bootstrap::BootstrapError;
+
+/// Errors of the host provider. Each says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error(
+        "symmetric heap exhausted on rank {rank}: {requested} B requested, largest free block \
+         {largest_free} B of a {heap_bytes} B heap; raise {} (e.g. {}=4G) or free buffers \
+         first",
+        crate::HEAP_SIZE_ENV,
+        crate::HEAP_SIZE_ENV
+    )]
+    HeapExhausted {
+        rank: usize,
+        requested: u64,
+        largest_free: u64,
+        heap_bytes: u64,
+    },
+    #[error(
+        "rank {rank} has a {bytes} B heap but rank {reference} has {expected} B; give every \
+         rank the same {}",
+        crate::HEAP_SIZE_ENV
+    )]
+    HeapMismatch {
+        rank: usize,
+        bytes: u64,
+        reference: usize,
+        expected: u64,
+    },
+    #[error(
+        "heap size {bytes} B is too small: use at least {min} B ({})",
+        crate::HEAP_SIZE_ENV
+    )]
+    HeapTooSmall { bytes: u64, min: u64 },
+    #[error("{var}={value:?} is not valid: expected {expected}")]
+    InvalidSetting {
+        var: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+    #[error(
+        "{addr:#x} is not the start of a live symmetric allocation on rank {rank}; free only \
+         buffers returned by allocate"
+    )]
+    NotAnAllocation { addr: u64, rank: usize },
+    #[error("{what}: {source}; check `ulimit -v` and free memory")]
+    Os {
+        what: &'static str,
+        #[source]
+        source: nix::Error,
+    },
+    #[error("rank {rank} sent an unreadable heap description; are all ranks the same build?")]
+    BadPeerInfo { rank: usize },
+    #[error(transparent)]
+    Bootstrap(#[from] BootstrapError),
+    #[error(transparent)]
+    RankEnv(#[from] symmem::RankEnvError),
+}
+
+impl From<HostError> for symmem::Error {
+    fn from(e: HostError) -> Self {
+        match e {
+            HostError::Bootstrap(b) => b.into_symmem("host"),
+            other => symmem::Error::provider("host", other),
+        }
+    }
+}

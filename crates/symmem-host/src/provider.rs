@@ -1,0 +1,296 @@
+use crate::heap::{Mapping, create_heap};
+use crate::{HostConfig, HostError, SymmetricAllocator};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering, fence};
+use symmem::{
+    CollectiveKind, CollectiveOp, Error, PeerTable, SymmetricProvider, TranslateError,
+    TranslatedOps,
+};
+use symmem_bootstrap::Bootstrap;
+
+/// The host shared-memory provider. See the crate docs.
+pub struct HostProvider {
+    rank: usize,
+    world_size: usize,
+    node_ids: Vec<u64>,
+    bootstrap: Bootstrap,
+    allocator: SymmetricAllocator,
+    /// Mapping of every rank's heap reachable from here (own one included), by rank.
+    heaps: Vec<Option<Mapping>>,
+}
+
+impl HostProvider {
+    /// Builds a provider from the environment (see the crate docs). Collective.
+    pub fn from_env() -> Result<Self, HostError> {
+        Self::new(HostConfig::from_env()?)
+    }
+
+    /// Joins the rendezvous, creates this rank's heap and maps every peer heap of the same
+    /// node. Collective.
+    pub fn new(config: HostConfig) -> Result<Self, HostError> {
+        let HostConfig {
+            identity,
+            rendezvous,
+            heap_bytes,
+            node_id,
+            timeout,
+        } = config;
+        if heap_bytes < crate::ALIGNMENT {
+            return Err(HostError::HeapTooSmall {
+                bytes: heap_bytes,
+                min: crate::ALIGNMENT,
+            });
+        }
+        let (rank, world_size) = (identity.rank, identity.world_size);
+        let mut bootstrap = Bootstrap::connect(rank, world_size, &rendezvous, timeout)?;
+        let heap_fd = create_heap(rank, heap_bytes)?;
+        let own = Mapping::new(&heap_fd, heap_bytes)?;
+        let op = CollectiveOp {
+            seq: 0,
+            kind: CollectiveKind::Provider {
+                what: "host heap exchange".into(),
+            },
+        };
+        let info = format!("{node_id} {heap_bytes}");
+        let gathered = bootstrap.exchange(&op, info.as_bytes(), Some(heap_fd.as_fd()), node_id)?;
+        let mut node_ids = Vec::with_capacity(world_size);
+        let mut heaps = Vec::with_capacity(world_size);
+        let mut own = Some(own);
+        for (peer, (payload, fd)) in gathered.payloads.iter().zip(gathered.fds).enumerate() {
+            let (node, bytes) = parse_info(payload).ok_or(HostError::BadPeerInfo { rank: peer })?;
+            if bytes != heap_bytes {
+                return Err(HostError::HeapMismatch {
+                    rank: peer,
+                    bytes,
+                    reference: rank,
+                    expected: heap_bytes,
+                });
+            }
+            node_ids.push(node);
+            heaps.push(match (peer == rank, fd) {
+                (true, _) => own.take(),
+                (false, Some(fd)) if node == node_id => Some(Mapping::new(&fd, bytes)?),
+                // Another node: not load/store reachable, never mapped.
+                _ => None,
+            });
+        }
+        // The descriptors are closed now: each heap lives as long as some rank maps it.
+        Ok(Self {
+            rank,
+            world_size,
+            node_ids,
+            bootstrap,
+            allocator: SymmetricAllocator::new(heap_bytes),
+            heaps,
+        })
+    }
+
+    /// Emulated node of every rank.
+    pub fn node_ids(&self) -> &[u64] {
+        &self.node_ids
+    }
+
+    /// Address of this rank's own heap.
+    pub fn heap_base(&self) -> u64 {
+        self.local().base()
+    }
+
+    pub fn heap_bytes(&self) -> u64 {
+        self.allocator.size()
+    }
+
+    fn local(&self) -> &Mapping {
+        self.heaps[self.rank].as_ref().expect("own heap is mapped")
+    }
+
+    fn sync(&mut self, op: &CollectiveOp) -> Result<(), Error> {
+        self.bootstrap
+            .barrier(op)
+            .map_err(|e| symmem::Error::from(HostError::from(e)))?;
+        // Stores before the barrier on any rank are visible after it on every rank.
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Translates `[ptr, ptr + len)` to `peer` through `table` and checks that it stays inside
+    /// that peer's heap, so a bad pointer is an error, never a wild access.
+    fn reach(
+        &self,
+        table: &PeerTable,
+        ptr: u64,
+        peer: usize,
+        len: u64,
+        align: u64,
+        what: &'static str,
+    ) -> Result<*mut u8, Error> {
+        let addr = table.translate(ptr, self.rank, peer)?;
+        if addr % align != 0 {
+            return Err(TranslateError::Misaligned { addr, align, what }.into());
+        }
+        match self.heaps.get(peer).and_then(Option::as_ref) {
+            Some(heap) if heap.contains(addr, len) => Ok(addr as *mut u8),
+            Some(_) => Err(TranslateError::OutsideHeap { addr, len, peer }.into()),
+            None => Err(TranslateError::PeerNotDirect {
+                rank: self.rank,
+                peer,
+            }
+            .into()),
+        }
+    }
+
+    fn local_range(&self, addr: u64, len: u64) -> Result<*mut u8, Error> {
+        if self.local().contains(addr, len) {
+            Ok(addr as *mut u8)
+        } else {
+            Err(TranslateError::OutsideHeap {
+                addr,
+                len,
+                peer: self.rank,
+            }
+            .into())
+        }
+    }
+}
+
+fn parse_info(payload: &[u8]) -> Option<(u64, u64)> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let (node, bytes) = text.split_once(' ')?;
+    Some((node.parse().ok()?, bytes.parse().ok()?))
+}
+
+impl SymmetricProvider for HostProvider {
+    fn name(&self) -> &'static str {
+        "host"
+    }
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn world_size(&self) -> usize {
+        self.world_size
+    }
+    fn claims_single_node(&self) -> bool {
+        self.node_ids.iter().all(|&n| n == self.node_ids[self.rank])
+    }
+    fn checks_collective_order(&self) -> bool {
+        true
+    }
+
+    fn malloc(&mut self, bytes: u64, op: &CollectiveOp) -> Result<u64, Error> {
+        // The order check doubles as the allocation's synchronisation; the allocator is
+        // deterministic, so every rank reaches the same offset (or the same exhaustion).
+        self.sync(op)?;
+        let offset = self
+            .allocator
+            .alloc(bytes)
+            .ok_or_else(|| HostError::HeapExhausted {
+                rank: self.rank,
+                requested: bytes,
+                largest_free: self.allocator.largest_free(),
+                heap_bytes: self.allocator.size(),
+            })?;
+        Ok(self.local().base() + offset)
+    }
+
+    fn free(&mut self, addr: u64, op: &CollectiveOp) -> Result<(), Error> {
+        let offset = addr.wrapping_sub(self.local().base());
+        if self.allocator.live_len(offset).is_none() {
+            return Err(HostError::NotAnAllocation {
+                addr,
+                rank: self.rank,
+            }
+            .into());
+        }
+        self.sync(op)?;
+        self.allocator.free(offset);
+        Ok(())
+    }
+
+    fn barrier(&mut self, op: &CollectiveOp) -> Result<(), Error> {
+        self.sync(op)
+    }
+
+    fn ptr(&self, addr: u64, peer: usize) -> Option<u64> {
+        let local = self.local();
+        if !local.contains(addr, 1) {
+            return None;
+        }
+        let peer_heap = self.heaps.get(peer)?.as_ref()?;
+        Some(peer_heap.base() + (addr - local.base()))
+    }
+}
+
+impl TranslatedOps for HostProvider {
+    fn store_u64(
+        &self,
+        table: &PeerTable,
+        dst: u64,
+        to: usize,
+        values: &[u64],
+    ) -> Result<(), Error> {
+        let len = std::mem::size_of_val(values) as u64;
+        let target = self.reach(table, dst, to, len, 8, "u64 store")?;
+        // SAFETY: `reach` checked that the range lies in a live shared mapping and is aligned;
+        // it may be written concurrently by other processes, as any shared heap may.
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), target.cast(), values.len()) };
+        Ok(())
+    }
+
+    fn load_u64(
+        &self,
+        table: &PeerTable,
+        src: u64,
+        from: usize,
+        out: &mut [u64],
+    ) -> Result<(), Error> {
+        let len = std::mem::size_of_val(out) as u64;
+        let source = self.reach(table, src, from, len, 8, "u64 load")?;
+        // SAFETY: as in `store_u64`; `out` is a distinct Rust buffer.
+        unsafe { std::ptr::copy_nonoverlapping(source.cast::<u64>(), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    fn copy_bytes(
+        &self,
+        table: &PeerTable,
+        src: u64,
+        src_rank: usize,
+        dst: u64,
+        dst_rank: usize,
+        bytes: u64,
+    ) -> Result<(), Error> {
+        let from = self.reach(table, src, src_rank, bytes, 1, "copy")?;
+        let to = self.reach(table, dst, dst_rank, bytes, 1, "copy")?;
+        // SAFETY: both ranges were checked to lie in live shared mappings; `copy` allows overlap.
+        unsafe { std::ptr::copy(from, to, bytes as usize) };
+        Ok(())
+    }
+
+    fn atomic_add_u64(
+        &self,
+        table: &PeerTable,
+        dst: u64,
+        to: usize,
+        value: u64,
+    ) -> Result<(), Error> {
+        let target = self.reach(table, dst, to, 8, 8, "u64 atomic add")?;
+        // SAFETY: aligned, inside a live shared mapping; every process touches this word only
+        // through atomics during the operation.
+        let word = unsafe { AtomicU64::from_ptr(target.cast()) };
+        word.fetch_add(value, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn read_local(&self, addr: u64, out: &mut [u8]) -> Result<(), Error> {
+        let source = self.local_range(addr, out.len() as u64)?;
+        // SAFETY: inside this rank's own live mapping.
+        unsafe { std::ptr::copy_nonoverlapping(source, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    fn write_local(&self, addr: u64, data: &[u8]) -> Result<(), Error> {
+        let target = self.local_range(addr, data.len() as u64)?;
+        // SAFETY: inside this rank's own live mapping.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), target, data.len()) };
+        Ok(())
+    }
+}

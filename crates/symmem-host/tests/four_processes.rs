@@ -1,0 +1,144 @@
+//! Four real processes share their heaps: two allocations each, `table[rank] == base`, equal
+//! per-peer offsets, a store into every reachable peer read back by that peer, and rank 3 on an
+//! emulated other node reported as `direct = false`.
+//!
+//! Runs without the libtest harness: the binary re-executes itself as each rank.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use symmem::{Context, Error, TranslateError};
+use symmem_host::HostProvider;
+
+const WORLD: usize = 4;
+const CHILD_ENV: &str = "SYMMEM_HOST_TEST_CHILD";
+
+fn node_of(rank: usize) -> u64 {
+    u64::from(rank == WORLD - 1)
+}
+
+fn main() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        rank_main();
+        return;
+    }
+    // Honour libtest's filter protocol loosely: `cargo test other_name` skips us.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    if !args.is_empty() && !args.iter().any(|a| "four_processes".contains(a.as_str())) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let exe = std::env::current_exe().expect("own path");
+    let mut children: Vec<_> = (0..WORLD)
+        .map(|rank| {
+            Command::new(&exe)
+                .env(CHILD_ENV, "1")
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", WORLD.to_string())
+                .env("SYMMEM_RENDEZVOUS", dir.path())
+                .env("SYMMEM_NODE_ID", node_of(rank).to_string())
+                .env("SYMMEM_HOST_HEAP_SIZE", "64M")
+                .env("SYMMEM_COLLECTIVE_TIMEOUT", "20s")
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn rank")
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut failed = Vec::new();
+    for (rank, child) in children.iter_mut().enumerate() {
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        match status {
+            Some(s) if s.success() => {}
+            other => failed.push(format!("rank {rank}: {other:?}")),
+        }
+    }
+    for child in &mut children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let outputs: Vec<String> = children
+        .into_iter()
+        .map(|c| {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut c.stdout.expect("piped"), &mut s).ok();
+            s
+        })
+        .collect();
+    assert!(failed.is_empty(), "ranks failed: {failed:?}");
+    for (rank, out) in outputs.iter().enumerate() {
+        assert!(
+            out.contains(&format!("rank {rank} ok")),
+            "rank {rank} printed {out:?}"
+        );
+    }
+    println!("test four_processes ... ok");
+}
+
+fn rank_main() {
+    let provider = HostProvider::from_env().expect("host provider");
+    let mut ctx = Context::new(provider);
+    let rank = ctx.rank();
+    let (a, ta) = ctx
+        .allocate_symmetric::<u64>(WORLD)
+        .expect("first allocation");
+    let (b, tb) = ctx
+        .allocate_symmetric::<u64>(3 * WORLD)
+        .expect("second allocation");
+    assert_eq!(ta.bases()[rank], a.addr(), "first table's local entry");
+    assert_eq!(tb.bases()[rank], b.addr(), "second table's local entry");
+    for peer in 0..WORLD {
+        let same_node = node_of(peer) == node_of(rank);
+        assert_eq!(ta.direct(peer), same_node, "direct flag of peer {peer}");
+        if same_node {
+            assert_eq!(
+                ta.bases()[peer].wrapping_sub(a.addr()),
+                tb.bases()[peer].wrapping_sub(b.addr()),
+                "offset of peer {peer}"
+            );
+        } else {
+            assert_eq!(ta.bases()[peer], 0, "base of unreachable peer {peer}");
+        }
+    }
+    // All-to-all scatter: slot `rank` of every reachable peer's copy of `a`.
+    for peer in (0..WORLD).filter(|&p| ta.direct(p)) {
+        let value = 1000 * rank as u64 + peer as u64;
+        ctx.store_u64(&ta, a.addr_of(rank), peer, &[value])
+            .expect("store");
+    }
+    ctx.barrier().expect("barrier");
+    let got = ctx.read(&a).expect("read own copy");
+    for (writer, &value) in got.iter().enumerate() {
+        let expected = if node_of(writer) == node_of(rank) {
+            1000 * writer as u64 + rank as u64
+        } else {
+            0
+        };
+        assert_eq!(value, expected, "slot written by rank {writer}");
+    }
+    if rank == WORLD - 1 {
+        let err = ctx.store_u64(&ta, a.addr(), 0, &[1]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Translate(TranslateError::PeerNotDirect { peer: 0, .. })
+            ),
+            "{err}"
+        );
+    }
+    ctx.free(b).expect("free b");
+    ctx.free(a).expect("free a");
+    let report = ctx.finalize().expect("finalize");
+    assert!(report.outstanding.is_empty());
+    println!("rank {rank} ok");
+}
