@@ -1,0 +1,94 @@
+//! One rank of the conformance suite. Start it under a launcher (`cargo xtask test`,
+//! `symmem-run`, torchrun, mpirun, srun): it reads its rank from the environment, runs every
+//! check against the chosen provider and prints one JSON line per check on stdout.
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, ValueEnum};
+use std::io::Write;
+use symmem::Context;
+use symmem_conformance::{Extras, Unavailable, run_suite};
+use symmem_host::{HostConfig, HostProvider};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Provider {
+    Host,
+    Nvshmem,
+    Rocshmem,
+}
+
+/// Runs the symmem conformance checks as one rank of a job.
+///
+/// Results go to stdout as JSON lines, logs to stderr (RUST_LOG=debug for more). Exit status:
+/// 0 when no check failed, 1 when one did, 2 when the suite could not start.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Provider to test.
+    #[arg(long, value_enum, default_value = "host", env = "SYMMEM_PROVIDER")]
+    provider: Provider,
+}
+
+struct HostExtras {
+    base: HostConfig,
+}
+
+impl Extras<HostProvider> for HostExtras {
+    fn context_with_nodes(
+        &mut self,
+        label: &str,
+        node_ids: &[u64],
+    ) -> Result<Context<HostProvider>, Unavailable> {
+        let mut config = self.base.clone();
+        config.rendezvous = config.rendezvous.join(label);
+        config.node_id = node_ids[config.identity.rank];
+        HostProvider::new(config)
+            .map(Context::new)
+            .map_err(|e| Unavailable::Failed(format!("opening a second host context: {e}")))
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    match run() {
+        Ok(0) => std::process::ExitCode::SUCCESS,
+        Ok(_) => std::process::ExitCode::from(1),
+        Err(e) => {
+            eprintln!("symmem-conformance: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> anyhow::Result<usize> {
+    let args = Args::parse();
+    match args.provider {
+        Provider::Host => {}
+        Provider::Nvshmem | Provider::Rocshmem => bail!(
+            "provider {:?} is not built into this toolkit yet (the GPU providers are tracked \
+             by their own issue); run `--provider host`",
+            args.provider
+        ),
+    }
+    let config = HostConfig::from_env().context("configuring the host provider")?;
+    let provider = HostProvider::new(config.clone()).context("starting the host provider")?;
+    let mut ctx = Context::new(provider);
+    let mut extras = HostExtras { base: config };
+    let stdout = std::io::stdout();
+    let failed = run_suite(&mut ctx, &mut extras, &mut |result| {
+        let mut out = stdout.lock();
+        // A closed stdout only loses reports; the exit status still tells.
+        let _ = writeln!(out, "{}", result.to_line());
+        let _ = out.flush();
+    })
+    .map_err(anyhow::Error::msg)?;
+    if failed == 0 {
+        ctx.finalize().context("finalizing")?;
+    }
+    Ok(failed)
+}

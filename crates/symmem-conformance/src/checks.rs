@@ -1,0 +1,614 @@
+//! The checks. They are collective: every rank runs them in the same order and issues the same
+//! collectives whatever its local verification finds, so one rank's failed assertion never
+//! leaves the others waiting.
+
+use crate::fault::{Fault, PlannedFault};
+use crate::{CheckResult, Status};
+use std::time::Instant;
+use symmem::{Context, Error, PeerTable, SymmetricBuffer, TranslateError, TranslatedOps};
+
+/// Id and name of a check.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckInfo {
+    pub id: &'static str,
+    pub name: &'static str,
+}
+
+/// Every check, in the order the suite runs them.
+pub const CHECKS: [CheckInfo; 11] = [
+    CheckInfo {
+        id: "1",
+        name: "local entry is the allocation's base",
+    },
+    CheckInfo {
+        id: "2",
+        name: "per-peer offsets equal across allocations",
+    },
+    CheckInfo {
+        id: "3",
+        name: "one table translates another allocation",
+    },
+    CheckInfo {
+        id: "4",
+        name: "store reaches every peer",
+    },
+    CheckInfo {
+        id: "5",
+        name: "load from every peer",
+    },
+    CheckInfo {
+        id: "6",
+        name: "copy from peer to peer",
+    },
+    CheckInfo {
+        id: "7",
+        name: "atomic add from every rank, exact",
+    },
+    CheckInfo {
+        id: "8",
+        name: "address map of existing buffer",
+    },
+    CheckInfo {
+        id: "9",
+        name: "unreachable peer: base 0, refused",
+    },
+    CheckInfo {
+        id: "10a",
+        name: "free then allocate again",
+    },
+    CheckInfo {
+        id: "10b",
+        name: "out-of-order collective is an error",
+    },
+];
+
+/// Further contexts the suite needs besides the main one.
+pub trait Extras<P: TranslatedOps> {
+    /// A new context over the same ranks, with rank `r` on emulated node `node_ids[r]`.
+    fn context_with_nodes(
+        &mut self,
+        label: &str,
+        node_ids: &[u64],
+    ) -> Result<Context<P>, Unavailable>;
+}
+
+/// Why [`Extras`] gave no context.
+#[derive(Clone, Debug)]
+pub enum Unavailable {
+    /// The provider cannot do this at all (the check is skipped with this reason).
+    Unsupported(String),
+    /// It should have worked but failed (the check fails).
+    Failed(String),
+}
+
+impl Unavailable {
+    fn outcome(self) -> Outcome {
+        match self {
+            Self::Unsupported(reason) => Outcome::Skip(reason),
+            Self::Failed(why) => Outcome::Fail(why),
+        }
+    }
+}
+
+enum Outcome {
+    Pass,
+    Fail(String),
+    Skip(String),
+}
+
+/// Collects verification failures without interrupting the collective sequence.
+#[derive(Default)]
+struct Verify(Vec<String>);
+
+impl Verify {
+    fn eq<T: PartialEq + std::fmt::Debug>(
+        &mut self,
+        what: impl std::fmt::Display,
+        got: T,
+        want: T,
+    ) {
+        if got != want {
+            self.0
+                .push(format!("{what}: got {got:?}, expected {want:?}"));
+        }
+    }
+    fn ok<T>(&mut self, what: impl std::fmt::Display, result: Result<T, Error>) -> Option<T> {
+        result.map_err(|e| self.0.push(format!("{what}: {e}"))).ok()
+    }
+    fn that(&mut self, what: impl std::fmt::Display, condition: bool) {
+        if !condition {
+            self.0.push(what.to_string());
+        }
+    }
+    fn outcome(self) -> Outcome {
+        if self.0.is_empty() {
+            Outcome::Pass
+        } else {
+            // Keep the line readable: the first few problems say enough.
+            let more = self.0.len().saturating_sub(3);
+            let mut text = self.0.into_iter().take(3).collect::<Vec<_>>().join("; ");
+            if more > 0 {
+                text.push_str(&format!("; and {more} more"));
+            }
+            Outcome::Fail(text)
+        }
+    }
+}
+
+fn pattern(rank: usize, i: usize) -> u64 {
+    ((rank as u64 + 1) << 32) | i as u64
+}
+
+struct Suite<'a, P: TranslatedOps> {
+    ctx: &'a mut Context<P>,
+    extras: &'a mut dyn Extras<P>,
+    a: Option<(SymmetricBuffer<u64>, PeerTable)>,
+    b: Option<(SymmetricBuffer<u64>, PeerTable)>,
+}
+
+const B_LEN: usize = 128;
+const CHUNK: usize = 8;
+
+impl<P: TranslatedOps> Suite<'_, P> {
+    fn rank(&self) -> usize {
+        self.ctx.rank()
+    }
+    fn world(&self) -> usize {
+        self.ctx.world_size()
+    }
+    fn a(&self) -> &(SymmetricBuffer<u64>, PeerTable) {
+        self.a.as_ref().expect("check 1 allocates A")
+    }
+    fn b(&self) -> &(SymmetricBuffer<u64>, PeerTable) {
+        self.b.as_ref().expect("check 1 allocates B")
+    }
+    fn reachable(&self) -> Vec<usize> {
+        let table = &self.a().1;
+        (0..self.world()).filter(|&p| table.direct(p)).collect()
+    }
+    fn needs_peers(&self) -> Option<Outcome> {
+        if self.world() < 2 {
+            return Some(Outcome::Skip("needs >= 2 ranks".into()));
+        }
+        if self.reachable().len() < 2 {
+            return Some(Outcome::Skip(
+                "no load/store reachable peer in this run".into(),
+            ));
+        }
+        None
+    }
+
+    fn run(&mut self, id: &str) -> Result<Outcome, Error> {
+        match id {
+            "1" => self.local_entry(),
+            "2" => self.offsets_equal(),
+            "3" => self.table_translates_other_allocation(),
+            "4" => self.store_all_to_all(),
+            "5" => self.load_from_every_peer(),
+            "6" => self.copy_peer_to_peer(),
+            "7" => self.atomic_add(),
+            "8" => self.address_map_of_existing(),
+            "9" => self.unreachable_peers(),
+            "10a" => self.free_then_allocate(),
+            "10b" => self.out_of_order(),
+            other => unreachable!("unknown check {other}"),
+        }
+    }
+
+    fn local_entry(&mut self) -> Result<Outcome, Error> {
+        let len_a = self.world().max(64);
+        let (a, ta) = self.ctx.allocate_symmetric::<u64>(len_a)?;
+        let (b, tb) = self.ctx.allocate_symmetric::<u64>(B_LEN)?;
+        let mut v = Verify::default();
+        v.eq(
+            "first table's local entry",
+            ta.bases()[self.rank()],
+            a.addr(),
+        );
+        v.eq(
+            "second table's local entry",
+            tb.bases()[self.rank()],
+            b.addr(),
+        );
+        v.that("the two allocations share an address", a.addr() != b.addr());
+        self.a = Some((a, ta));
+        self.b = Some((b, tb));
+        Ok(v.outcome())
+    }
+
+    fn offsets_equal(&mut self) -> Result<Outcome, Error> {
+        if let Some(skip) = self.needs_peers() {
+            return Ok(skip);
+        }
+        let ((a, ta), (b, tb)) = (self.a(), self.b());
+        let mut v = Verify::default();
+        for peer in 0..self.world() {
+            v.eq(
+                format!("direct flag of peer {peer}"),
+                ta.direct(peer),
+                tb.direct(peer),
+            );
+            if ta.direct(peer) {
+                v.eq(
+                    format!("offset of peer {peer}"),
+                    ta.bases()[peer].wrapping_sub(a.addr()),
+                    tb.bases()[peer].wrapping_sub(b.addr()),
+                );
+            } else {
+                v.eq(
+                    format!("base of unreachable peer {peer}"),
+                    tb.bases()[peer],
+                    0,
+                );
+            }
+        }
+        Ok(v.outcome())
+    }
+
+    /// Writes `pattern(rank, i)` into this rank's B, then synchronises.
+    fn fill_b(&mut self, v: &mut Verify) -> Result<(), Error> {
+        let rank = self.rank();
+        let data: Vec<u64> = (0..B_LEN).map(|i| pattern(rank, i)).collect();
+        v.ok("writing own B", self.ctx.write(&self.b().0, &data));
+        self.ctx.barrier()
+    }
+
+    fn table_translates_other_allocation(&mut self) -> Result<Outcome, Error> {
+        if let Some(skip) = self.needs_peers() {
+            return Ok(skip);
+        }
+        let mut v = Verify::default();
+        self.fill_b(&mut v)?;
+        let (rank, reachable) = (self.rank(), self.reachable());
+        let src =
+            reachable[(reachable.iter().position(|&p| p == rank).unwrap() + 1) % reachable.len()];
+        // A's table with B's and A's pointers: Iris's copy(src, dst, from, to, heap_bases).
+        let ((a, ta), (b, _)) = (self.a(), self.b());
+        let bytes = (CHUNK * 8) as u64;
+        v.ok(
+            format!("copy from rank {src}'s B through A's table"),
+            self.ctx
+                .copy_bytes(ta, b.addr(), src, a.addr(), rank, bytes),
+        );
+        if let Some(got) = v.ok("reading own A", self.ctx.read(a)) {
+            let want: Vec<u64> = (0..CHUNK).map(|i| pattern(src, i)).collect();
+            v.eq(
+                format!("data copied from rank {src}"),
+                &got[..CHUNK],
+                &want[..],
+            );
+        }
+        self.ctx.barrier()?;
+        Ok(v.outcome())
+    }
+
+    fn store_all_to_all(&mut self) -> Result<Outcome, Error> {
+        let mut v = Verify::default();
+        let (rank, world, reachable) = (self.rank(), self.world(), self.reachable());
+        let a = &self.a().0;
+        v.ok("zeroing own A", self.ctx.write(a, &vec![0u64; a.len()]));
+        self.ctx.barrier()?;
+        let (a, ta) = (&self.a().0, &self.a().1);
+        for &peer in &reachable {
+            let value = 1000 * (rank as u64 + 1) + peer as u64;
+            v.ok(
+                format!("store into rank {peer}"),
+                self.ctx.store_u64(ta, a.addr_of(rank), peer, &[value]),
+            );
+        }
+        self.ctx.barrier()?;
+        if let Some(got) = v.ok("reading own A", self.ctx.read(&self.a().0)) {
+            for writer in 0..world {
+                let want = if reachable.contains(&writer) {
+                    1000 * (writer as u64 + 1) + rank as u64
+                } else {
+                    0
+                };
+                v.eq(format!("slot written by rank {writer}"), got[writer], want);
+            }
+        }
+        Ok(v.outcome())
+    }
+
+    fn load_from_every_peer(&mut self) -> Result<Outcome, Error> {
+        let mut v = Verify::default();
+        self.fill_b(&mut v)?;
+        let (b, tb) = self.b();
+        for peer in self.reachable() {
+            let mut got = vec![0u64; CHUNK];
+            let at = b.addr_of(CHUNK);
+            if v.ok(
+                format!("load from rank {peer}"),
+                self.ctx.load_u64(tb, at, peer, &mut got),
+            )
+            .is_some()
+            {
+                let want: Vec<u64> = (CHUNK..2 * CHUNK).map(|i| pattern(peer, i)).collect();
+                v.eq(format!("data loaded from rank {peer}"), got, want);
+            }
+        }
+        self.ctx.barrier()?;
+        Ok(v.outcome())
+    }
+
+    fn copy_peer_to_peer(&mut self) -> Result<Outcome, Error> {
+        if let Some(skip) = self.needs_peers() {
+            return Ok(skip);
+        }
+        if self.reachable().len() != self.world() {
+            return Ok(Outcome::Skip(
+                "needs every peer load/store reachable".into(),
+            ));
+        }
+        let (rank, world) = (self.rank(), self.world());
+        let mut v = Verify::default();
+        self.fill_b(&mut v)?;
+        let (c, tc) = self.ctx.allocate_symmetric::<u64>(CHUNK * world)?;
+        // Rank r moves CHUNK words of rank r+1's B into slot r of rank r+2's C.
+        let (src, dst) = ((rank + 1) % world, (rank + 2) % world);
+        v.ok(
+            format!("copy from rank {src} to rank {dst}"),
+            self.ctx.copy_bytes(
+                &tc,
+                self.b().0.addr(),
+                src,
+                c.addr_of(rank * CHUNK),
+                dst,
+                (CHUNK * 8) as u64,
+            ),
+        );
+        self.ctx.barrier()?;
+        if let Some(got) = v.ok("reading own C", self.ctx.read(&c)) {
+            for writer in (0..world).filter(|w| (w + 2) % world == rank) {
+                let from = (writer + 1) % world;
+                let want: Vec<u64> = (0..CHUNK).map(|i| pattern(from, i)).collect();
+                v.eq(
+                    format!("slot of rank {writer} (copied from rank {from})"),
+                    &got[writer * CHUNK..(writer + 1) * CHUNK],
+                    &want[..],
+                );
+            }
+        }
+        self.ctx.free(c)?;
+        Ok(v.outcome())
+    }
+
+    fn atomic_add(&mut self) -> Result<Outcome, Error> {
+        const ADDS: u64 = 200;
+        let mut v = Verify::default();
+        let reachable = self.reachable();
+        let (counter, table) = self.ctx.allocate_symmetric::<u64>(1)?;
+        v.ok("zeroing own counter", self.ctx.write(&counter, &[0]));
+        self.ctx.barrier()?;
+        for _ in 0..ADDS {
+            for &peer in &reachable {
+                if v.ok(
+                    format!("atomic add into rank {peer}"),
+                    self.ctx.atomic_add_u64(&table, counter.addr(), peer, 1),
+                )
+                .is_none()
+                {
+                    break;
+                }
+            }
+        }
+        self.ctx.barrier()?;
+        if let Some(got) = v.ok("reading own counter", self.ctx.read(&counter)) {
+            v.eq("counter", got[0], ADDS * reachable.len() as u64);
+        }
+        self.ctx.free(counter)?;
+        Ok(v.outcome())
+    }
+
+    fn address_map_of_existing(&mut self) -> Result<Outcome, Error> {
+        let mut v = Verify::default();
+        let (buf, map) = self.ctx.allocate_symmetric_map::<u32>(100)?;
+        if let Some(again) = v.ok(
+            "address map of the new buffer",
+            self.ctx.symmetric_address_map(&buf),
+        ) {
+            v.eq("address map", &again, &map);
+        }
+        v.eq("map base", map.base, buf.addr());
+        v.eq("map bytes", map.bytes, 400);
+        v.eq("map local rank", map.local_rank, self.rank());
+        let (a, ta) = self.a();
+        if let Some(map_a) = v.ok("address map of A", self.ctx.symmetric_address_map(a)) {
+            v.eq("A's table", &map_a.table, ta);
+        }
+        self.ctx.free(buf)?;
+        Ok(v.outcome())
+    }
+
+    fn unreachable_peers(&mut self) -> Result<Outcome, Error> {
+        let (rank, world) = (self.rank(), self.world());
+        if world < 2 {
+            return Ok(Outcome::Skip("needs >= 2 ranks".into()));
+        }
+        // First half of the ranks on emulated node 0, the rest on node 1.
+        let nodes: Vec<u64> = (0..world).map(|r| u64::from(r >= world / 2)).collect();
+        let mut split = match self.extras.context_with_nodes("split-nodes", &nodes) {
+            Ok(ctx) => ctx,
+            Err(unavailable) => return Ok(unavailable.outcome()),
+        };
+        let mut v = Verify::default();
+        let (buf, map) = split.allocate_symmetric_map::<u64>(16)?;
+        for peer in 0..world {
+            let same = nodes[peer] == nodes[rank];
+            v.eq(
+                format!("direct flag of rank {peer}"),
+                map.direct()[peer],
+                same,
+            );
+            if !same {
+                v.eq(format!("base of rank {peer}"), map.table.bases()[peer], 0);
+                let store = split.store_u64(&map.table, buf.addr(), peer, &[1]);
+                v.that(
+                    format!("a store into unreachable rank {peer} was not refused ({store:?})"),
+                    matches!(
+                        store,
+                        Err(Error::Translate(TranslateError::PeerNotDirect { .. }))
+                    ),
+                );
+                let translated = map.translate(buf.addr(), rank, peer);
+                v.that(
+                    format!(
+                        "translation to unreachable rank {peer} was not refused ({translated:?})"
+                    ),
+                    matches!(translated, Err(TranslateError::PeerNotDirect { .. })),
+                );
+            }
+        }
+        split.free(buf)?;
+        split.finalize()?;
+        Ok(v.outcome())
+    }
+
+    fn free_then_allocate(&mut self) -> Result<Outcome, Error> {
+        let mut v = Verify::default();
+        let (a, _) = self.a.take().expect("A");
+        let (b, _) = self.b.take().expect("B");
+        let a_len = a.len();
+        self.ctx.free(b)?;
+        self.ctx.free(a)?;
+        let (again, table) = self.ctx.allocate_symmetric::<u64>(a_len)?;
+        v.eq(
+            "local entry after reallocation",
+            table.bases()[self.rank()],
+            again.addr(),
+        );
+        let data: Vec<u64> = (0..a_len).map(|i| pattern(self.rank(), i)).collect();
+        v.ok("writing the new buffer", self.ctx.write(&again, &data));
+        if let Some(got) = v.ok("reading the new buffer", self.ctx.read(&again)) {
+            v.eq("data of the new buffer", got, data);
+        }
+        self.ctx.free(again)?;
+        v.eq(
+            "allocations outstanding after freeing all",
+            self.ctx.outstanding().len(),
+            0,
+        );
+        Ok(v.outcome())
+    }
+
+    fn out_of_order(&mut self) -> Result<Outcome, Error> {
+        let (rank, world) = (self.rank(), self.world());
+        if world < 2 {
+            return Ok(Outcome::Skip("needs >= 2 ranks".into()));
+        }
+        if !self.ctx.provider().checks_collective_order() {
+            return Ok(Outcome::Skip(format!(
+                "provider {} does not compare collectives across ranks",
+                self.ctx.provider().name()
+            )));
+        }
+        // A fresh context: the mismatch leaves it unusable, by design.
+        let mut fresh = match self.extras.context_with_nodes("order", &vec![0; world]) {
+            Ok(ctx) => ctx,
+            Err(unavailable) => return Ok(unavailable.outcome()),
+        };
+        let mut v = Verify::default();
+        // Even ranks allocate while odd ranks hit a barrier.
+        let result = if rank % 2 == 0 {
+            fresh
+                .allocate_symmetric::<u64>(4)
+                .map(|(b, _)| std::mem::forget(b))
+        } else {
+            fresh.barrier()
+        };
+        match result {
+            Err(Error::CollectiveMismatch(m)) => {
+                v.eq(
+                    "ranks named by the mismatch",
+                    m.ranks(),
+                    (0..world).collect::<Vec<_>>(),
+                );
+            }
+            other => v.that(
+                format!("expected a collective mismatch, got {other:?}"),
+                false,
+            ),
+        }
+        v.that(
+            "the context still accepts collectives after a mismatch",
+            matches!(fresh.barrier(), Err(Error::Poisoned { .. })),
+        );
+        Ok(v.outcome())
+    }
+}
+
+fn apply_fault(planned: &Option<PlannedFault>, rank: usize, check: &str) {
+    let Some(p) = planned
+        .as_ref()
+        .filter(|p| p.rank == rank && p.check == check)
+    else {
+        return;
+    };
+    eprintln!("injecting fault {:?} at check {check}", p.fault);
+    match p.fault {
+        Fault::Panic => panic!("injected panic at check {check}"),
+        Fault::Exit => std::process::exit(0),
+        Fault::Hang => loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        },
+        Fault::HangIgnoreTerm => {
+            // SAFETY: setting a signal disposition to SIG_IGN installs no handler code.
+            unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            }
+        }
+    }
+}
+
+/// Runs every check on this rank, calling `emit` with each result as soon as it is known.
+/// Returns the number of failed checks; a collective error stops the suite (the remaining
+/// checks are not run, which the aggregation counts as failures).
+pub fn run_suite<P: TranslatedOps>(
+    ctx: &mut Context<P>,
+    extras: &mut dyn Extras<P>,
+    emit: &mut dyn FnMut(&CheckResult),
+) -> Result<usize, String> {
+    let planned = PlannedFault::from_env()?;
+    let (rank, world_size, provider) = (ctx.rank(), ctx.world_size(), ctx.provider().name());
+    let mut suite = Suite {
+        ctx,
+        extras,
+        a: None,
+        b: None,
+    };
+    let mut failed = 0;
+    for info in CHECKS {
+        apply_fault(&planned, rank, info.id);
+        let started = Instant::now();
+        let outcome = suite.run(info.id);
+        let (status, detail, stop) = match outcome {
+            Ok(Outcome::Pass) => (Status::Pass, String::new(), false),
+            Ok(Outcome::Skip(reason)) => (Status::Skip, reason, false),
+            Ok(Outcome::Fail(why)) => (Status::Fail, why, false),
+            Err(e) => (
+                Status::Fail,
+                format!("collective failed, suite stopped: {e}"),
+                true,
+            ),
+        };
+        failed += usize::from(status == Status::Fail);
+        emit(&CheckResult {
+            check: info.id.into(),
+            name: info.name.into(),
+            rank,
+            world_size,
+            provider: provider.into(),
+            status,
+            detail,
+            micros: started.elapsed().as_micros() as u64,
+        });
+        if stop {
+            // Leaked on purpose: freeing is collective and the collectives just failed.
+            std::mem::forget(suite.a.take());
+            std::mem::forget(suite.b.take());
+            break;
+        }
+    }
+    Ok(failed)
+}

@@ -1,0 +1,57 @@
+//! Fault injection for testing the launcher and the control plane with real failures.
+
+/// `SYMMEM_CONFORMANCE_FAULT=<kind>@<rank>:<check>`, kind one of `panic`, `exit`, `hang`,
+/// `hang-ignore-term`: rank `<rank>` misbehaves when it reaches check `<check>`.
+pub const FAULT_ENV: &str = "SYMMEM_CONFORMANCE_FAULT";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Panics (exit status 101).
+    Panic,
+    /// Returns from main with status 0 before the check's first collective, as a buggy rank
+    /// that skips the rest of the program would.
+    Exit,
+    /// Sleeps forever.
+    Hang,
+    /// Sleeps forever and ignores SIGTERM, so only SIGKILL ends it.
+    HangIgnoreTerm,
+}
+
+/// A fault planned for one rank at one check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedFault {
+    pub fault: Fault,
+    pub rank: usize,
+    pub check: String,
+}
+
+impl PlannedFault {
+    pub fn from_env() -> Result<Option<Self>, String> {
+        match std::env::var(FAULT_ENV) {
+            Ok(v) if !v.trim().is_empty() => Self::parse(&v).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "{FAULT_ENV}={text:?}: expected <panic|exit|hang|hang-ignore-term>@<rank>:<check>"
+            )
+        };
+        let (kind, rest) = text.trim().split_once('@').ok_or_else(bad)?;
+        let (rank, check) = rest.split_once(':').ok_or_else(bad)?;
+        let fault = match kind {
+            "panic" => Fault::Panic,
+            "exit" => Fault::Exit,
+            "hang" => Fault::Hang,
+            "hang-ignore-term" => Fault::HangIgnoreTerm,
+            _ => return Err(bad()),
+        };
+        Ok(Self {
+            fault,
+            rank: rank.parse().map_err(|_| bad())?,
+            check: check.to_string(),
+        })
+    }
+}
