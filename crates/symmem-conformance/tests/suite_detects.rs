@@ -1,0 +1,222 @@
+//! The suite must be able to fail: run it over providers that break one promise each and check
+//! that exactly the checks guarding that promise fail. Ranks are threads of this process, each
+//! with its own host provider (own heap, own socket), as separate processes would have.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+use symmem::{
+    CollectiveOp, Context, Error, Launcher, PeerTable, RankIdentity, SymmetricProvider,
+    TranslatedOps,
+};
+use symmem_conformance::{Aggregate, CheckResult, Extras, Status, Unavailable, run_suite};
+use symmem_host::{HostConfig, HostProvider};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Sabotage {
+    None,
+    /// `ptr` is off by one element for peers: tables point next to the real copy.
+    SkewedPtr,
+    /// Stores to peers are silently dropped.
+    DroppedStores,
+    /// Every other atomic add is lost.
+    LossyAtomics,
+}
+
+struct Sabotaged {
+    inner: HostProvider,
+    sabotage: Sabotage,
+    adds: std::cell::Cell<u64>,
+}
+
+impl SymmetricProvider for Sabotaged {
+    fn name(&self) -> &'static str {
+        "sabotaged-host"
+    }
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn world_size(&self) -> usize {
+        self.inner.world_size()
+    }
+    fn claims_single_node(&self) -> bool {
+        self.inner.claims_single_node()
+    }
+    fn checks_collective_order(&self) -> bool {
+        self.inner.checks_collective_order()
+    }
+    fn malloc(&mut self, bytes: u64, op: &CollectiveOp) -> Result<u64, Error> {
+        self.inner.malloc(bytes, op)
+    }
+    fn free(&mut self, addr: u64, op: &CollectiveOp) -> Result<(), Error> {
+        self.inner.free(addr, op)
+    }
+    fn barrier(&mut self, op: &CollectiveOp) -> Result<(), Error> {
+        self.inner.barrier(op)
+    }
+    fn ptr(&self, addr: u64, peer: usize) -> Option<u64> {
+        let p = self.inner.ptr(addr, peer)?;
+        let skew = self.sabotage == Sabotage::SkewedPtr && peer != self.rank();
+        Some(if skew { p + 8 } else { p })
+    }
+}
+
+impl TranslatedOps for Sabotaged {
+    fn store_u64(&self, t: &PeerTable, dst: u64, to: usize, v: &[u64]) -> Result<(), Error> {
+        if self.sabotage == Sabotage::DroppedStores && to != self.rank() {
+            return Ok(());
+        }
+        self.inner.store_u64(t, dst, to, v)
+    }
+    fn load_u64(&self, t: &PeerTable, src: u64, from: usize, out: &mut [u64]) -> Result<(), Error> {
+        self.inner.load_u64(t, src, from, out)
+    }
+    fn copy_bytes(
+        &self,
+        t: &PeerTable,
+        src: u64,
+        src_rank: usize,
+        dst: u64,
+        dst_rank: usize,
+        bytes: u64,
+    ) -> Result<(), Error> {
+        self.inner
+            .copy_bytes(t, src, src_rank, dst, dst_rank, bytes)
+    }
+    fn atomic_add_u64(&self, t: &PeerTable, dst: u64, to: usize, value: u64) -> Result<(), Error> {
+        self.adds.set(self.adds.get() + 1);
+        if self.sabotage == Sabotage::LossyAtomics && self.adds.get() % 2 == 0 {
+            return Ok(());
+        }
+        self.inner.atomic_add_u64(t, dst, to, value)
+    }
+    fn read_local(&self, addr: u64, out: &mut [u8]) -> Result<(), Error> {
+        self.inner.read_local(addr, out)
+    }
+    fn write_local(&self, addr: u64, data: &[u8]) -> Result<(), Error> {
+        self.inner.write_local(addr, data)
+    }
+}
+
+fn config(rank: usize, world_size: usize, dir: PathBuf) -> HostConfig {
+    HostConfig {
+        identity: RankIdentity {
+            rank,
+            world_size,
+            local_rank: rank,
+            local_world_size: world_size,
+            launcher: Launcher::Torchrun,
+            job_key: None,
+        },
+        rendezvous: dir,
+        heap_bytes: 16 << 20,
+        node_id: 0,
+        timeout: Duration::from_secs(20),
+    }
+}
+
+struct ThreadExtras {
+    base: HostConfig,
+    sabotage: Sabotage,
+}
+
+impl Extras<Sabotaged> for ThreadExtras {
+    fn context_with_nodes(
+        &mut self,
+        label: &str,
+        nodes: &[u64],
+    ) -> Result<Context<Sabotaged>, Unavailable> {
+        let mut cfg = self.base.clone();
+        cfg.rendezvous = cfg.rendezvous.join(label);
+        cfg.node_id = nodes[cfg.identity.rank];
+        let inner = HostProvider::new(cfg).map_err(|e| Unavailable::Failed(e.to_string()))?;
+        Ok(Context::new(Sabotaged {
+            inner,
+            sabotage: self.sabotage,
+            adds: Default::default(),
+        }))
+    }
+}
+
+/// Runs the whole suite on `world_size` thread-ranks; returns each check's verdict.
+fn suite(world_size: usize, sabotage: Sabotage) -> BTreeMap<&'static str, Status> {
+    let dir = tempfile::tempdir().unwrap();
+    let handles: Vec<_> = (0..world_size)
+        .map(|rank| {
+            let cfg = config(rank, world_size, dir.path().to_path_buf());
+            std::thread::spawn(move || {
+                let inner = HostProvider::new(cfg.clone()).unwrap();
+                let mut ctx = Context::new(Sabotaged {
+                    inner,
+                    sabotage,
+                    adds: Default::default(),
+                });
+                let mut extras = ThreadExtras {
+                    base: cfg,
+                    sabotage,
+                };
+                let mut results: Vec<CheckResult> = Vec::new();
+                run_suite(&mut ctx, &mut extras, &mut |r| results.push(r.clone())).unwrap();
+                results
+            })
+        })
+        .collect();
+    let results: Vec<CheckResult> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    Aggregate::new(world_size, &results)
+        .verdicts
+        .into_iter()
+        .map(|v| (v.id, v.status))
+        .collect()
+}
+
+fn failing(verdicts: &BTreeMap<&'static str, Status>) -> Vec<&'static str> {
+    verdicts
+        .iter()
+        .filter(|(_, s)| **s == Status::Fail)
+        .map(|(id, _)| *id)
+        .collect()
+}
+
+#[test]
+fn honest_provider_passes_everything() {
+    let v = suite(3, Sabotage::None);
+    assert!(failing(&v).is_empty(), "{v:?}");
+    assert!(v.values().all(|s| *s == Status::Pass), "{v:?}");
+}
+
+#[test]
+fn single_rank_skips_what_needs_peers() {
+    let v = suite(1, Sabotage::None);
+    assert!(failing(&v).is_empty(), "{v:?}");
+    for id in ["2", "3", "6", "9", "10b"] {
+        assert_eq!(v[id], Status::Skip, "check {id}");
+    }
+    for id in ["1", "4", "5", "7", "8", "10a"] {
+        assert_eq!(v[id], Status::Pass, "check {id}");
+    }
+}
+
+#[test]
+fn skewed_ptr_is_caught() {
+    let v = suite(2, Sabotage::SkewedPtr);
+    let failed = failing(&v);
+    // Data lands next to where it should: stores, loads and copies see it.
+    for id in ["3", "4", "5", "6"] {
+        assert!(failed.contains(&id), "check {id} should fail: {v:?}");
+    }
+}
+
+#[test]
+fn dropped_stores_are_caught() {
+    let v = suite(2, Sabotage::DroppedStores);
+    assert_eq!(failing(&v), vec!["4"], "{v:?}");
+}
+
+#[test]
+fn lost_atomics_are_caught() {
+    let v = suite(2, Sabotage::LossyAtomics);
+    assert_eq!(failing(&v), vec!["7"], "{v:?}");
+}

@@ -1,0 +1,127 @@
+//! Errors of [`launch`](crate::launch): the run could not be started, or not
+//! cleaned up. A rank failing is not an error: it is an
+//! [`Outcome`](crate::Outcome) of a run.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Why a run could not be started or cleaned up.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// `ranks` was 0.
+    #[error("cannot launch 0 ranks; ask for at least 1 (e.g. `--ranks 2`)")]
+    NoRanks,
+
+    /// `ranks` was above [`MAX_RANKS`](crate::MAX_RANKS).
+    #[error(
+        "cannot launch {ranks} ranks: symmem-launch starts at most {max} ranks on one host; \
+         for more, run the program under a cluster launcher (torchrun, mpirun, srun)"
+    )]
+    TooManyRanks {
+        /// Ranks requested.
+        ranks: usize,
+        /// The limit, [`MAX_RANKS`](crate::MAX_RANKS).
+        max: usize,
+    },
+
+    /// `rank_env` was neither empty nor one entry per rank.
+    #[error(
+        "rank_env has {entries} entries but there are {ranks} ranks; give one entry per rank \
+         or leave it empty"
+    )]
+    RankEnvMismatch {
+        /// Entries in `rank_env`.
+        entries: usize,
+        /// Ranks requested.
+        ranks: usize,
+    },
+
+    /// The program does not exist.
+    #[error("program `{}` not found: {hint}", program.display())]
+    ProgramNotFound {
+        /// The program as given.
+        program: PathBuf,
+        /// What was looked at and what to do.
+        hint: String,
+    },
+
+    /// The program exists but cannot be executed.
+    #[error("program `{}` cannot be executed: {reason}", path.display())]
+    ProgramNotExecutable {
+        /// The path that was found.
+        path: PathBuf,
+        /// Why, and what to do.
+        reason: String,
+    },
+
+    /// The per-run rendezvous directory could not be created.
+    #[error(
+        "could not create the rendezvous directory in {}: {source}; point TMPDIR at a \
+         writable directory, or set SYMMEM_RENDEZVOUS yourself",
+        dir.display()
+    )]
+    Rendezvous {
+        /// Where it was to be created.
+        dir: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// No free TCP port could be found for `MASTER_PORT`.
+    #[error(
+        "could not find a free TCP port on 127.0.0.1 for MASTER_PORT: {0}; check that the \
+         loopback interface is up"
+    )]
+    Port(#[source] io::Error),
+
+    /// The SIGINT/SIGTERM/SIGHUP handlers could not be installed.
+    #[error("could not install the signal handlers that stop the ranks on Ctrl-C: {0}")]
+    Signals(#[source] io::Error),
+
+    /// A rank could not be started; the ranks already started were stopped.
+    #[error(
+        "could not start rank {rank} (`{}`): {source}; the ranks already started were stopped",
+        program.display()
+    )]
+    Spawn {
+        /// The rank that failed to start.
+        rank: usize,
+        /// The program.
+        program: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// Waiting for a rank failed; all ranks were stopped.
+    #[error("could not wait for rank {rank}: {source}; all ranks were stopped")]
+    Wait {
+        /// The rank.
+        rank: usize,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// Processes of the run's process group survived `SIGKILL`.
+    #[error(
+        "processes {} of process group {pgid} are still alive after SIGKILL (stuck in the \
+         kernel, e.g. in a driver call?); check them with `ps -o pid,stat,wchan,cmd -g {pgid}` \
+         and kill them with `kill -KILL -- -{pgid}`",
+        list(pids)
+    )]
+    Leftover {
+        /// The run's process group.
+        pgid: i32,
+        /// The processes still alive.
+        pids: Vec<i32>,
+    },
+}
+
+fn list(pids: &[i32]) -> String {
+    pids.iter()
+        .map(i32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,127 @@
+//! The process group of a run: how ranks are tied to it and to the launcher,
+//! signalling it, and telling whether anything in it is still alive.
+
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+/// Puts the command in the run's process group (a new one led by the
+/// command itself when `pgid` is 0) and makes it die with the launcher.
+pub(crate) fn join_group(cmd: &mut Command, pgid: i32) {
+    cmd.process_group(pgid);
+    let launcher = std::process::id();
+    let die_with_launcher = move || -> io::Result<()> {
+        // SAFETY: prctl(PR_SET_PDEATHSIG) only changes an attribute of the
+        // calling (child) process and is async-signal-safe, as required
+        // between fork and exec.
+        let rc = unsafe {
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // If the launcher died between fork and prctl, the death signal will
+        // never come: we have been reparented already, so give up now.
+        // SAFETY: getppid has no preconditions and is async-signal-safe.
+        let parent = unsafe { libc::getppid() };
+        if u32::try_from(parent).ok() != Some(launcher) {
+            // from_raw_os_error does not allocate (no malloc after fork).
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        Ok(())
+    };
+    // SAFETY: the closure only calls async-signal-safe functions (prctl,
+    // getppid) and does not allocate, so it is sound in the forked child of
+    // a multi-threaded process. The death signal is tied to the thread that
+    // forks: the thread running `launch`, which outlives the ranks.
+    unsafe {
+        cmd.pre_exec(die_with_launcher);
+    }
+}
+
+/// Sends `signal` to the whole group. Returns false if the group is gone.
+/// Never called with a pgid of 0 or less, which would mean our own group.
+pub(crate) fn signal_group(pgid: i32, signal: Signal) -> bool {
+    if pgid <= 0 {
+        return false;
+    }
+    !matches!(killpg(Pid::from_raw(pgid), signal), Err(Errno::ESRCH))
+}
+
+/// The processes of the group that are still alive (not zombies).
+///
+/// `killpg(pgid, 0)` alone is not enough: a zombie still counts as a member,
+/// and an orphaned grandchild's zombie stays one for as long as init does not
+/// reap it (in containers, PID 1 often does not). A zombie has already
+/// released its memory and devices, so it is treated as gone.
+pub(crate) fn live_members(pgid: i32) -> Vec<i32> {
+    if pgid <= 0 {
+        return Vec::new();
+    }
+    match killpg(Pid::from_raw(pgid), None) {
+        Err(Errno::ESRCH) => Vec::new(),
+        _ => scan_proc(pgid),
+    }
+}
+
+fn scan_proc(pgid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        // Without /proc we cannot name the members; report the group leader
+        // so that the caller still sees a live group.
+        return vec![pgid];
+    };
+    let mut pids: Vec<i32> = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            // The process may vanish between listing and reading: then it is gone.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| parse_stat(&stat))
+                .is_some_and(|(state, pgrp)| pgrp == pgid && !matches!(state, 'Z' | 'X' | 'x'))
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// Parses `(state, pgrp)` from `/proc/<pid>/stat`. The command name is in
+/// parentheses and may contain spaces and parentheses, so split after the
+/// last `)`.
+fn parse_stat(stat: &str) -> Option<(char, i32)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let _ppid = fields.next()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some((state, pgrp))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_odd_names() {
+        let stat = "4242 (a) b (c) S 1 4200 4200 0 -1 4194560 0 0";
+        assert_eq!(parse_stat(stat), Some(('S', 4200)));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn our_own_group_is_alive_and_a_bogus_one_is_not() {
+        let ours = nix::unistd::getpgrp().as_raw();
+        assert!(live_members(ours).contains(&(std::process::id() as i32)));
+        assert!(live_members(0).is_empty());
+        assert!(!signal_group(0, Signal::SIGTERM));
+    }
+}

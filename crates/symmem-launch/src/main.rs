@@ -1,0 +1,175 @@
+//! `symmem-run`: start N ranks of a program on this host, like a tiny
+//! `torchrun --standalone`.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use symmem_launch::{LaunchSpec, Started, launch_with, print_line};
+
+const AFTER_HELP: &str = "\
+ENVIRONMENT OF EACH RANK
+  RANK, LOCAL_RANK, ROLE_RANK                   0 .. N-1
+  WORLD_SIZE, LOCAL_WORLD_SIZE, ROLE_WORLD_SIZE N
+  GROUP_RANK=0, GROUP_WORLD_SIZE=1, ROLE_NAME=default,
+  TORCHELASTIC_RESTART_COUNT=0, TORCHELASTIC_MAX_RESTARTS=0
+  MASTER_ADDR=127.0.0.1
+  MASTER_PORT        a TCP port that was free when the run started
+  SYMMEM_RENDEZVOUS  a fresh private (0700) directory, removed after the run
+  Stdin is /dev/null; each output line is printed as `[rank R] text` on the
+  stream it was written to.
+
+FAILURE POLICY
+  The first rank that exits non-zero or is killed by a signal ends the run,
+  and so do the timeout and Ctrl-C (SIGINT, SIGTERM, SIGHUP). All ranks, and
+  any processes they started, are in one process group: it gets SIGTERM, then
+  SIGKILL after the grace period, and the launcher checks that nothing is
+  left. Ranks are also killed if symmem-run itself dies.
+
+EXIT CODES
+  0        all ranks exited 0
+  S        the failing rank's exit status S
+  128+N    the failing rank was killed by signal N
+  124      timeout
+  130      interrupted (SIGINT, SIGTERM or SIGHUP)
+  2        bad usage; 1 other launcher errors
+
+CLUSTERS
+  symmem-run starts ranks on this host only. On clusters, run the same
+  program under torchrun, mpirun or srun instead: it only relies on the
+  environment above.
+
+DURATIONS
+  90 or 90s (seconds), 500ms, 2m.";
+
+/// Start N ranks of PROGRAM on this host, stream their output, and stop all of
+/// them on the first failure, the timeout or Ctrl-C.
+#[derive(Debug, Parser)]
+#[command(name = "symmem-run", version, after_help = AFTER_HELP)]
+struct Cli {
+    /// Number of ranks to start (1 to 256).
+    #[arg(long, short = 'n')]
+    ranks: usize,
+
+    /// Stop all ranks when the run takes longer than this.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    timeout: Duration,
+
+    /// Time between SIGTERM and SIGKILL when ranks are stopped.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    grace: Duration,
+
+    /// Print only the ranks' output and failures: no start line, no success summary.
+    #[arg(long, short = 'q')]
+    quiet: bool,
+
+    /// The program every rank runs.
+    #[arg(required = true)]
+    program: PathBuf,
+
+    /// Arguments for the program.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<OsString>,
+}
+
+/// Parses `90`, `90s`, `500ms`, `2m`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let bad = || {
+        format!(
+            "invalid duration `{text}`: write a whole number with an optional unit, \
+             e.g. `90`, `90s`, `500ms` or `2m`"
+        )
+    };
+    let value: u64 = number.parse().map_err(|_| bad())?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(value)),
+        "ms" => Ok(Duration::from_millis(value)),
+        "m" => value
+            .checked_mul(60)
+            .map(Duration::from_secs)
+            .ok_or_else(bad),
+        _ => Err(bad()),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(err) => {
+            eprintln!("symmem-run: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: &Cli) -> anyhow::Result<i32> {
+    // SYMMEM_RENDEZVOUS in our own environment is deliberately not passed
+    // on: a stale export would make every run share one directory.
+    let spec = LaunchSpec::new(&cli.program, cli.ranks)
+        .args(cli.args.iter().cloned())
+        .timeout(cli.timeout)
+        .grace(cli.grace);
+    let quiet = cli.quiet;
+    let report = launch_with(&spec, &mut print_line, &mut |started: &Started<'_>| {
+        if !quiet {
+            let pids: Vec<String> = started.pids.iter().map(u32::to_string).collect();
+            eprintln!(
+                "symmem-run: started {} ranks (pids {}) in {} ms",
+                started.pids.len(),
+                pids.join(", "),
+                started.spawn_time.as_millis()
+            );
+        }
+    })
+    .with_context(|| format!("could not run `{}`", cli.program.display()))?;
+    if !quiet || !report.success() {
+        eprintln!("symmem-run: {report}");
+    }
+    Ok(report.exit_code())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        for bad in ["", "s", "1.5s", "10h", "-3", "5 s"] {
+            let err = parse_duration(bad).unwrap_err();
+            assert!(err.contains("e.g. `90`"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn cli_parses_program_and_its_flags() {
+        let cli = Cli::try_parse_from([
+            "symmem-run",
+            "--ranks",
+            "4",
+            "--timeout",
+            "3s",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo --ranks",
+        ])
+        .expect("parses");
+        assert_eq!(cli.ranks, 4);
+        assert_eq!(cli.timeout, Duration::from_secs(3));
+        assert_eq!(cli.program, PathBuf::from("/bin/sh"));
+        assert_eq!(cli.args, ["-c", "echo --ranks"]);
+    }
+}

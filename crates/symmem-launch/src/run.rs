@@ -1,0 +1,458 @@
+//! One run: spawn the ranks, stream their output, watch them, stop them all,
+//! verify nothing is left.
+
+use std::ffi::OsString;
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::error::LaunchError;
+use crate::group::{join_group, live_members, signal_group};
+use crate::output::spawn_reader;
+use crate::report::{Ended, Outcome, OutputLine, RankStatus, RunReport, Stream};
+use crate::signals::SignalGuard;
+use crate::spec::{LaunchSpec, RENDEZVOUS_ENV};
+
+/// How often children are polled (and the longest a line waits in the channel).
+const POLL: Duration = Duration::from_millis(10);
+
+/// After `SIGKILL`, how long processes get to disappear before they are
+/// reported as leftovers. Only processes stuck in the kernel take this long.
+const KILL_SETTLE: Duration = Duration::from_secs(2);
+
+/// After the group is empty, how long to wait for the last output. Pipes stay
+/// open only if a process escaped the group (setsid) still holds them; do not
+/// hang on it.
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// What [`launch_with`] reports once every rank has been spawned, before any
+/// output is delivered.
+#[derive(Debug, Clone, Copy)]
+pub struct Started<'a> {
+    /// Process ids, in rank order.
+    pub pids: &'a [u32],
+    /// The ranks' process group (rank 0's pid).
+    pub pgid: i32,
+    /// Time to spawn all ranks.
+    pub spawn_time: Duration,
+    /// The `MASTER_PORT` every rank got.
+    pub master_port: u16,
+    /// The `SYMMEM_RENDEZVOUS` directory every rank got.
+    pub rendezvous: &'a Path,
+}
+
+/// Runs `spec` to the end and reports how it went; `sink` gets every output
+/// line of every rank, in arrival order, on the calling thread.
+///
+/// Every rank runs `spec.program` with `spec.args` in one new process group,
+/// with stdin on `/dev/null` and this environment (then `spec.env`, then
+/// `spec.rank_env[rank]`):
+///
+/// | variable | value |
+/// |---|---|
+/// | `RANK`, `LOCAL_RANK`, `ROLE_RANK` | the rank, `0..ranks` |
+/// | `WORLD_SIZE`, `LOCAL_WORLD_SIZE`, `ROLE_WORLD_SIZE` | `ranks` |
+/// | `GROUP_RANK` / `GROUP_WORLD_SIZE` | `0` / `1` (one host) |
+/// | `ROLE_NAME` | `default` |
+/// | `TORCHELASTIC_RESTART_COUNT`, `TORCHELASTIC_MAX_RESTARTS` | `0` |
+/// | `MASTER_ADDR` | `127.0.0.1` |
+/// | `MASTER_PORT` | a TCP port free when the run started |
+/// | `SYMMEM_RENDEZVOUS` | a fresh private (0700) directory, removed after the run; unless `spec.env` sets it |
+///
+/// The run ends when every rank exited 0 ([`Outcome::Success`]), when the
+/// first rank exits non-zero or by a signal ([`Outcome::RankFailed`]), when
+/// `spec.timeout` elapses ([`Outcome::TimedOut`]), or when the launcher gets
+/// SIGINT, SIGTERM or SIGHUP ([`Outcome::Interrupted`]). Then the whole group
+/// gets `SIGTERM`, `spec.grace` later `SIGKILL`, every rank is reaped and the
+/// group is verified empty (grandchildren included) before this returns.
+/// Ranks also get `SIGKILL` if the launcher dies, even by `SIGKILL`.
+///
+/// While this runs, SIGINT, SIGTERM and SIGHUP of the calling process only
+/// stop the run. signal-hook keeps its handler installed afterwards, so
+/// without other registered actions these signals are then ignored.
+pub fn launch(
+    spec: &LaunchSpec,
+    sink: &mut dyn FnMut(&OutputLine),
+) -> Result<RunReport, LaunchError> {
+    launch_with(spec, sink, &mut |_| {})
+}
+
+/// [`launch`], calling `on_started` once all ranks are spawned (e.g. to print
+/// their pids).
+pub fn launch_with(
+    spec: &LaunchSpec,
+    sink: &mut dyn FnMut(&OutputLine),
+    on_started: &mut dyn FnMut(&Started<'_>),
+) -> Result<RunReport, LaunchError> {
+    let program = spec.validate()?;
+    // Before spawning: a Ctrl-C while ranks start must still stop them.
+    let signals = SignalGuard::install()?;
+    let master_port = free_port()?;
+    // `_owned_dir` removes the directory when this function returns, however
+    // it returns (including unwinding out of `sink`).
+    let (rendezvous, _owned_dir) = rendezvous(spec)?;
+
+    let (tx, rx) = mpsc::channel();
+    let mut run = Run {
+        ranks: Vec::with_capacity(spec.ranks),
+        pgid: 0,
+        readers: Vec::with_capacity(2 * spec.ranks),
+        tx: Some(tx),
+        rx,
+        sink,
+    };
+    let start = Instant::now();
+    for rank in 0..spec.ranks {
+        let mut cmd = command(spec, &program, rank, master_port, &rendezvous);
+        if let Err(source) = run.spawn(rank, &mut cmd) {
+            // Stop whatever already started; a leftover is the worse news.
+            let stopped = run.stop(Duration::ZERO);
+            run.drain_rest();
+            stopped?;
+            return Err(LaunchError::Spawn {
+                rank,
+                program,
+                source,
+            });
+        }
+    }
+    let spawn_time = start.elapsed();
+    let pids: Vec<u32> = run.ranks.iter().map(|r| r.pid).collect();
+    on_started(&Started {
+        pids: &pids,
+        pgid: run.pgid,
+        spawn_time,
+        master_port,
+        rendezvous: &rendezvous,
+    });
+
+    let watched = run.watch(spec.timeout, &signals, start);
+    let stopped = run.stop(spec.grace);
+    run.drain_rest();
+    stopped?;
+    let outcome = watched?;
+    let elapsed = start.elapsed();
+    Ok(RunReport {
+        outcome,
+        ranks: run
+            .ranks
+            .iter()
+            .map(|r| RankStatus {
+                rank: r.rank,
+                pid: r.pid,
+                ended: r.ended,
+                elapsed: r.elapsed.unwrap_or_else(|| r.started.elapsed()),
+                stopped: r.stopped,
+            })
+            .collect(),
+        elapsed,
+        spawn_time,
+        pgid: run.pgid,
+        timeout: spec.timeout,
+    })
+}
+
+/// Finds a TCP port that is free now; the ranks bind it later (the small race
+/// is the same one torchrun has).
+fn free_port() -> Result<u16, LaunchError> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(LaunchError::Port)?;
+    let port = listener.local_addr().map_err(LaunchError::Port)?.port();
+    Ok(port)
+}
+
+/// The rendezvous directory, and the guard that removes it if we created it.
+fn rendezvous(spec: &LaunchSpec) -> Result<(PathBuf, Option<tempfile::TempDir>), LaunchError> {
+    if let Some(dir) = spec.caller_rendezvous() {
+        return Ok((PathBuf::from(dir), None));
+    }
+    let parent = std::env::temp_dir();
+    let dir = tempfile::Builder::new()
+        .prefix("symmem-rdzv-")
+        // Private: other users must not plant files where ranks meet.
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(&parent)
+        .map_err(|source| LaunchError::Rendezvous {
+            dir: parent,
+            source,
+        })?;
+    Ok((dir.path().to_path_buf(), Some(dir)))
+}
+
+fn command(
+    spec: &LaunchSpec,
+    program: &Path,
+    rank: usize,
+    master_port: u16,
+    rendezvous: &Path,
+) -> Command {
+    let mut cmd = Command::new(program);
+    let ranks = spec.ranks.to_string();
+    let rank_s = rank.to_string();
+    cmd.args(&spec.args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env("RANK", &rank_s)
+        .env("LOCAL_RANK", &rank_s)
+        .env("ROLE_RANK", &rank_s)
+        .env("WORLD_SIZE", &ranks)
+        .env("LOCAL_WORLD_SIZE", &ranks)
+        .env("ROLE_WORLD_SIZE", &ranks)
+        .env("GROUP_RANK", "0")
+        .env("GROUP_WORLD_SIZE", "1")
+        .env("ROLE_NAME", "default")
+        .env("TORCHELASTIC_RESTART_COUNT", "0")
+        .env("TORCHELASTIC_MAX_RESTARTS", "0")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", master_port.to_string())
+        .env(RENDEZVOUS_ENV, rendezvous);
+    let extra: &[(OsString, OsString)] = spec.rank_env.get(rank).map_or(&[], Vec::as_slice);
+    cmd.envs(spec.env.iter().chain(extra).map(|(k, v)| (k, v)));
+    cmd
+}
+
+struct Rank {
+    rank: usize,
+    pid: u32,
+    child: Child,
+    started: Instant,
+    ended: Option<Ended>,
+    elapsed: Option<Duration>,
+    stopped: bool,
+}
+
+struct Run<'s> {
+    ranks: Vec<Rank>,
+    /// 0 until rank 0 is spawned. Never signal pgid 0: that is our own group.
+    pgid: i32,
+    readers: Vec<JoinHandle<()>>,
+    /// Kept until the final drain so that `recv_timeout` waits instead of
+    /// reporting a disconnect while readers come and go.
+    tx: Option<Sender<OutputLine>>,
+    rx: Receiver<OutputLine>,
+    sink: &'s mut dyn FnMut(&OutputLine),
+}
+
+impl Run<'_> {
+    fn spawn(&mut self, rank: usize, cmd: &mut Command) -> std::io::Result<()> {
+        join_group(cmd, self.pgid);
+        let mut child = cmd.spawn()?;
+        let pid = child.id();
+        if self.pgid == 0 {
+            self.pgid = i32::try_from(pid).map_err(std::io::Error::other)?;
+        }
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        // Registered before anything else can fail, so that `stop` sees it.
+        self.ranks.push(Rank {
+            rank,
+            pid,
+            child,
+            started: Instant::now(),
+            ended: None,
+            elapsed: None,
+            stopped: false,
+        });
+        let tx = self
+            .tx
+            .clone()
+            .ok_or_else(|| std::io::Error::other("run already drained"))?;
+        if let Some(pipe) = stdout {
+            let reader = spawn_reader(rank, Stream::Stdout, pipe, tx.clone())?;
+            self.readers.push(reader);
+        }
+        if let Some(pipe) = stderr {
+            let reader = spawn_reader(rank, Stream::Stderr, pipe, tx)?;
+            self.readers.push(reader);
+        }
+        Ok(())
+    }
+
+    /// Delivers output for `period`, then returns.
+    fn pump(&mut self, period: Duration) {
+        let until = Instant::now() + period;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            match self.rx.recv_timeout(left) {
+                Ok(line) => (self.sink)(&line),
+                Err(RecvTimeoutError::Timeout) => return,
+                Err(RecvTimeoutError::Disconnected) => {
+                    thread::sleep(left);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reaps ranks that ended; returns the first failure seen (lowest rank
+    /// among those found in this round).
+    fn reap(&mut self) -> Result<Option<(usize, Ended)>, LaunchError> {
+        let mut failed = None;
+        for r in self.ranks.iter_mut().filter(|r| r.ended.is_none()) {
+            match r.child.try_wait() {
+                Ok(Some(status)) => {
+                    let how = ended(status);
+                    r.ended = Some(how);
+                    r.elapsed = Some(r.started.elapsed());
+                    if !how.success() && failed.is_none() {
+                        failed = Some((r.rank, how));
+                    }
+                }
+                Ok(None) => {}
+                Err(source) => {
+                    return Err(LaunchError::Wait {
+                        rank: r.rank,
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(failed)
+    }
+
+    /// Streams output and polls until the run must end, and says why.
+    fn watch(
+        &mut self,
+        timeout: Duration,
+        signals: &SignalGuard,
+        start: Instant,
+    ) -> Result<Outcome, LaunchError> {
+        let deadline = start.checked_add(timeout);
+        loop {
+            self.pump(POLL);
+            // A failure is the most useful news, so it is checked first.
+            if let Some((rank, how)) = self.reap()? {
+                return Ok(Outcome::RankFailed { rank, how });
+            }
+            if self.ranks.iter().all(|r| r.ended.is_some()) {
+                return Ok(Outcome::Success);
+            }
+            if let Some(signal) = signals.caught() {
+                return Ok(Outcome::Interrupted { signal });
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                let still_running = self
+                    .ranks
+                    .iter()
+                    .filter(|r| r.ended.is_none())
+                    .map(|r| r.rank)
+                    .collect();
+                return Ok(Outcome::TimedOut { still_running });
+            }
+        }
+    }
+
+    /// Everything reaped and nothing alive left in the group.
+    fn all_gone(&mut self) -> bool {
+        // Wait errors are reported by `watch`; here a rank that cannot be
+        // reaped simply stays "not gone".
+        let _ = self.reap();
+        self.ranks.iter().all(|r| r.ended.is_some()) && live_members(self.pgid).is_empty()
+    }
+
+    /// SIGTERM, `grace`, SIGKILL, reap, verify the group is empty.
+    fn stop(&mut self, grace: Duration) -> Result<(), LaunchError> {
+        if self.pgid <= 0 {
+            return Ok(());
+        }
+        let _ = self.reap();
+        for r in self.ranks.iter_mut().filter(|r| r.ended.is_none()) {
+            r.stopped = true;
+        }
+        // Also when all ranks are done: background processes they left in
+        // the group are part of the run and must not outlive it.
+        if !self.all_gone() {
+            signal_group(self.pgid, Signal::SIGTERM);
+            let deadline = Instant::now() + grace;
+            while Instant::now() < deadline {
+                self.pump(POLL);
+                if self.all_gone() {
+                    return Ok(());
+                }
+            }
+        }
+        let deadline = Instant::now() + KILL_SETTLE;
+        loop {
+            if self.all_gone() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let mut pids = live_members(self.pgid);
+                pids.extend(
+                    self.ranks
+                        .iter()
+                        .filter(|r| r.ended.is_none())
+                        .filter_map(|r| i32::try_from(r.pid).ok()),
+                );
+                pids.sort_unstable();
+                pids.dedup();
+                return Err(LaunchError::Leftover {
+                    pgid: self.pgid,
+                    pids,
+                });
+            }
+            // Repeated: a process forking while the first SIGKILL was being
+            // delivered may have added a member.
+            signal_group(self.pgid, Signal::SIGKILL);
+            self.pump(POLL);
+        }
+    }
+
+    /// Delivers the remaining output and joins the reader threads, within
+    /// [`DRAIN_LIMIT`].
+    fn drain_rest(&mut self) {
+        drop(self.tx.take());
+        let deadline = Instant::now() + DRAIN_LIMIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => (self.sink)(&line),
+                Err(RecvTimeoutError::Disconnected | RecvTimeoutError::Timeout) => break,
+            }
+        }
+        for reader in self.readers.drain(..) {
+            // A reader still blocked on a pipe held open by an escaped
+            // process is detached; it ends when that pipe closes.
+            if reader.is_finished() {
+                let _ = reader.join();
+            }
+        }
+    }
+}
+
+impl Drop for Run<'_> {
+    /// Last line of defence (e.g. `sink` panicked): kill and reap, bounded.
+    fn drop(&mut self) {
+        if self.pgid <= 0 || self.ranks.iter().all(|r| r.ended.is_some()) {
+            return;
+        }
+        signal_group(self.pgid, Signal::SIGKILL);
+        let deadline = Instant::now() + KILL_SETTLE;
+        while Instant::now() < deadline {
+            let _ = self.reap();
+            if self.ranks.iter().all(|r| r.ended.is_some()) {
+                return;
+            }
+            thread::sleep(POLL);
+        }
+    }
+}
+
+fn ended(status: ExitStatus) -> Ended {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Ended::Exited(code),
+        (None, Some(signal)) => Ended::Signaled(signal),
+        // try_wait reports only terminations; keep the raw status otherwise.
+        (None, None) => Ended::Exited(status.into_raw()),
+    }
+}

@@ -1,0 +1,257 @@
+//! What to launch: [`LaunchSpec`], its defaults and its validation.
+
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::error::LaunchError;
+
+/// Most ranks one launch starts. All ranks run on this host, each with its own
+/// process, pipes and reader threads; beyond a few hundred a cluster launcher
+/// (torchrun, mpirun, srun) is the right tool.
+pub const MAX_RANKS: usize = 256;
+
+/// Default global timeout of a run.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Default time between `SIGTERM` and `SIGKILL` when the ranks are stopped.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+
+/// Environment variable naming the per-run rendezvous directory.
+pub const RENDEZVOUS_ENV: &str = "SYMMEM_RENDEZVOUS";
+
+/// Everything needed to start one run of `ranks` processes of `program`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchSpec {
+    /// Program every rank runs. A bare name (no `/`) is looked up in `PATH`
+    /// (the `PATH` of [`LaunchSpec::env`] if it sets one).
+    pub program: PathBuf,
+    /// Arguments passed to every rank.
+    pub args: Vec<OsString>,
+    /// Number of ranks, `1..=MAX_RANKS`.
+    pub ranks: usize,
+    /// Global timeout; when it elapses the remaining ranks are stopped.
+    /// [`Duration::MAX`] means no timeout.
+    pub timeout: Duration,
+    /// How long ranks get between `SIGTERM` and `SIGKILL` when they are stopped.
+    pub grace: Duration,
+    /// Extra environment for every rank, applied after the launcher's own
+    /// variables (so it can override them, e.g. `MASTER_ADDR`).
+    pub env: Vec<(OsString, OsString)>,
+    /// Per-rank extra environment, applied last: empty, or one entry per rank.
+    pub rank_env: Vec<Vec<(OsString, OsString)>>,
+}
+
+impl LaunchSpec {
+    /// A spec running `program` without arguments on `ranks` ranks, with
+    /// [`DEFAULT_TIMEOUT`], [`DEFAULT_GRACE`] and no extra environment.
+    pub fn new(program: impl Into<PathBuf>, ranks: usize) -> Self {
+        Self {
+            program: program.into(),
+            args: Vec::new(),
+            ranks,
+            timeout: DEFAULT_TIMEOUT,
+            grace: DEFAULT_GRACE,
+            env: Vec::new(),
+            rank_env: Vec::new(),
+        }
+    }
+
+    /// Appends arguments (builder style).
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds one variable to the environment of every rank (builder style).
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets the global timeout (builder style).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets the `SIGTERM` → `SIGKILL` grace period (builder style).
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Checks the spec and resolves the program to the path that will be
+    /// executed.
+    pub(crate) fn validate(&self) -> Result<PathBuf, LaunchError> {
+        if self.ranks == 0 {
+            return Err(LaunchError::NoRanks);
+        }
+        if self.ranks > MAX_RANKS {
+            return Err(LaunchError::TooManyRanks {
+                ranks: self.ranks,
+                max: MAX_RANKS,
+            });
+        }
+        if !self.rank_env.is_empty() && self.rank_env.len() != self.ranks {
+            return Err(LaunchError::RankEnvMismatch {
+                entries: self.rank_env.len(),
+                ranks: self.ranks,
+            });
+        }
+        self.resolve_program()
+    }
+
+    /// The caller's rendezvous directory, if `env` sets one.
+    pub(crate) fn caller_rendezvous(&self) -> Option<&OsString> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(key, _)| key == RENDEZVOUS_ENV)
+            .map(|(_, value)| value)
+    }
+
+    /// Resolves the program up front so that a typo gives a clear error
+    /// naming the path, instead of N identical spawn failures.
+    fn resolve_program(&self) -> Result<PathBuf, LaunchError> {
+        let program = &self.program;
+        if program.as_os_str().is_empty() {
+            return Err(LaunchError::ProgramNotFound {
+                program: program.clone(),
+                hint: "the program path is empty".into(),
+            });
+        }
+        // Like execvp: a name containing a slash is a path, anything else is
+        // looked up in PATH.
+        if program.as_os_str().as_encoded_bytes().contains(&b'/') {
+            return match check_executable(program) {
+                Ok(()) => Ok(program.clone()),
+                Err(Problem::Missing) => Err(LaunchError::ProgramNotFound {
+                    program: program.clone(),
+                    hint: "no such file; check the path, or build the program first \
+                           (e.g. `cargo build`)"
+                        .into(),
+                }),
+                Err(Problem::NotRunnable(reason)) => Err(LaunchError::ProgramNotExecutable {
+                    path: program.clone(),
+                    reason,
+                }),
+            };
+        }
+        let path_var = self
+            .env
+            .iter()
+            .rev()
+            .find(|(key, _)| key == "PATH")
+            .map(|(_, value)| value.clone())
+            .or_else(|| std::env::var_os("PATH"))
+            .unwrap_or_default();
+        let mut not_runnable = None;
+        for dir in std::env::split_paths(&path_var) {
+            // An empty PATH entry means the current directory.
+            let dir = if dir.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                dir
+            };
+            let candidate = dir.join(program);
+            match check_executable(&candidate) {
+                Ok(()) => return Ok(candidate),
+                Err(Problem::Missing) => {}
+                Err(Problem::NotRunnable(reason)) => {
+                    not_runnable.get_or_insert((candidate, reason));
+                }
+            }
+        }
+        match not_runnable {
+            Some((path, reason)) => Err(LaunchError::ProgramNotExecutable { path, reason }),
+            None => Err(LaunchError::ProgramNotFound {
+                program: program.clone(),
+                hint: format!(
+                    "not found in PATH ({}); give a path such as `./{}` or add its \
+                     directory to PATH",
+                    path_var.to_string_lossy(),
+                    program.display()
+                ),
+            }),
+        }
+    }
+}
+
+enum Problem {
+    Missing,
+    NotRunnable(String),
+}
+
+fn check_executable(path: &Path) -> Result<(), Problem> {
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Err(Problem::Missing),
+        Err(err) => return Err(Problem::NotRunnable(format!("cannot inspect it: {err}"))),
+    };
+    if meta.is_dir() {
+        return Err(Problem::NotRunnable(
+            "it is a directory; give the program inside it".into(),
+        ));
+    }
+    if meta.permissions().mode() & 0o111 == 0 {
+        return Err(Problem::NotRunnable(
+            "it has no execute permission; `chmod +x` it, or launch its interpreter \
+             (e.g. `/bin/sh script.sh`)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let spec = LaunchSpec::new("/bin/true", 2);
+        assert_eq!(spec.timeout, DEFAULT_TIMEOUT);
+        assert_eq!(spec.grace, DEFAULT_GRACE);
+        assert!(spec.env.is_empty() && spec.rank_env.is_empty() && spec.args.is_empty());
+    }
+
+    #[test]
+    fn bare_names_are_found_in_path() {
+        let spec = LaunchSpec::new("sh", 1).env("PATH", "/nonexistent:/bin:/usr/bin");
+        let resolved = spec.validate().expect("sh is in /bin or /usr/bin");
+        assert!(resolved.ends_with("sh") && resolved.is_absolute());
+    }
+
+    #[test]
+    fn rank_env_must_match_ranks() {
+        let mut spec = LaunchSpec::new("/bin/true", 2);
+        spec.rank_env = vec![Vec::new()];
+        assert!(matches!(
+            spec.validate(),
+            Err(LaunchError::RankEnvMismatch {
+                entries: 1,
+                ranks: 2
+            })
+        ));
+    }
+
+    #[test]
+    fn directories_and_plain_files_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = LaunchSpec::new(dir.path(), 1).validate().unwrap_err();
+        assert!(
+            matches!(err, LaunchError::ProgramNotExecutable { .. }),
+            "{err}"
+        );
+        let file = dir.path().join("script.sh");
+        std::fs::write(&file, "echo hi\n").expect("write");
+        let err = LaunchSpec::new(&file, 1).validate().unwrap_err();
+        assert!(err.to_string().contains("chmod +x"), "{err}");
+    }
+}

@@ -1,0 +1,219 @@
+//! The `symmem-run` binary, as a user runs it.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{GRACE, MARGIN, eventually, gone};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const BIN: &str = env!("CARGO_BIN_EXE_symmem-run");
+
+fn start(args: &[&str]) -> Child {
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn symmem-run")
+}
+
+/// Reads stderr up to the start line and returns the rank pids.
+fn started_pids(child: &mut Child) -> (Vec<i32>, BufReader<std::process::ChildStderr>) {
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert_ne!(
+            stderr.read_line(&mut line).expect("read"),
+            0,
+            "no start line"
+        );
+        if let Some(rest) = line.strip_prefix("symmem-run: started ") {
+            let list = &rest[rest.find("(pids ").expect("pids") + 6..rest.find(')').expect(")")];
+            let pids = list.split(", ").map(|p| p.parse().expect("pid")).collect();
+            return (pids, stderr);
+        }
+    }
+}
+
+fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("symmem-run did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn rest(mut stderr: impl BufRead) -> String {
+    let mut text = String::new();
+    let _ = stderr.read_to_string(&mut text);
+    text
+}
+
+#[test]
+fn sigint_stops_every_rank_and_exits_130() {
+    let mut child = start(&[
+        "--ranks",
+        "3",
+        "--grace",
+        "1s",
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo $$; sleep 100",
+    ]);
+    let (pids, stderr) = started_pids(&mut child);
+    assert_eq!(pids.len(), 3);
+    let sent = Instant::now();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).expect("SIGINT");
+    let status = wait_within(&mut child, GRACE + MARGIN);
+    assert!(sent.elapsed() < GRACE + MARGIN);
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert!(rest(stderr).contains("interrupted by SIGINT; all ranks stopped"));
+    for pid in pids {
+        assert!(gone(pid), "rank pid {pid} survived");
+    }
+}
+
+#[test]
+fn failing_rank_sets_the_exit_code() {
+    let mut child = start(&[
+        "--ranks",
+        "3",
+        "--grace",
+        "1s",
+        "--",
+        "/bin/sh",
+        "-c",
+        r#"if [ "$RANK" = 1 ]; then exit 7; fi; exec sleep 100"#,
+    ]);
+    let (pids, stderr) = started_pids(&mut child);
+    let status = wait_within(&mut child, GRACE + MARGIN);
+    assert_eq!(status.code(), Some(7), "{status:?}");
+    assert!(
+        rest(stderr).contains("rank 1 exited with status 7 first; the other ranks were stopped")
+    );
+    for pid in pids {
+        assert!(gone(pid), "rank pid {pid} survived");
+    }
+}
+
+#[test]
+fn timeout_exits_124() {
+    let mut child = start(&[
+        "-n",
+        "2",
+        "--timeout",
+        "500ms",
+        "--grace",
+        "1s",
+        "--",
+        "/bin/sleep",
+        "100",
+    ]);
+    let (_, stderr) = started_pids(&mut child);
+    let status = wait_within(&mut child, GRACE + MARGIN);
+    assert_eq!(status.code(), Some(124), "{status:?}");
+    assert!(rest(stderr).contains("timed out after 500ms; ranks still running: 0, 1"));
+}
+
+#[test]
+fn ranks_die_with_a_sigkilled_launcher() {
+    // A SIGKILLed launcher cannot remove its rendezvous directory: keep it in
+    // a directory this test removes.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(BIN)
+        .args(["--ranks", "2", "--", "/bin/sleep", "100"])
+        .env("TMPDIR", tmp.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn symmem-run");
+    let (pids, _stderr) = started_pids(&mut child);
+    child.kill().expect("SIGKILL symmem-run");
+    child.wait().expect("reap symmem-run");
+    for pid in pids {
+        assert!(
+            eventually(MARGIN, || gone(pid)),
+            "rank pid {pid} survived its launcher"
+        );
+    }
+}
+
+#[test]
+fn usage_errors_name_the_fix() {
+    let out = Command::new(BIN)
+        .args(["--ranks", "0", "--", "/bin/true"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 1"));
+
+    let out = Command::new(BIN)
+        .args(["--ranks", "2", "--", "/nonexistent/prog"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/nonexistent/prog") && err.contains("not found"),
+        "{err}"
+    );
+
+    let out = Command::new(BIN)
+        .args(["--ranks", "2", "--timeout", "1.5h", "--", "/bin/true"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("500ms"));
+
+    let out = Command::new(BIN).arg("--help").output().expect("run");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for topic in [
+        "MASTER_PORT",
+        "SYMMEM_RENDEZVOUS",
+        "EXIT CODES",
+        "torchrun",
+        "SIGKILL",
+    ] {
+        assert!(help.contains(topic), "--help lacks {topic}");
+    }
+}
+
+#[test]
+fn success_prints_output_with_rank_prefixes() {
+    let out = Command::new(BIN)
+        .args([
+            "--ranks",
+            "2",
+            "--quiet",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo hello from $RANK",
+        ])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("[rank 0] hello from 0\n"), "{stdout}");
+    assert!(stdout.contains("[rank 1] hello from 1\n"), "{stdout}");
+    assert!(
+        out.stderr.is_empty(),
+        "--quiet: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
