@@ -12,4 +12,4 @@ mod rendezvous;
 mod wire;
 
 pub use error::{BootstrapError, CollectiveFailure};
-pub use rendezvous::{Bootstrap, Gathered, RENDEZVOUS_ENV, default_rendezvous, parse_duration};
+pub use rendezvous::{Bootstrap, Gathered, RENDEZVOUS_ENV, default_rendezvous};

@@ -59,29 +59,6 @@ pub fn default_rendezvous(identity: &RankIdentity) -> Result<PathBuf, BootstrapE
     }
 }
 
-/// Parses `90`, `90s`, `500ms`, `2m` into a duration.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration; write e.g. 90, 90s, 500ms or 2m"))?;
-    let scale = match unit.trim() {
-        "" | "s" => 1.0,
-        "ms" => 1e-3,
-        "m" | "min" => 60.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?}; use ms, s or m"
-            ));
-        }
-    };
-    Ok(Duration::from_secs_f64(value * scale))
-}
-
 impl Bootstrap {
     /// Joins the job's rendezvous in `dir`: rank 0 waits for every other rank, the others
     /// connect to rank 0; both sides refuse a peer running as another user.

@@ -47,7 +47,7 @@ impl HostConfig {
             None => 0,
         };
         let timeout = match var(COLLECTIVE_TIMEOUT_ENV) {
-            Some(v) => symmem_bootstrap::parse_duration(&v)
+            Some(v) => symmem::parse_duration(&v)
                 .ok()
                 .filter(|d| !d.is_zero())
                 .ok_or(HostError::InvalidSetting {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use symmem::parse_duration;
 use symmem_launch::{LaunchSpec, Started, launch_with, print_line};
 
 const AFTER_HELP: &str = "\
@@ -76,30 +77,6 @@ struct Cli {
 }
 
 /// Parses `90`, `90s`, `500ms`, `2m`.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let bad = || {
-        format!(
-            "invalid duration `{text}`: write a whole number with an optional unit, \
-             e.g. `90`, `90s`, `500ms` or `2m`"
-        )
-    };
-    let value: u64 = number.parse().map_err(|_| bad())?;
-    match unit {
-        "" | "s" => Ok(Duration::from_secs(value)),
-        "ms" => Ok(Duration::from_millis(value)),
-        "m" => value
-            .checked_mul(60)
-            .map(Duration::from_secs)
-            .ok_or_else(bad),
-        _ => Err(bad()),
-    }
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(&cli) {
@@ -140,18 +117,6 @@ fn run(cli: &Cli) -> anyhow::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        for bad in ["", "s", "1.5s", "10h", "-3", "5 s"] {
-            let err = parse_duration(bad).unwrap_err();
-            assert!(err.contains("e.g. `90`"), "{bad}: {err}");
-        }
-    }
 
     #[test]
     fn cli_parses_program_and_its_flags() {

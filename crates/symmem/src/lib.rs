@@ -11,6 +11,7 @@
 
 mod collective;
 mod context;
+mod duration;
 mod error;
 mod provider;
 mod rank_env;
@@ -18,6 +19,7 @@ mod table;
 
 pub use collective::{CollectiveKind, CollectiveMismatch, CollectiveOp, describe_ranks};
 pub use context::{AllocationRecord, Context, ContextId, FinalizeReport, SymmetricBuffer};
+pub use duration::parse_duration;
 pub use error::{Error, TranslateError};
 pub use provider::{SymmetricProvider, TranslatedOps};
 pub use rank_env::{Launcher, RankEnvError, RankIdentity};

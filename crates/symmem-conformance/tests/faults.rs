@@ -1,0 +1,196 @@
+//! Faults through the real launcher and the real rank binary: a rank that panics mid-suite, one
+//! that exits before a collective, one that hangs (also ignoring SIGTERM), and a run that
+//! outlives the launcher's timeout. Every run must end promptly, name the culprit, fail, and
+//! leave no process behind (checked through /proc, not assumed).
+
+use std::time::{Duration, Instant};
+use symmem_launch::{Ended, LaunchSpec, Outcome, OutputLine, RunReport, launch};
+
+const GRACE: Duration = Duration::from_secs(1);
+/// Slack for process start-up and teardown on a loaded 2-core machine.
+const MARGIN: Duration = Duration::from_secs(4);
+
+struct Finished {
+    report: RunReport,
+    output: String,
+    elapsed: Duration,
+}
+
+fn run(
+    ranks: usize,
+    fault: &str,
+    collective_timeout: &str,
+    launcher_timeout: Duration,
+) -> Finished {
+    let spec = LaunchSpec::new(env!("CARGO_BIN_EXE_symmem-conformance"), ranks)
+        .env("SYMMEM_CONFORMANCE_FAULT", fault)
+        .env("SYMMEM_COLLECTIVE_TIMEOUT", collective_timeout)
+        .env("SYMMEM_HOST_HEAP_SIZE", "64M")
+        .timeout(launcher_timeout)
+        .grace(GRACE);
+    let mut output = String::new();
+    let started = Instant::now();
+    let report = launch(&spec, &mut |line: &OutputLine| {
+        output.push_str(&format!("[rank {}] {}\n", line.rank, line.text));
+    })
+    .expect("launch");
+    let finished = Finished {
+        report,
+        output,
+        elapsed: started.elapsed(),
+    };
+    assert_nothing_left(&finished.report);
+    finished
+}
+
+/// True when `pid` names a live (non-zombie) process.
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // State is the field after the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z"),
+        Err(_) => false,
+    }
+}
+
+/// Every rank is gone, and no live process is left in the ranks' process group.
+fn assert_nothing_left(report: &RunReport) {
+    for rank in &report.ranks {
+        assert!(
+            !alive(rank.pid as i32),
+            "rank {} (pid {}) is still running",
+            rank.rank,
+            rank.pid
+        );
+    }
+    let in_group: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(pid)))
+                .is_ok_and(|g| g.as_raw() == report.pgid)
+        })
+        .filter(|&pid| alive(pid))
+        .collect();
+    assert!(
+        in_group.is_empty(),
+        "processes left in group {}: {in_group:?}",
+        report.pgid
+    );
+}
+
+#[test]
+fn a_rank_that_panics_mid_suite_ends_the_run() {
+    let f = run(4, "panic@2:4", "30s", Duration::from_secs(60));
+    assert!(!f.report.success());
+    assert_ne!(f.report.exit_code(), 0);
+    assert!(
+        f.output
+            .contains("[rank 2] injecting fault Panic at check 4"),
+        "{}",
+        f.output
+    );
+    assert!(
+        f.output.contains("injected panic at check 4"),
+        "{}",
+        f.output
+    );
+    // The others learn at once who left (no waiting for a timeout) and say so.
+    assert!(
+        f.output.contains("rank 2 disconnected before collective"),
+        "{}",
+        f.output
+    );
+    match &f.report.outcome {
+        Outcome::RankFailed { rank: 2, how } => assert_eq!(*how, Ended::Exited(101)),
+        Outcome::RankFailed { .. } => {} // another rank noticed and exited in the same instant
+        other => panic!("unexpected outcome {other:?}"),
+    }
+    assert!(f.elapsed < GRACE + MARGIN, "took {:?}", f.elapsed);
+}
+
+#[test]
+fn a_rank_that_exits_before_a_collective_is_named() {
+    let f = run(4, "exit@1:5", "30s", Duration::from_secs(60));
+    assert!(!f.report.success());
+    assert!(matches!(f.report.outcome, Outcome::RankFailed { .. }));
+    assert!(
+        f.output.contains("rank 1 disconnected before collective"),
+        "{}",
+        f.output
+    );
+    assert!(f.elapsed < GRACE + MARGIN, "took {:?}", f.elapsed);
+}
+
+#[test]
+fn a_hung_rank_is_named_and_stopped() {
+    let f = run(4, "hang@3:4", "2s", Duration::from_secs(60));
+    assert!(!f.report.success());
+    assert!(
+        f.output.contains("rank 3 never arrived at collective"),
+        "{}",
+        f.output
+    );
+    let rank3 = &f.report.ranks[3];
+    assert!(rank3.stopped, "rank 3 was stopped by the launcher");
+    assert_eq!(rank3.ended, Some(Ended::Signaled(15)));
+    assert!(
+        f.elapsed < Duration::from_secs(2) + GRACE + MARGIN,
+        "took {:?}",
+        f.elapsed
+    );
+}
+
+#[test]
+fn a_hung_rank_ignoring_sigterm_is_killed_after_the_grace_period() {
+    let f = run(2, "hang-ignore-term@1:3", "2s", Duration::from_secs(60));
+    assert!(!f.report.success());
+    assert!(
+        f.output.contains("rank 1 never arrived at collective"),
+        "{}",
+        f.output
+    );
+    assert_eq!(f.report.ranks[1].ended, Some(Ended::Signaled(9)));
+    assert!(
+        f.elapsed >= Duration::from_secs(2) + GRACE,
+        "took {:?}",
+        f.elapsed
+    );
+    assert!(
+        f.elapsed < Duration::from_secs(2) + GRACE + MARGIN,
+        "took {:?}",
+        f.elapsed
+    );
+}
+
+#[test]
+fn the_launcher_timeout_names_the_ranks_still_running() {
+    // Collectives would wait a minute; the launcher gives up after 2 s.
+    let f = run(3, "hang@1:2", "60s", Duration::from_secs(2));
+    match &f.report.outcome {
+        Outcome::TimedOut { still_running } => assert_eq!(still_running, &vec![0, 1, 2]),
+        other => panic!("unexpected outcome {other:?}"),
+    }
+    assert_eq!(f.report.exit_code(), 124);
+    let summary = f.report.to_string();
+    assert!(summary.contains("0, 1, 2"), "{summary}");
+    assert!(
+        f.elapsed < Duration::from_secs(2) + GRACE + MARGIN,
+        "took {:?}",
+        f.elapsed
+    );
+}
+
+#[test]
+fn a_clean_run_passes_with_every_result() {
+    let f = run(2, "", "30s", Duration::from_secs(60));
+    assert!(f.report.success(), "{}\n{}", f.report, f.output);
+    let results = f
+        .output
+        .lines()
+        .filter(|l| l.contains("\"status\":\"pass\""))
+        .count();
+    assert_eq!(results, 2 * symmem_conformance::CHECKS.len());
+}

@@ -1,0 +1,44 @@
+use std::time::Duration;
+
+/// Parses a duration as the command lines and `SYMMEM_*` variables take it: a whole number
+/// with an optional unit, `90`, `90s`, `500ms` or `2m`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let bad = || {
+        format!(
+            "invalid duration `{text}`: write a whole number with an optional unit, \
+             e.g. `90`, `90s`, `500ms` or `2m`"
+        )
+    };
+    let value: u64 = number.parse().map_err(|_| bad())?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(value)),
+        "ms" => Ok(Duration::from_millis(value)),
+        "m" => value
+            .checked_mul(60)
+            .map(Duration::from_secs)
+            .ok_or_else(bad),
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        for bad in ["", "s", "1.5s", "10h", "-3", "5 s"] {
+            let err = parse_duration(bad).unwrap_err();
+            assert!(err.contains("e.g. `90`"), "{bad}: {err}");
+        }
+    }
+}

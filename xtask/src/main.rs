@@ -1,0 +1,34 @@
+//! Project tasks: `cargo xtask <command>`. One module per command.
+
+mod project;
+mod test;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// symmem's project tasks.
+#[derive(Parser)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Test(test::TestArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Test(args) => test::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

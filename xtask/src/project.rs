@@ -1,0 +1,42 @@
+//! Where the workspace is and how to build its binaries.
+
+use anyhow::{Context, bail};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The workspace root (xtask lives one level below it).
+pub fn project_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is inside the workspace")
+        .to_path_buf()
+}
+
+/// Builds binary `bin` of package `package` and returns its path, as cargo reports it.
+pub fn build_binary(package: &str, bin: &str) -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(&cargo)
+        .current_dir(project_root())
+        .args(["build", "--package", package, "--bin", bin])
+        .args(["--message-format", "json-render-diagnostics"])
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {} build", Path::new(&cargo).display()))?;
+    if !output.status.success() {
+        bail!("building {bin} failed (see the compiler output above)");
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for line in stdout.lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let is_bin = message["target"]["name"] == bin
+            && message["target"]["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "bin"));
+        if let (true, Some(exe)) = (is_bin, message["executable"].as_str()) {
+            return Ok(PathBuf::from(exe));
+        }
+    }
+    bail!("cargo built {bin} but did not report its executable")
+}
