@@ -156,8 +156,7 @@ fn root_exchange(
     fd_group: u64,
 ) -> Result<Gathered, BootstrapError> {
     let world_size = leaves.len() + 1;
-    let started = Instant::now();
-    let mut deadline = started + timeout;
+    let mut deadline = Instant::now() + timeout;
     let mut arrivals: Vec<Option<Arrival>> = Vec::with_capacity(world_size);
     arrivals.push(None); // rank 0's own contribution is used by reference below
     let mut missing = Vec::new();
@@ -262,7 +261,6 @@ fn root_exchange(
                 .and_then(|a| a.fd)
         })
         .collect();
-    let _ = started;
     Ok(Gathered { payloads, fds })
 }
 

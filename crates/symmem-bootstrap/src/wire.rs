@@ -74,10 +74,9 @@ pub(crate) fn send(
     }
     .map_err(|e| BootstrapError::io("sending a control message", e))?;
     // A stream socket may take a large frame in pieces; the descriptor went with the first.
-    let mut rest = &frame[sent..];
     let mut writer = stream;
     writer
-        .write_all(&mut rest)
+        .write_all(&frame[sent..])
         .map_err(|e| BootstrapError::io("sending a control message", e))?;
     Ok(())
 }

@@ -85,7 +85,7 @@ impl TranslatedOps for Sabotaged {
     }
     fn atomic_add_u64(&self, t: &PeerTable, dst: u64, to: usize, value: u64) -> Result<(), Error> {
         self.adds.set(self.adds.get() + 1);
-        if self.sabotage == Sabotage::LossyAtomics && self.adds.get() % 2 == 0 {
+        if self.sabotage == Sabotage::LossyAtomics && self.adds.get().is_multiple_of(2) {
             return Ok(());
         }
         self.inner.atomic_add_u64(t, dst, to, value)

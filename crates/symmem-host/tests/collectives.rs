@@ -189,8 +189,8 @@ fn emulated_other_node_is_not_mapped_and_refused() {
     );
     for (rank, (base, direct, refused, translate)) in results.into_iter().enumerate() {
         assert_eq!(base, 0);
-        assert_eq!(direct[rank], true);
-        assert_eq!(direct[1 - rank], false);
+        assert!(direct[rank]);
+        assert!(!direct[1 - rank]);
         assert!(
             matches!(
                 refused,
