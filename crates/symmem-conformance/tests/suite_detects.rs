@@ -5,10 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
-use symmem::{
-    CollectiveOp, Context, Error, Launcher, PeerTable, RankIdentity, SymmetricProvider,
-    TranslatedOps,
-};
+use symmem::{CollectiveOp, Context, Error, PeerTable, SymmetricProvider, TranslatedOps};
 use symmem_conformance::{Aggregate, CheckResult, Extras, Status, Unavailable, run_suite};
 use symmem_host::{HostConfig, HostProvider};
 
@@ -99,20 +96,10 @@ impl TranslatedOps for Sabotaged {
 }
 
 fn config(rank: usize, world_size: usize, dir: PathBuf) -> HostConfig {
-    HostConfig {
-        identity: RankIdentity {
-            rank,
-            world_size,
-            local_rank: rank,
-            local_world_size: world_size,
-            launcher: Launcher::Torchrun,
-            job_key: None,
-        },
-        rendezvous: dir,
-        heap_bytes: 16 << 20,
-        node_id: 0,
-        timeout: Duration::from_secs(20),
-    }
+    let mut cfg = HostConfig::for_rank(rank, world_size, dir);
+    cfg.heap_bytes = 16 << 20;
+    cfg.timeout = Duration::from_secs(20);
+    cfg
 }
 
 struct ThreadExtras {

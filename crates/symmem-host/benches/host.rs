@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
-use symmem::{CollectiveKind, CollectiveOp, Context, Launcher, RankIdentity, SymmetricProvider};
+use symmem::{CollectiveKind, CollectiveOp, Context, SymmetricProvider};
 use symmem_host::{HostConfig, HostProvider};
 
 const PEER_ENV: &str = "SYMMEM_BENCH_COPY_PEER";
@@ -23,20 +23,10 @@ const COPY_BYTES: usize = 64 << 20;
 const ALLOC_BYTES: usize = 4096;
 
 fn config(rank: usize, world_size: usize, dir: &Path, heap_bytes: u64) -> HostConfig {
-    HostConfig {
-        identity: RankIdentity {
-            rank,
-            world_size,
-            local_rank: rank,
-            local_world_size: world_size,
-            launcher: Launcher::Torchrun,
-            job_key: None,
-        },
-        rendezvous: dir.to_path_buf(),
-        heap_bytes,
-        node_id: 0,
-        timeout: Duration::from_secs(120),
-    }
+    let mut cfg = HostConfig::for_rank(rank, world_size, dir);
+    cfg.heap_bytes = heap_bytes;
+    cfg.timeout = Duration::from_secs(120);
+    cfg
 }
 
 /// One rank's two ways of allocating: a bare provider and a context (separate rendezvous).

@@ -25,6 +25,25 @@ pub struct HostConfig {
 }
 
 impl HostConfig {
+    /// Rank `rank` of `world_size` ranks meeting in `rendezvous`, on node 0, with the default
+    /// heap size and timeout (the caller may change any field before `HostProvider::new`).
+    pub fn for_rank(rank: usize, world_size: usize, rendezvous: impl Into<PathBuf>) -> Self {
+        Self {
+            identity: RankIdentity {
+                rank,
+                world_size,
+                local_rank: rank,
+                local_world_size: world_size,
+                launcher: symmem::Launcher::Singleton,
+                job_key: None,
+            },
+            rendezvous: rendezvous.into(),
+            heap_bytes: DEFAULT_HEAP_BYTES,
+            node_id: 0,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
     /// Reads the rank variables and the `SYMMEM_*` settings from the environment.
     pub fn from_env() -> Result<Self, HostError> {
         let identity = RankIdentity::from_env()?;

@@ -4,24 +4,14 @@
 use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
-use symmem::{Context, Error, Launcher, RankIdentity, TranslateError};
+use symmem::{Context, Error, TranslateError};
 use symmem_host::{HostConfig, HostProvider};
 
 fn config(rank: usize, world_size: usize, dir: &Path) -> HostConfig {
-    HostConfig {
-        identity: RankIdentity {
-            rank,
-            world_size,
-            local_rank: rank,
-            local_world_size: world_size,
-            launcher: Launcher::Torchrun,
-            job_key: None,
-        },
-        rendezvous: dir.to_path_buf(),
-        heap_bytes: 16 << 20,
-        node_id: 0,
-        timeout: Duration::from_secs(10),
-    }
+    let mut cfg = HostConfig::for_rank(rank, world_size, dir);
+    cfg.heap_bytes = 16 << 20;
+    cfg.timeout = Duration::from_secs(10);
+    cfg
 }
 
 /// Runs `body` as every rank of a `world_size`-rank job and returns each rank's result.
