@@ -1,5 +1,7 @@
 //! Project tasks: `cargo xtask <command>`. One module per command.
 
+mod build_rocshmem;
+mod pins;
 mod project;
 mod test;
 
@@ -17,12 +19,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Test(test::TestArgs),
+    BuildRocshmem(build_rocshmem::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Test(args) => test::run(args),
+        Command::BuildRocshmem(args) => build_rocshmem::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -12,6 +12,14 @@ pub fn project_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Cargo's target folder: `$CARGO_TARGET_DIR`, else `target/` at the root.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| project_root().join("target"))
+}
+
 /// Builds binary `bin` of package `package` and returns its path, as cargo reports it.
 pub fn build_binary(package: &str, bin: &str) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());

@@ -1,0 +1,310 @@
+//! End to end, without ROCm: the real pipeline (git fetch of a pinned commit from a local
+//! repository, CMake configure / build / install, verification, publication) over a small
+//! project with rocSHMEM's build interface, compiled by a stand-in for hipcc.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    repo: PathBuf,
+    commit: String,
+}
+
+fn which(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "fixture")
+        .env("GIT_AUTHOR_EMAIL", "fixture@example.org")
+        .env("GIT_COMMITTER_NAME", "fixture")
+        .env("GIT_COMMITTER_EMAIL", "fixture@example.org")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// A git repository shaped like ROCm's monorepo, a fake ROCm with a hipcc stand-in, and a pins
+/// file pointing at the repository's commit. `None` (with the reason printed) when the tools
+/// are missing outside CI; in CI a missing tool fails the test.
+fn fixture() -> Option<Fixture> {
+    let missing: Vec<&str> = ["git", "cmake", "c++"]
+        .into_iter()
+        .filter(|t| !which(t))
+        .collect();
+    if !missing.is_empty() {
+        let why = format!(
+            "build-rocshmem end-to-end test needs {} (apt-get install git cmake ninja-build g++)",
+            missing.join(", ")
+        );
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{why}: CI must install them"
+        );
+        eprintln!("SKIPPED: {why}");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let repo = root.join("rocm-systems");
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-rocshmem"),
+        &repo.join("projects/rocshmem"),
+    );
+    // Something outside the sparse checkout, which must not be fetched into the work tree.
+    std::fs::create_dir_all(repo.join("projects/other")).unwrap();
+    std::fs::write(repo.join("projects/other/README"), "not rocSHMEM\n").unwrap();
+    git(&repo, &["init", "--quiet"]);
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "--quiet", "-m", "fixture"]);
+    let commit = git(&repo, &["rev-parse", "HEAD"]);
+
+    let rocm = root.join("rocm");
+    std::fs::create_dir_all(rocm.join("bin")).unwrap();
+    std::fs::create_dir_all(rocm.join("include/rocm-core")).unwrap();
+    // No .info/version: the command must derive EXPLICIT_ROCM_VERSION from this header.
+    std::fs::write(
+        rocm.join("include/rocm-core/rocm_version.h"),
+        "#define ROCM_VERSION_MAJOR 7\n#define ROCM_VERSION_MINOR 2\n#define ROCM_VERSION_PATCH 4\n",
+    )
+    .unwrap();
+    let hipcc = rocm.join("bin/hipcc");
+    std::fs::write(
+        &hipcc,
+        "#!/bin/sh\n# Stand-in for hipcc: the host C++ compiler, or a failure on request.\n\
+         if [ -n \"$FAKE_HIPCC_FAIL\" ]; then echo 'fake hipcc: failing on purpose' >&2; exit 1; fi\n\
+         exec c++ \"$@\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hipcc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_pins(&root, &format!("file://{}", repo.display()), &commit);
+    Some(Fixture {
+        _dir: dir,
+        root,
+        repo,
+        commit,
+    })
+}
+
+fn write_pins(root: &Path, repository: &str, commit: &str) {
+    std::fs::write(
+        root.join("pins.toml"),
+        format!(
+            "[rocshmem]\nrepository = {repository:?}\nsubdirectory = \"projects/rocshmem\"\n\
+             commit = {commit:?}\nversion = \"3.4.0\"\n[rust]\ntoolchain = \"1.95.0\"\n"
+        ),
+    )
+    .unwrap();
+}
+
+fn xtask(f: &Fixture, args: &[&str], env: &[(&str, &str)]) -> (Output, Duration) {
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .arg("build-rocshmem")
+        .args(args)
+        .arg("--pins")
+        .arg(f.root.join("pins.toml"))
+        .arg("--out-dir")
+        .arg(f.root.join("out"))
+        .arg("--rocm-path")
+        .arg(f.root.join("rocm"))
+        .env_remove("HIPCC")
+        .env_remove("ROCM_PATH")
+        .envs(env.iter().copied())
+        .output()
+        .expect("xtask runs");
+    (out, started.elapsed())
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn prefix_of(out: &Output) -> PathBuf {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("export ROCSHMEM_HOME="))
+        .unwrap_or_else(|| panic!("no export line in {}", text(out)));
+    PathBuf::from(line)
+}
+
+fn prefixes(f: &Fixture) -> Vec<String> {
+    let dir = f.root.join("out/prefix");
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn pinned_build_is_verified_incremental_and_content_addressed() {
+    let Some(f) = fixture() else { return };
+
+    // --dry-run prints the plan and touches nothing.
+    let (out, _) = xtask(&f, &["--arch", "gfx942", "--dry-run"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let plan = text(&out);
+    assert!(
+        plan.contains("-DUSE_IPC=ON") && plan.contains("-DEXPLICIT_ROCM_VERSION=7.2.4"),
+        "{plan}"
+    );
+    assert!(!f.root.join("out").exists(), "dry run created files");
+
+    // First build: real fetch, configure, build, install, verify.
+    let (out, _) = xtask(&f, &["--arch", "gfx942"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let prefix = prefix_of(&out);
+    for file in [
+        "lib/cmake/rocshmem/rocshmem-config.cmake",
+        "lib/librocshmem.a",
+        "lib/librocshmem_device_gfx942.bc",
+        "symmem-rocshmem-stamp.toml",
+    ] {
+        assert!(
+            prefix.join(file).is_file(),
+            "{file} missing in {}",
+            prefix.display()
+        );
+    }
+    let header =
+        std::fs::read_to_string(prefix.join("include/rocshmem/rocshmem_config.h")).unwrap();
+    assert!(
+        header.contains("#define USE_IPC") && header.contains(&prefix.display().to_string()),
+        "{header}"
+    );
+    let stamp = std::fs::read_to_string(prefix.join("symmem-rocshmem-stamp.toml")).unwrap();
+    assert!(
+        stamp.contains(&f.commit) && stamp.contains("gfx942"),
+        "{stamp}"
+    );
+    let checkout = f.root.join("out/src").join(&f.commit);
+    assert_eq!(git(&checkout, &["rev-parse", "HEAD"]), f.commit);
+    assert!(checkout.join("projects/rocshmem/CMakeLists.txt").is_file());
+    assert!(
+        !checkout.join("projects/other").exists(),
+        "sparse checkout fetched too much"
+    );
+
+    // Second identical run: nothing to do, fast.
+    let (out, took) = xtask(&f, &["--arch", "gfx942"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("up to date"), "{}", text(&out));
+    assert_eq!(prefix_of(&out), prefix);
+    assert!(took < Duration::from_secs(1), "no-op run took {took:?}");
+
+    // --print-prefix names it without building.
+    let (out, _) = xtask(&f, &["--arch", "gfx942", "--print-prefix"], &[]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        prefix.display().to_string()
+    );
+
+    // A changed input gives a new prefix next to the old one.
+    let (out, _) = xtask(&f, &["--arch", "gfx942,gfx950:xnack-"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let second = prefix_of(&out);
+    assert_ne!(second, prefix);
+    assert!(second.join("lib/librocshmem_device_gfx950.bc").is_file());
+    assert_eq!(prefixes(&f).len(), 2, "{:?}", prefixes(&f));
+
+    // A broken build fails and leaves nothing that looks like an install.
+    let (out, _) = xtask(&f, &["--arch", "gfx90a"], &[("FAKE_HIPCC_FAIL", "1")]);
+    assert!(!out.status.success());
+    let t = text(&out);
+    assert!(
+        t.contains("fake hipcc: failing on purpose") && t.contains("symmem-build.log"),
+        "{t}"
+    );
+    assert_eq!(
+        prefixes(&f).len(),
+        2,
+        "a failed build left {:?}",
+        prefixes(&f)
+    );
+    let (out, _) = xtask(&f, &["--arch", "gfx90a", "--print-prefix"], &[]);
+    let broken = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(!broken.exists());
+
+    // A commit that the repository does not have is refused.
+    write_pins(
+        &f.root,
+        &format!("file://{}", f.repo.display()),
+        &"1".repeat(40),
+    );
+    let (out, _) = xtask(&f, &["--arch", "gfx942"], &[]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("--source"), "{}", text(&out));
+    write_pins(&f.root, &format!("file://{}", f.repo.display()), &f.commit);
+
+    // A local checkout at another commit, or with local changes, is refused unless allowed.
+    std::fs::write(
+        f.repo.join("projects/rocshmem/src/extra.txt"),
+        "local change\n",
+    )
+    .unwrap();
+    let source = f.repo.display().to_string();
+    let (out, _) = xtask(&f, &["--arch", "gfx942", "--source", &source], &[]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("local changes") && text(&out).contains("--allow-source-mismatch"),
+        "{}",
+        text(&out)
+    );
+    git(&f.repo, &["add", "."]);
+    git(&f.repo, &["commit", "--quiet", "-m", "moved on"]);
+    let (out, _) = xtask(&f, &["--arch", "gfx942", "--source", &source], &[]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("but the pin is"), "{}", text(&out));
+    let (out, _) = xtask(
+        &f,
+        &[
+            "--arch",
+            "gfx942",
+            "--source",
+            &source,
+            "--allow-source-mismatch",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_ne!(
+        prefix_of(&out),
+        prefix,
+        "a modified tree must not share the pin's prefix"
+    );
+}
