@@ -22,6 +22,12 @@ pub enum CollectiveFailure {
         "rank {rank} disconnected before collective {op} (it exited or crashed); see its output"
     )]
     PeerGone { rank: usize, op: CollectiveOp },
+    #[error("rank {rank} broke the control protocol during collective {op}: {what}")]
+    Protocol {
+        rank: usize,
+        op: CollectiveOp,
+        what: String,
+    },
 }
 
 /// Errors of the control plane. Each names what to do.
@@ -34,7 +40,8 @@ pub enum BootstrapError {
     )]
     RootGone { op: CollectiveOp },
     #[error(
-        "rank 0 did not answer collective {op} within {} s; it is hung or was stopped",
+        "rank 0 did not answer collective {op} within {} s; it is hung or was stopped (raise \
+         SYMMEM_COLLECTIVE_TIMEOUT if ranks legitimately take longer)",
         .waited.as_secs()
     )]
     RootSilent { op: CollectiveOp, waited: Duration },
@@ -45,15 +52,11 @@ pub enum BootstrapError {
     )]
     NoRendezvous,
     #[error(
-        "rendezvous folder {dir} is not usable ({source}); set {}=<a writable folder you \
+        "rendezvous folder {dir} is not usable ({cause}); set {}=<a writable folder you \
          own>",
         crate::RENDEZVOUS_ENV
     )]
-    RendezvousNotWritable {
-        dir: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    RendezvousNotWritable { dir: PathBuf, cause: std::io::Error },
     #[error(
         "rendezvous socket path {path} is longer than the 107 bytes a Unix socket allows; set \
          {}=<a shorter folder>",
@@ -96,12 +99,8 @@ pub enum BootstrapError {
     RankOutOfRange { rank: usize, world_size: usize },
     #[error("world size 0: a job has at least one rank")]
     WorldSizeZero,
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("{what}: {cause}")]
+    Io { what: String, cause: std::io::Error },
     #[error("malformed control message: {0}; are all ranks running the same symmem build?")]
     Protocol(String),
 }
@@ -110,7 +109,7 @@ impl BootstrapError {
     pub(crate) fn io(what: impl Into<String>, source: impl Into<std::io::Error>) -> Self {
         Self::Io {
             what: what.into(),
-            source: source.into(),
+            cause: source.into(),
         }
     }
 

@@ -15,8 +15,6 @@ const SOCKET_NAME: &str = "rank0.sock";
 /// Extra wait of the other ranks beyond rank 0's timeout, so rank 0's explanation of a
 /// failed collective reaches them before their own timeout fires.
 const ANSWER_MARGIN: Duration = Duration::from_secs(5);
-/// How long rank 0 keeps looking for further stragglers once one rank timed out.
-const STRAGGLER_PROBE: Duration = Duration::from_millis(20);
 
 /// What one collective gathered from every rank.
 #[derive(Debug, Default)]
@@ -147,6 +145,13 @@ struct Arrival {
     fd: Option<OwnedFd>,
 }
 
+/// `now + d`, saturating far in the future instead of overflowing.
+pub(crate) fn deadline_in(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+}
+
 fn root_exchange(
     leaves: &[UnixStream],
     timeout: Duration,
@@ -156,53 +161,63 @@ fn root_exchange(
     fd_group: u64,
 ) -> Result<Gathered, BootstrapError> {
     let world_size = leaves.len() + 1;
-    let mut deadline = Instant::now() + timeout;
-    let mut arrivals: Vec<Option<Arrival>> = Vec::with_capacity(world_size);
-    arrivals.push(None); // rank 0's own contribution is used by reference below
-    let mut missing = Vec::new();
-    let mut failure = None;
-    for (i, leaf) in leaves.iter().enumerate() {
-        let rank = i + 1;
-        match wire::recv(leaf, deadline)? {
-            Received::Frame(
-                Message::Arrive {
-                    op,
-                    payload,
-                    fd_group,
-                    has_fd,
-                },
-                fd,
-            ) if has_fd == fd.is_some() => arrivals.push(Some(Arrival {
-                op,
-                payload,
-                fd_group,
-                fd,
-            })),
-            Received::Frame(other, _) => {
-                return Err(BootstrapError::Protocol(format!(
-                    "rank {rank} sent {other:?} where a collective call was expected"
-                )));
-            }
-            Received::Closed => {
-                arrivals.push(None);
-                failure.get_or_insert(CollectiveFailure::PeerGone {
-                    rank,
-                    op: op.clone(),
-                });
-            }
-            Received::TimedOut => {
-                arrivals.push(None);
-                missing.push(rank);
-                deadline = Instant::now() + STRAGGLER_PROBE;
-            }
+    let deadline = deadline_in(timeout);
+    let mut arrivals: Vec<Option<Arrival>> = (0..world_size).map(|_| None).collect();
+    let mut pending: Vec<usize> = (1..world_size).collect();
+    let mut failure: Option<CollectiveFailure> = None;
+    // Wait on every rank at once, so a rank that dies is noticed at once whoever is late.
+    while !pending.is_empty() && failure.is_none() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            failure = Some(CollectiveFailure::NeverArrived {
+                op: op.clone(),
+                missing: pending.clone(),
+                waited_ms: timeout.as_millis() as u64,
+            });
+            break;
         }
-    }
-    if failure.is_none() && !missing.is_empty() {
-        failure = Some(CollectiveFailure::NeverArrived {
-            op: op.clone(),
-            missing,
-            waited_ms: timeout.as_millis() as u64,
-        });
+        let ready = wait_readable(leaves, &pending, left)?;
+        for rank in ready {
+            let leaf = &leaves[rank - 1];
+            // The frame is under way: it completes quickly or the rank is broken.
+            let frame_deadline = deadline_in(left.min(Duration::from_secs(10)));
+            let problem = match wire::recv(leaf, frame_deadline) {
+                Ok(Received::Frame(
+                    Message::Arrive {
+                        op,
+                        payload,
+                        fd_group,
+                        has_fd,
+                    },
+                    fd,
+                )) if has_fd == fd.is_some() => {
+                    arrivals[rank] = Some(Arrival {
+                        op,
+                        payload,
+                        fd_group,
+                        fd,
+                    });
+                    pending.retain(|&r| r != rank);
+                    continue;
+                }
+                Ok(Received::Frame(other, _)) => format!("sent {other:?} instead of its call"),
+                Ok(Received::Closed) => {
+                    failure = Some(CollectiveFailure::PeerGone {
+                        rank,
+                        op: op.clone(),
+                    });
+                    break;
+                }
+                Ok(Received::TimedOut) => "stopped in the middle of a message".to_string(),
+                Err(e) => e.to_string(),
+            };
+            failure = Some(CollectiveFailure::Protocol {
+                rank,
+                op: op.clone(),
+                what: problem,
+            });
+            break;
+        }
     }
     if failure.is_none() {
         let ops: Vec<CollectiveOp> = std::iter::once(op.clone())
@@ -211,8 +226,8 @@ fn root_exchange(
         failure = CollectiveMismatch::detect(&ops).map(CollectiveFailure::Mismatch);
     }
     if let Some(failure) = failure {
+        // Every rank hears the same verdict (a rank that is gone cannot be told).
         for leaf in leaves {
-            // Best effort: a rank that is gone cannot be told.
             let _ = wire::send(
                 leaf,
                 &Message::Fail {
@@ -248,9 +263,15 @@ fn root_exchange(
             payloads: payloads.clone(),
             fd_ranks: fd_ranks.clone(),
         };
-        wire::send(leaf, &release, None)?;
-        for q in fd_ranks {
-            wire::send(leaf, &Message::Fd { rank: q }, fd_of(q))?;
+        let sent = wire::send(leaf, &release, None).and_then(|()| {
+            fd_ranks
+                .iter()
+                .try_for_each(|&q| wire::send(leaf, &Message::Fd { rank: q }, fd_of(q)))
+        });
+        if let Err(e) = sent {
+            // That rank vanished after arriving; the others proceed and will see it gone at
+            // the next collective.
+            tracing::warn!(rank, error = %e, "could not release a rank from collective {op}");
         }
     }
     let fds = arrivals
@@ -262,6 +283,32 @@ fn root_exchange(
         })
         .collect();
     Ok(Gathered { payloads, fds })
+}
+
+/// Ranks among `pending` whose sockets have something to read (or hung up), waiting up to
+/// `left`.
+fn wait_readable(
+    leaves: &[UnixStream],
+    pending: &[usize],
+    left: Duration,
+) -> Result<Vec<usize>, BootstrapError> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut fds: Vec<PollFd<'_>> = pending
+        .iter()
+        .map(|&r| PollFd::new(leaves[r - 1].as_fd(), PollFlags::POLLIN))
+        .collect();
+    let ms = i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX);
+    let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
+    match poll(&mut fds, timeout) {
+        Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+        Err(e) => return Err(BootstrapError::io("waiting for ranks", e)),
+    }
+    Ok(pending
+        .iter()
+        .zip(&fds)
+        .filter(|(_, f)| f.revents().is_some_and(|r| !r.is_empty()))
+        .map(|(&rank, _)| rank)
+        .collect())
 }
 
 fn leaf_exchange(
@@ -282,14 +329,14 @@ fn leaf_exchange(
     if wire::send(root, &arrive, fd).is_err() {
         return Err(BootstrapError::RootGone { op: op.clone() });
     }
-    let deadline = Instant::now() + timeout + ANSWER_MARGIN;
+    let deadline = deadline_in(timeout.saturating_add(ANSWER_MARGIN));
     let answer = |deadline| -> Result<(Message, Option<OwnedFd>), BootstrapError> {
         match wire::recv(root, deadline)? {
             Received::Frame(message, fd) => Ok((message, fd)),
             Received::Closed => Err(BootstrapError::RootGone { op: op.clone() }),
             Received::TimedOut => Err(BootstrapError::RootSilent {
                 op: op.clone(),
-                waited: timeout + ANSWER_MARGIN,
+                waited: timeout.saturating_add(ANSWER_MARGIN),
             }),
         }
     };
@@ -323,15 +370,32 @@ fn accept_all(
     world_size: usize,
     timeout: Duration,
 ) -> Result<Vec<UnixStream>, BootstrapError> {
-    let not_writable = |source| BootstrapError::RendezvousNotWritable {
+    let not_writable = |cause| BootstrapError::RendezvousNotWritable {
         dir: dir.to_path_buf(),
-        source,
+        cause,
     };
+    // Folders this rank creates are removed again once everyone is in (innermost first).
+    let created: Vec<PathBuf> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .map(Path::to_path_buf)
+        .collect();
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
         .map_err(not_writable)?;
+    let _remove_created = RemoveDirsOnDrop(created);
+    {
+        use std::os::unix::fs::MetadataExt;
+        let owner = std::fs::metadata(dir).map_err(not_writable)?.uid();
+        if owner != nix::unistd::getuid().as_raw() {
+            return Err(not_writable(std::io::Error::new(
+                ErrorKind::PermissionDenied,
+                format!("it belongs to uid {owner}, not to this user"),
+            )));
+        }
+    }
     if path.exists() {
         if UnixStream::connect(path).is_ok() {
             return Err(BootstrapError::RendezvousInUse {
@@ -348,7 +412,7 @@ fn accept_all(
         .set_nonblocking(true)
         .map_err(|e| BootstrapError::io("configuring the rendezvous socket", e))?;
     let me = nix::unistd::getuid().as_raw();
-    let deadline = Instant::now() + timeout;
+    let deadline = deadline_in(timeout);
     let mut slots: Vec<Option<UnixStream>> = (1..world_size).map(|_| None).collect();
     while slots.iter().any(Option::is_none) {
         let stream = match listener.accept() {
@@ -386,9 +450,10 @@ fn accept_all(
             let _ = wire::send(&stream, &Message::Reject { reason }, None);
             continue;
         }
-        let hello_deadline = Instant::now() + Duration::from_secs(10).min(timeout);
-        let (rank, their_world) = match wire::recv(&stream, hello_deadline)? {
-            Received::Frame(Message::Hello { rank, world_size }, None) => (rank, world_size),
+        // A connection that says nothing is not one of ours; it may not hold up the others.
+        let hello_deadline = deadline_in(Duration::from_secs(2).min(timeout)).min(deadline);
+        let (rank, their_world) = match wire::recv(&stream, hello_deadline) {
+            Ok(Received::Frame(Message::Hello { rank, world_size }, None)) => (rank, world_size),
             _ => continue, // not one of ours, or gave up: keep waiting for the real ranks
         };
         let reject = if their_world != world_size {
@@ -426,7 +491,7 @@ fn connect_root(
     path: &Path,
     timeout: Duration,
 ) -> Result<UnixStream, BootstrapError> {
-    let deadline = Instant::now() + timeout;
+    let deadline = deadline_in(timeout);
     let stream = loop {
         match UnixStream::connect(path) {
             Ok(stream) => break stream,
@@ -444,7 +509,7 @@ fn connect_root(
             Err(e) if e.kind() == ErrorKind::PermissionDenied => {
                 return Err(BootstrapError::RendezvousNotWritable {
                     dir: path.parent().unwrap_or(path).to_path_buf(),
-                    source: e,
+                    cause: e,
                 });
             }
             Err(e) => {
@@ -471,13 +536,31 @@ fn connect_root(
         deadline.max(Instant::now() + Duration::from_secs(1)),
     )? {
         Received::Frame(Message::Welcome, _) => Ok(stream),
-        Received::Frame(Message::Reject { reason }, _) => Err(BootstrapError::Handshake(reason)),
+        Received::Frame(Message::Reject { reason }, _) => Err(BootstrapError::Handshake(format!(
+            "{reason}; check that every rank of this job runs as the same user with the same \
+             world size and distinct ranks"
+        ))),
         Received::Frame(other, _) => Err(BootstrapError::Protocol(format!(
             "{other:?} instead of a welcome"
         ))),
-        Received::Closed | Received::TimedOut => Err(BootstrapError::Handshake(
-            "rank 0 closed the connection without a welcome".into(),
+        Received::Closed => Err(BootstrapError::Handshake(
+            "rank 0 closed the connection without a welcome; see rank 0's output".into(),
         )),
+        Received::TimedOut => Err(BootstrapError::Handshake(format!(
+            "rank 0 accepted the connection but sent no welcome within {} s; is it hung?",
+            timeout.as_secs()
+        ))),
+    }
+}
+
+struct RemoveDirsOnDrop(Vec<PathBuf>);
+
+impl Drop for RemoveDirsOnDrop {
+    fn drop(&mut self) {
+        for dir in &self.0 {
+            // Only empty folders go; one still in use by a sub-rendezvous stays.
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 use crate::BootstrapError;
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use serde::{Deserialize, Serialize};
-use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::io::{IoSlice, IoSliceMut, Read};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -74,10 +74,15 @@ pub(crate) fn send(
     }
     .map_err(|e| BootstrapError::io("sending a control message", e))?;
     // A stream socket may take a large frame in pieces; the descriptor went with the first.
-    let mut writer = stream;
-    writer
-        .write_all(&frame[sent..])
-        .map_err(|e| BootstrapError::io("sending a control message", e))?;
+    // MSG_NOSIGNAL throughout: a vanished peer is an error here, never a SIGPIPE.
+    let mut rest = &frame[sent..];
+    while !rest.is_empty() {
+        match nix::sys::socket::send(stream.as_raw_fd(), rest, MsgFlags::MSG_NOSIGNAL) {
+            Ok(n) => rest = &rest[n..],
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(BootstrapError::io("sending a control message", e)),
+        }
+    }
     Ok(())
 }
 

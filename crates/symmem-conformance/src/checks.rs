@@ -222,6 +222,26 @@ impl<P: TranslatedOps> Suite<'_, P> {
         }
         let ((a, ta), (b, tb)) = (self.a(), self.b());
         let mut v = Verify::default();
+        let provider = self.ctx.provider();
+        let rank = self.rank();
+        // Ask the provider directly, at several points of B: its `ptr` must be one linear map
+        // (the tables alone cannot show that, they come from one cached sweep).
+        for k in [0, 1, B_LEN / 2, B_LEN - 1] {
+            let addr = b.addr_of(k);
+            v.eq(
+                format!("ptr(B[{k}], own rank)"),
+                provider.ptr(addr, rank),
+                Some(addr),
+            );
+            for peer in (0..self.world()).filter(|&p| p != rank) {
+                let want = tb.direct(peer).then(|| tb.bases()[peer] + (k * 8) as u64);
+                v.eq(
+                    format!("ptr(B[{k}], rank {peer})"),
+                    provider.ptr(addr, peer),
+                    want,
+                );
+            }
+        }
         for peer in 0..self.world() {
             v.eq(
                 format!("direct flag of peer {peer}"),
@@ -561,14 +581,23 @@ fn apply_fault(planned: &Option<PlannedFault>, rank: usize, check: &str) {
     }
 }
 
+/// How the suite ended on this rank.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SuiteOutcome {
+    /// Checks that failed on this rank.
+    pub failed: usize,
+    /// The suite stopped because another rank failed (this rank is a witness).
+    pub peer_failed: bool,
+}
+
 /// Runs every check on this rank, calling `emit` with each result as soon as it is known.
-/// Returns the number of failed checks; a collective error stops the suite (the remaining
-/// checks are not run, which the aggregation counts as failures).
+/// A collective error stops the suite (the remaining checks are not run, which the
+/// aggregation counts as failures).
 pub fn run_suite<P: TranslatedOps>(
     ctx: &mut Context<P>,
     extras: &mut dyn Extras<P>,
     emit: &mut dyn FnMut(&CheckResult),
-) -> Result<usize, String> {
+) -> Result<SuiteOutcome, String> {
     let planned = PlannedFault::from_env()?;
     let (rank, world_size, provider) = (ctx.rank(), ctx.world_size(), ctx.provider().name());
     let mut suite = Suite {
@@ -577,22 +606,24 @@ pub fn run_suite<P: TranslatedOps>(
         a: None,
         b: None,
     };
-    let mut failed = 0;
+    let mut outcome = SuiteOutcome::default();
     for info in CHECKS {
         apply_fault(&planned, rank, info.id);
         let started = Instant::now();
-        let outcome = suite.run(info.id);
-        let (status, detail, stop) = match outcome {
+        let (status, detail, stop) = match suite.run(info.id) {
             Ok(Outcome::Pass) => (Status::Pass, String::new(), false),
             Ok(Outcome::Skip(reason)) => (Status::Skip, reason, false),
             Ok(Outcome::Fail(why)) => (Status::Fail, why, false),
-            Err(e) => (
-                Status::Fail,
-                format!("collective failed, suite stopped: {e}"),
-                true,
-            ),
+            Err(e) => {
+                outcome.peer_failed = e.is_peer_failure();
+                (
+                    Status::Fail,
+                    format!("collective failed, suite stopped: {e}"),
+                    true,
+                )
+            }
         };
-        failed += usize::from(status == Status::Fail);
+        outcome.failed += usize::from(status == Status::Fail);
         emit(&CheckResult {
             check: info.id.into(),
             name: info.name.into(),
@@ -610,5 +641,5 @@ pub fn run_suite<P: TranslatedOps>(
             break;
         }
     }
-    Ok(failed)
+    Ok(outcome)
 }

@@ -11,6 +11,6 @@ mod fault;
 mod result;
 
 pub use aggregate::{Aggregate, CheckVerdict};
-pub use checks::{CHECKS, CheckInfo, Extras, Unavailable, run_suite};
+pub use checks::{CHECKS, CheckInfo, Extras, SuiteOutcome, Unavailable, run_suite};
 pub use fault::{FAULT_ENV, Fault, PlannedFault};
 pub use result::{CheckResult, Status};

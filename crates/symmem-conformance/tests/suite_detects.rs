@@ -18,6 +18,8 @@ enum Sabotage {
     DroppedStores,
     /// Every other atomic add is lost.
     LossyAtomics,
+    /// `ptr` is right for the start of the heap but drifts further in: not one linear map.
+    NonLinearPtr,
 }
 
 struct Sabotaged {
@@ -54,7 +56,10 @@ impl SymmetricProvider for Sabotaged {
     fn ptr(&self, addr: u64, peer: usize) -> Option<u64> {
         let p = self.inner.ptr(addr, peer)?;
         let skew = self.sabotage == Sabotage::SkewedPtr && peer != self.rank();
-        Some(if skew { p + 8 } else { p })
+        let drift = self.sabotage == Sabotage::NonLinearPtr
+            && peer != self.rank()
+            && addr - self.inner.heap_base() >= 1024;
+        Some(if skew || drift { p + 8 } else { p })
     }
 }
 
@@ -200,6 +205,12 @@ fn skewed_ptr_is_caught() {
 fn dropped_stores_are_caught() {
     let v = suite(2, Sabotage::DroppedStores);
     assert_eq!(failing(&v), vec!["4"], "{v:?}");
+}
+
+#[test]
+fn a_ptr_that_is_not_one_linear_map_is_caught() {
+    let v = suite(2, Sabotage::NonLinearPtr);
+    assert!(failing(&v).contains(&"2"), "{v:?}");
 }
 
 #[test]

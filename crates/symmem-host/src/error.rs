@@ -43,12 +43,26 @@ pub enum HostError {
          buffers returned by allocate"
     )]
     NotAnAllocation { addr: u64, rank: usize },
-    #[error("{what}: {source}; check `ulimit -v` and free memory")]
+    #[error("{what}: {cause}; check `ulimit -v` and free memory")]
     Os {
         what: &'static str,
-        #[source]
-        source: nix::Error,
+        cause: nix::Error,
     },
+    #[error(
+        "rank {rank} sent a heap of {size} B (or one that can shrink) where {expected} B sealed \
+         were announced; are all ranks the same symmem build?"
+    )]
+    BadPeerHeap {
+        rank: usize,
+        size: u64,
+        expected: u64,
+    },
+    #[error(
+        "the host provider needs every rank on this host, but the launcher says {local} of \
+         {world} ranks are local; run all ranks on one host (emulate nodes with SYMMEM_NODE_ID) \
+         or use a GPU provider across nodes"
+    )]
+    NotSingleHost { local: usize, world: usize },
     #[error("rank {rank} sent an unreadable heap description; are all ranks the same build?")]
     BadPeerInfo { rank: usize },
     #[error(transparent)]

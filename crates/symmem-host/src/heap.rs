@@ -1,7 +1,7 @@
 use crate::HostError;
 use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
 use std::num::NonZeroUsize;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::ptr::NonNull;
 
 /// A shared mapping of a heap memfd, unmapped on drop.
@@ -27,9 +27,9 @@ impl Mapping {
                 0,
             )
         }
-        .map_err(|source| HostError::Os {
+        .map_err(|cause| HostError::Os {
             what: "mapping a symmetric heap",
-            source,
+            cause,
         })?;
         Ok(Self { base, bytes })
     }
@@ -54,17 +54,50 @@ impl Drop for Mapping {
     }
 }
 
-/// Creates this rank's heap: an anonymous, sparse memfd with no name in any file system.
+/// Creates this rank's heap: an anonymous, sparse memfd with no name in any file system, sealed
+/// against resizing so that no rank can shrink a heap under the others (SIGBUS).
 pub(crate) fn create_heap(rank: usize, bytes: u64) -> Result<OwnedFd, HostError> {
+    use nix::sys::memfd::{MemFdCreateFlag, memfd_create};
+    let os = |what| move |cause| HostError::Os { what, cause };
     let name = std::ffi::CString::new(format!("symmem-heap-rank{rank}")).expect("no NUL");
-    let fd = nix::sys::memfd::memfd_create(&name, nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC)
-        .map_err(|source| HostError::Os {
-            what: "creating the heap memfd",
-            source,
-        })?;
-    nix::unistd::ftruncate(&fd, bytes as i64).map_err(|source| HostError::Os {
-        what: "sizing the heap memfd",
-        source,
-    })?;
+    let fd = memfd_create(
+        &name,
+        MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING,
+    )
+    .map_err(os("creating the heap memfd"))?;
+    nix::unistd::ftruncate(&fd, bytes as i64).map_err(os("sizing the heap memfd"))?;
+    let seals = nix::fcntl::SealFlag::F_SEAL_SHRINK
+        | nix::fcntl::SealFlag::F_SEAL_GROW
+        | nix::fcntl::SealFlag::F_SEAL_SEAL;
+    nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_ADD_SEALS(seals))
+        .map_err(os("sealing the heap memfd"))?;
     Ok(fd)
+}
+
+/// Checks a peer's heap descriptor before mapping it: sealed against shrinking, and at least
+/// `bytes` long, so that touching the mapping can never fault.
+pub(crate) fn check_peer_heap(fd: &OwnedFd, bytes: u64, peer: usize) -> Result<(), HostError> {
+    let size = nix::sys::stat::fstat(fd.as_raw_fd())
+        .map_err(|cause| HostError::Os {
+            what: "inspecting a peer heap",
+            cause,
+        })?
+        .st_size as u64;
+    let seals =
+        nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_GET_SEALS).map_err(|cause| {
+            HostError::Os {
+                what: "reading a peer heap's seals",
+                cause,
+            }
+        })?;
+    let sealed = nix::fcntl::SealFlag::from_bits_truncate(seals)
+        .contains(nix::fcntl::SealFlag::F_SEAL_SHRINK);
+    if size < bytes || !sealed {
+        return Err(HostError::BadPeerHeap {
+            rank: peer,
+            size,
+            expected: bytes,
+        });
+    }
+    Ok(())
 }

@@ -1,4 +1,4 @@
-use crate::heap::{Mapping, create_heap};
+use crate::heap::{Mapping, check_peer_heap, create_heap};
 use crate::{HostConfig, HostError, SymmetricAllocator};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
@@ -42,6 +42,13 @@ impl HostProvider {
             });
         }
         let (rank, world_size) = (identity.rank, identity.world_size);
+        // Unix sockets and memfds do not cross hosts: refuse early instead of timing out.
+        if identity.local_world_size != world_size {
+            return Err(HostError::NotSingleHost {
+                local: identity.local_world_size,
+                world: world_size,
+            });
+        }
         let mut bootstrap = Bootstrap::connect(rank, world_size, &rendezvous, timeout)?;
         let heap_fd = create_heap(rank, heap_bytes)?;
         let own = Mapping::new(&heap_fd, heap_bytes)?;
@@ -69,7 +76,10 @@ impl HostProvider {
             node_ids.push(node);
             heaps.push(match (peer == rank, fd) {
                 (true, _) => own.take(),
-                (false, Some(fd)) if node == node_id => Some(Mapping::new(&fd, bytes)?),
+                (false, Some(fd)) if node == node_id => {
+                    check_peer_heap(&fd, bytes, peer)?;
+                    Some(Mapping::new(&fd, bytes)?)
+                }
                 // Another node: not load/store reachable, never mapped.
                 _ => None,
             });
@@ -229,9 +239,13 @@ impl TranslatedOps for HostProvider {
     ) -> Result<(), Error> {
         let len = std::mem::size_of_val(values) as u64;
         let target = self.reach(table, dst, to, len, 8, "u64 store")?;
-        // SAFETY: `reach` checked that the range lies in a live shared mapping and is aligned;
-        // it may be written concurrently by other processes, as any shared heap may.
-        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), target.cast(), values.len()) };
+        for (i, &value) in values.iter().enumerate() {
+            // SAFETY: `reach` checked that the range lies in a live shared mapping and is
+            // 8-byte aligned. Other processes may touch the same words, so every access is
+            // atomic (relaxed: barriers order them, as a kernel's stores are ordered).
+            unsafe { AtomicU64::from_ptr(target.cast::<u64>().add(i)) }
+                .store(value, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -244,8 +258,11 @@ impl TranslatedOps for HostProvider {
     ) -> Result<(), Error> {
         let len = std::mem::size_of_val(out) as u64;
         let source = self.reach(table, src, from, len, 8, "u64 load")?;
-        // SAFETY: as in `store_u64`; `out` is a distinct Rust buffer.
-        unsafe { std::ptr::copy_nonoverlapping(source.cast::<u64>(), out.as_mut_ptr(), out.len()) };
+        for (i, slot) in out.iter_mut().enumerate() {
+            // SAFETY: as in `store_u64`.
+            *slot =
+                unsafe { AtomicU64::from_ptr(source.cast::<u64>().add(i)) }.load(Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -261,6 +278,9 @@ impl TranslatedOps for HostProvider {
         let from = self.reach(table, src, src_rank, bytes, 1, "copy")?;
         let to = self.reach(table, dst, dst_rank, bytes, 1, "copy")?;
         // SAFETY: both ranges were checked to lie in live shared mappings; `copy` allows overlap.
+        // Bulk copies are plain memory traffic, as a GPU copy kernel's are: other processes
+        // must not touch the range meanwhile (the collective protocol orders that), which is
+        // outside what Rust's memory model can express for memory shared across processes.
         unsafe { std::ptr::copy(from, to, bytes as usize) };
         Ok(())
     }

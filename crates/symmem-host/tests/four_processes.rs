@@ -2,7 +2,7 @@
 //! per-peer offsets, a store into every reachable peer read back by that peer, and rank 3 on an
 //! emulated other node reported as `direct = false`.
 //!
-//! Runs without the libtest harness: the binary re-executes itself as each rank.
+//! The test binary re-executes itself as each rank (the ignored test `rank_process`).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,24 +16,29 @@ fn node_of(rank: usize) -> u64 {
     u64::from(rank == WORLD - 1)
 }
 
-fn main() {
-    if std::env::var_os(CHILD_ENV).is_some() {
-        rank_main();
+#[test]
+#[ignore = "one rank of `four_processes`, which starts it in a child process"]
+fn rank_process() {
+    if std::env::var_os(CHILD_ENV).is_none() {
+        eprintln!("rank_process only runs as a child of four_processes");
         return;
     }
-    // Honour libtest's filter protocol loosely: `cargo test other_name` skips us.
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if !args.is_empty() && !args.iter().any(|a| "four_processes".contains(a.as_str())) {
-        return;
-    }
+    rank_main();
+}
+
+#[test]
+fn four_processes() {
     let dir = tempfile::tempdir().expect("temp dir");
     let exe = std::env::current_exe().expect("own path");
     let mut children: Vec<_> = (0..WORLD)
         .map(|rank| {
             Command::new(&exe)
+                .args([
+                    "rank_process",
+                    "--exact",
+                    "--include-ignored",
+                    "--nocapture",
+                ])
                 .env(CHILD_ENV, "1")
                 .env("RANK", rank.to_string())
                 .env("WORLD_SIZE", WORLD.to_string())
@@ -82,7 +87,6 @@ fn main() {
             "rank {rank} printed {out:?}"
         );
     }
-    println!("test four_processes ... ok");
 }
 
 fn rank_main() {

@@ -7,6 +7,25 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// Element types whose bytes can be moved in and out of symmetric memory as they are.
+///
+/// # Safety
+/// Implementors must have no padding and be valid for every bit pattern (plain integers and
+/// floats, and arrays of them): symmetric memory holds whatever peers wrote.
+pub unsafe trait Plain: Copy + 'static {}
+
+macro_rules! plain {
+    ($($t:ty),*) => { $(
+        // SAFETY: a primitive number type: no padding, every bit pattern valid.
+        unsafe impl Plain for $t {}
+    )* };
+}
+plain!(
+    u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, f32, f64
+);
+// SAFETY: arrays of `Plain` have no padding between elements and inherit validity.
+unsafe impl<T: Plain, const N: usize> Plain for [T; N] {}
+
 /// Identifies one [`Context`] in this process, so tables and buffers cannot cross contexts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ContextId(pub u64);
@@ -265,10 +284,11 @@ impl<P: SymmetricProvider> Context<P> {
     fn check_table(&self, table: &PeerTable, peers: &[usize]) -> Result<(), Error> {
         self.own(table.context, "peer table")?;
         if table.world_size() != self.world_size() || table.local_rank() != self.rank() {
-            return Err(Error::ForeignContext {
-                what: "peer table (wrong rank or world size)",
-                expected: self.id.0,
-                found: table.context.0,
+            return Err(Error::ForeignTable {
+                table_rank: table.local_rank(),
+                table_world: table.world_size(),
+                rank: self.rank(),
+                world: self.world_size(),
             });
         }
         for &peer in peers {
@@ -426,11 +446,12 @@ impl<P: TranslatedOps> Context<P> {
     }
 
     /// Reads this rank's own copy of `buffer`.
-    pub fn read<T: Copy + Default>(&self, buffer: &SymmetricBuffer<T>) -> Result<Vec<T>, Error> {
+    pub fn read<T: Plain>(&self, buffer: &SymmetricBuffer<T>) -> Result<Vec<T>, Error> {
         self.own(buffer.context, "buffer")?;
-        let mut out = vec![T::default(); buffer.len];
-        // SAFETY: `out` is `buffer.len` initialised `T: Copy` values; viewing them as bytes to
-        // overwrite them with bytes of the same type written by this program is sound.
+        // SAFETY: `Plain` types are valid for every bit pattern, zeros included.
+        let mut out = vec![unsafe { std::mem::zeroed::<T>() }; buffer.len];
+        // SAFETY: `out` holds `buffer.len` initialised `T`s without padding (`Plain`); any bytes
+        // written into them form valid `T`s.
         let bytes = unsafe {
             std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), buffer.bytes() as usize)
         };
@@ -439,7 +460,7 @@ impl<P: TranslatedOps> Context<P> {
     }
 
     /// Writes this rank's own copy of `buffer`.
-    pub fn write<T: Copy>(&self, buffer: &SymmetricBuffer<T>, data: &[T]) -> Result<(), Error> {
+    pub fn write<T: Plain>(&self, buffer: &SymmetricBuffer<T>, data: &[T]) -> Result<(), Error> {
         self.own(buffer.context, "buffer")?;
         if data.len() > buffer.len {
             return Err(TranslateError::OutOfBounds {
@@ -451,7 +472,7 @@ impl<P: TranslatedOps> Context<P> {
             }
             .into());
         }
-        // SAFETY: reading the bytes of initialised `T: Copy` values.
+        // SAFETY: `Plain` types have no padding, so every byte of `data` is initialised.
         let bytes = unsafe {
             std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data))
         };

@@ -15,16 +15,23 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         )
     };
     let value: u64 = number.parse().map_err(|_| bad())?;
-    match unit {
-        "" | "s" => Ok(Duration::from_secs(value)),
-        "ms" => Ok(Duration::from_millis(value)),
-        "m" => value
-            .checked_mul(60)
-            .map(Duration::from_secs)
-            .ok_or_else(bad),
-        _ => Err(bad()),
+    let duration = match unit {
+        "" | "s" => Duration::from_secs(value),
+        "ms" => Duration::from_millis(value),
+        "m" => Duration::from_secs(value.checked_mul(60).ok_or_else(bad)?),
+        _ => return Err(bad()),
+    };
+    // Deadlines are computed as now + duration: keep them far from overflow.
+    if duration > MAX_DURATION {
+        return Err(format!(
+            "duration `{text}` is longer than the 7 days accepted"
+        ));
     }
+    Ok(duration)
 }
+
+/// The longest duration [`parse_duration`] accepts.
+pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 #[cfg(test)]
 mod tests {
@@ -36,6 +43,11 @@ mod tests {
         assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(
+            parse_duration("18446744073709551615")
+                .unwrap_err()
+                .contains("7 days")
+        );
         for bad in ["", "s", "1.5s", "10h", "-3", "5 s"] {
             let err = parse_duration(bad).unwrap_err();
             assert!(err.contains("e.g. `90`"), "{bad}: {err}");

@@ -75,10 +75,26 @@ pub enum Error {
         expected: u64,
         found: u64,
     },
+    #[error(
+        "peer table of rank {table_rank} in a world of {table_world} was used by rank {rank} of \
+         {world}; a table belongs to the rank (and context) that built it"
+    )]
+    ForeignTable {
+        table_rank: usize,
+        table_world: usize,
+        rank: usize,
+        world: usize,
+    },
     #[error("context is finalized; create a new one to allocate again")]
     Finalized,
     #[error(transparent)]
     Translate(#[from] TranslateError),
+    #[error("{provider}: {source}")]
+    PeerFailed {
+        provider: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
     #[error("{provider}: {source}")]
     Provider {
         provider: &'static str,
@@ -97,6 +113,23 @@ impl Error {
             provider,
             source: Box::new(source),
         }
+    }
+
+    /// Wraps a provider's error that means another rank failed (it disconnected, never
+    /// arrived, or stopped answering): this rank is a witness, not the culprit.
+    pub fn peer_failed(
+        provider: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::PeerFailed {
+            provider,
+            source: Box::new(source),
+        }
+    }
+
+    /// True when this rank stopped because another rank failed.
+    pub fn is_peer_failure(&self) -> bool {
+        matches!(self, Self::PeerFailed { .. })
     }
 
     /// The collective mismatch behind this error, if it is one.

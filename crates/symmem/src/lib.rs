@@ -18,9 +18,14 @@ mod rank_env;
 mod table;
 
 pub use collective::{CollectiveKind, CollectiveMismatch, CollectiveOp, describe_ranks};
-pub use context::{AllocationRecord, Context, ContextId, FinalizeReport, SymmetricBuffer};
+pub use context::{AllocationRecord, Context, ContextId, FinalizeReport, Plain, SymmetricBuffer};
 pub use duration::parse_duration;
 pub use error::{Error, TranslateError};
 pub use provider::{SymmetricProvider, TranslatedOps};
 pub use rank_env::{Launcher, RankEnvError, RankIdentity};
 pub use table::{AddressMap, PeerTable};
+
+/// Exit status of a rank program that stops because ANOTHER rank failed (it disconnected, never
+/// arrived at a collective, or stopped answering). Launchers use it to tell witnesses from the
+/// culprit.
+pub const EXIT_PEER_FAILED: i32 = 75;

@@ -6,7 +6,7 @@ use anyhow::{Context as _, bail};
 use clap::{Parser, ValueEnum};
 use std::io::Write;
 use symmem::Context;
-use symmem_conformance::{Extras, Unavailable, run_suite};
+use symmem_conformance::{Extras, SuiteOutcome, Unavailable, run_suite};
 use symmem_host::{HostConfig, HostProvider};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -19,7 +19,8 @@ enum Provider {
 /// Runs the symmem conformance checks as one rank of a job.
 ///
 /// Results go to stdout as JSON lines, logs to stderr (RUST_LOG=debug for more). Exit status:
-/// 0 when no check failed, 1 when one did, 2 when the suite could not start.
+/// 0 when no check failed, 1 when one did, 75 when this rank stopped because another rank
+/// failed (it is a witness, not the culprit), 2 when the suite could not start.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
@@ -56,7 +57,10 @@ fn main() -> std::process::ExitCode {
         )
         .init();
     match run() {
-        Ok(0) => std::process::ExitCode::SUCCESS,
+        Ok(outcome) if outcome.peer_failed => {
+            std::process::ExitCode::from(symmem::EXIT_PEER_FAILED as u8)
+        }
+        Ok(outcome) if outcome.failed == 0 => std::process::ExitCode::SUCCESS,
         Ok(_) => std::process::ExitCode::from(1),
         Err(e) => {
             eprintln!("symmem-conformance: {e:#}");
@@ -65,7 +69,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run() -> anyhow::Result<usize> {
+fn run() -> anyhow::Result<SuiteOutcome> {
     let args = Args::parse();
     match args.provider {
         Provider::Host => {}
@@ -80,15 +84,15 @@ fn run() -> anyhow::Result<usize> {
     let mut ctx = Context::new(provider);
     let mut extras = HostExtras { base: config };
     let stdout = std::io::stdout();
-    let failed = run_suite(&mut ctx, &mut extras, &mut |result| {
+    let outcome = run_suite(&mut ctx, &mut extras, &mut |result| {
         let mut out = stdout.lock();
         // A closed stdout only loses reports; the exit status still tells.
         let _ = writeln!(out, "{}", result.to_line());
         let _ = out.flush();
     })
     .map_err(anyhow::Error::msg)?;
-    if failed == 0 {
+    if outcome.failed == 0 {
         ctx.finalize().context("finalizing")?;
     }
-    Ok(failed)
+    Ok(outcome)
 }
