@@ -1,17 +1,323 @@
 {
-  description = "symmem: symmetric GPU memory toolkit (minimal shell; the nix issue completes it)";
+  description = "symmem: symmetric GPU memory toolkit (Rust workspace, cargo xtask, ROCm shell)";
 
-  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.11";
+  # Every input is pinned to a full commit in its URL, so the flake.lock that the first
+  # `nix develop` writes resolves to the same trees everywhere. flake.lock itself could not be
+  # produced where this file was written (no network to GitHub); see README ("Nix").
+  #
+  # Where the commits come from (found in a code index, NOT fetched or evaluated here):
+  # - nixpkgs: a NixOS/nixpkgs master commit at which pkgs/development/rocm-modules/rocshmem
+  #   is at ROCm 7.2.3 (the rocmPackages release the toolkit targets). Not checked to be a
+  #   nixos-unstable channel bump, so part of the closure may build instead of download.
+  # - rust-overlay: the commit that added manifests/stable/1.95.0.nix (pins.toml's toolchain).
+  # - crane: tag v0.24.0.
+  inputs = {
+    nixpkgs.url = "github:NixOS/nixpkgs/41e7b6084c65dd58fcadf3cf0531f7b1936af067";
+    rust-overlay = {
+      url = "github:oxalica/rust-overlay/62e3b8aedabc240e5b0cc9fae003bc9edfebbc9b";
+      inputs.nixpkgs.follows = "nixpkgs";
+    };
+    crane.url = "github:ipetkov/crane/692f7e9ef2ece8125b466f66f2af532b3edaed0d";
+  };
 
-  outputs = { self, nixpkgs }:
+  outputs =
+    {
+      nixpkgs,
+      rust-overlay,
+      crane,
+      ...
+    }:
     let
-      systems = [ "x86_64-linux" "aarch64-linux" ];
-      forAll = f: nixpkgs.lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
-    in {
-      devShells = forAll (pkgs: {
-        default = pkgs.mkShell {
-          packages = [ pkgs.cargo pkgs.rustc pkgs.rustfmt pkgs.clippy pkgs.git ];
-        };
-      });
+      inherit (nixpkgs) lib;
+
+      # The single source of truth for what the toolkit builds against. Every pinned version
+      # below is read from it, never repeated here (.ci/nix-check checks that each
+      # `pins.<table>.<field>` used in this file exists in pins.toml).
+      pins = builtins.fromTOML (builtins.readFile ./pins.toml);
+      rustToolchainFile = (builtins.fromTOML (builtins.readFile ./rust-toolchain.toml)).toolchain;
+      cargoToml = builtins.fromTOML (builtins.readFile ./Cargo.toml);
+
+      rustVersion =
+        if pins.rust.toolchain == rustToolchainFile.channel then
+          pins.rust.toolchain
+        else
+          throw "pins.toml [rust] toolchain = \"${pins.rust.toolchain}\" but rust-toolchain.toml channel = \"${rustToolchainFile.channel}\": make them equal";
+
+      rocshmemCommit =
+        if builtins.match "[0-9a-f]{40}" pins.rocshmem.commit != null then
+          pins.rocshmem.commit
+        else
+          throw "pins.toml [rocshmem] commit = \"${pins.rocshmem.commit}\" is not a full 40-hex commit";
+
+      systems = [
+        "x86_64-linux"
+        "aarch64-linux"
+      ];
+      # nixpkgs builds rocmPackages for x86_64-linux only.
+      rocmSystems = [ "x86_64-linux" ];
+
+      perSystem = lib.genAttrs systems (
+        system:
+        let
+          pkgs = import nixpkgs {
+            inherit system;
+            overlays = [ rust-overlay.overlays.default ];
+          };
+
+          # The toolchain rust-toolchain.toml asks for (its profile and components) at the
+          # version pinned in pins.toml; `extra` adds components for the dev shells only.
+          rustToolchainFor =
+            p: extra:
+            p.rust-bin.stable.${rustVersion}.${rustToolchainFile.profile or "minimal"}.override {
+              extensions = (rustToolchainFile.components or [ ]) ++ extra;
+            };
+          craneLib = (crane.mkLib pkgs).overrideToolchain (p: rustToolchainFor p [ ]);
+
+          # The whole checkout minus what cannot matter to cargo, so that tests which read
+          # pins.toml, rust-toolchain.toml, insta snapshots and xtask/tests/fixtures (and files
+          # other crates add later) find them. In a flake this is the git-tracked tree.
+          src = lib.fileset.toSource {
+            root = ./.;
+            fileset = lib.fileset.difference ./. (
+              lib.fileset.unions (
+                map lib.fileset.maybeMissing [
+                  ./flake.nix
+                  ./flake.lock
+                  ./target
+                  ./.device
+                ]
+              )
+            );
+          };
+
+          commonArgs = {
+            inherit src;
+            # The root Cargo.toml is a virtual manifest: name the derivations explicitly.
+            pname = "symmem";
+            version = cargoToml.workspace.package.version;
+            strictDeps = true;
+          };
+
+          # Checks build like CI (.ci/run): dev profile, whole workspace, Cargo.lock as committed.
+          devArgs = commonArgs // {
+            CARGO_PROFILE = "dev";
+            cargoExtraArgs = "--locked --workspace";
+          };
+          devArtifacts = craneLib.buildDepsOnly devArgs;
+
+          # The build-rocshmem end-to-end test needs git, cmake, ninja and c++ (stdenv's). Their
+          # setup hooks must not take over crane's phases.
+          testTools = {
+            nativeBuildInputs = [
+              pkgs.git
+              pkgs.cmake
+              pkgs.ninja
+            ];
+            dontUseCmakeConfigure = true;
+            dontUseNinjaBuild = true;
+            dontUseNinjaCheck = true;
+            dontUseNinjaInstall = true;
+          };
+
+          xtaskArgs = commonArgs // {
+            pname = "symmem-xtask";
+            cargoExtraArgs = "--locked --package xtask";
+          };
+          # The xtask binary. It locates pins.toml and target/ from the path it was compiled at,
+          # so outside a checkout pass `--pins` and `--out-dir` (README, "Nix").
+          xtask = craneLib.buildPackage (
+            xtaskArgs
+            // {
+              cargoArtifacts = craneLib.buildDepsOnly xtaskArgs;
+              doCheck = false; # checks.tests runs every test of the workspace
+              meta = {
+                description = "symmem's cargo xtask: conformance matrix and pinned rocSHMEM builds";
+                mainProgram = "xtask";
+                license = with lib.licenses; [
+                  mit
+                  asl20
+                ];
+              };
+            }
+          );
+
+          checks = {
+            inherit xtask;
+
+            fmt = craneLib.cargoFmt {
+              inherit (commonArgs) src pname version;
+              cargoExtraArgs = "--all";
+            };
+
+            clippy = craneLib.cargoClippy (
+              devArgs
+              // {
+                cargoArtifacts = devArtifacts;
+                cargoClippyExtraArgs = "--all-targets -- -D warnings";
+              }
+            );
+
+            tests = craneLib.cargoTest (
+              devArgs
+              // testTools
+              // {
+                cargoArtifacts = devArtifacts;
+                # As in CI: a missing tool fails the end-to-end test instead of skipping it,
+                # and insta fails on a snapshot mismatch instead of writing .snap.new files.
+                CI = "true";
+              }
+            );
+
+            # The main job of README / .ci/run: the conformance matrix on the host provider.
+            conformance = craneLib.mkCargoDerivation (
+              devArgs
+              // {
+                pnameSuffix = "-conformance";
+                cargoArtifacts = devArtifacts;
+                buildPhaseCargoCommand = "cargo xtask test --ranks 1,2,4,8";
+                doInstallCargoArtifacts = false;
+              }
+            );
+          };
+
+          defaultShell = pkgs.mkShell {
+            packages = [
+              (rustToolchainFor pkgs [
+                "rust-src"
+                "rust-analyzer"
+              ])
+              pkgs.cmake
+              pkgs.ninja
+              pkgs.git
+              pkgs.pkg-config
+              # python3 runs the PyPI linters CI uses; nixpkgs also has the linters themselves.
+              pkgs.python3
+              pkgs.hadolint
+              pkgs.actionlint
+              pkgs.shellcheck
+              pkgs.cargo-insta
+              # libclang for bindgen: exports LIBCLANG_PATH and BINDGEN_EXTRA_CLANG_ARGS.
+              pkgs.rustPlatform.bindgenHook
+            ];
+          };
+
+          rocm = pkgs.rocmPackages;
+
+          # Directories whose tools make up ${ROCM_PATH}/llvm/bin, first match wins: clr's own
+          # llvm/bin (its HIP clang: rocm-toolchain + LLVM bintools) first, then ROCm's LLVM.
+          llvmBinDirs = [
+            "${rocm.clr}/llvm/bin"
+          ]
+          ++ lib.optional (rocm.llvm ? rocm-toolchain) "${rocm.llvm.rocm-toolchain}/bin"
+          ++ lib.optional (rocm.llvm ? llvm) "${lib.getBin rocm.llvm.llvm}/bin";
+
+          # ROCM_PATH for `cargo xtask build-rocshmem`: nixpkgs removed rocmPackages.rocmPath,
+          # so compose one. rocSHMEM's CMake does find_package(hip), find_package(hsa-runtime64)
+          # and find_package(ROCmCMakeBuildTools) under -DCMAKE_PREFIX_PATH=<this>, reads
+          # .info/version (else xtask passes EXPLICIT_ROCM_VERSION from
+          # include/rocm-core/rocm_version.h), and calls clang++, llvm-link and opt from
+          # ${ROCM_PATH}/llvm/bin for its device bitcode. clr goes first: its bin/hipcc is the
+          # wrapper that sets HIP_PATH, HIP_CLANG_PATH and the device-library path.
+          # UNVERIFIED (no nixpkgs here): attribute names and output layouts are those of the
+          # nixpkgs rocm-modules recipes read from source; the build below fails with a message
+          # naming the missing tool if llvm/bin lacks one.
+          rocmPath = pkgs.symlinkJoin {
+            name = "symmem-rocm-path-${rocm.rocm-core.version}";
+            paths = lib.concatMap (p: [ p ] ++ lib.optional (p ? dev) p.dev) (
+              [
+                rocm.clr
+                rocm.hipcc
+                rocm.rocm-core
+                rocm.rocm-runtime
+                rocm.rocm-cmake
+                rocm.rocm-device-libs
+                rocm.rocm-comgr
+                rocm.rocminfo
+              ]
+              ++ lib.optional (rocm ? hip-common) rocm.hip-common
+            );
+            postBuild = ''
+              ln -sfn ${rocm.clr}/bin/hipcc $out/bin/hipcc
+              ln -sfn ${rocm.clr}/bin/hipconfig $out/bin/hipconfig
+
+              # clr's llvm is a symlink; make llvm/bin a directory that has every tool.
+              rm -rf "$out/llvm"
+              mkdir -p "$out/llvm/bin"
+              for dir in ${lib.escapeShellArgs llvmBinDirs}; do
+                [ -d "$dir" ] || continue
+                for tool in "$dir"/*; do
+                  name=$(basename "$tool")
+                  [ -e "$out/llvm/bin/$name" ] || ln -s "$tool" "$out/llvm/bin/$name"
+                done
+              done
+              for tool in clang clang++ llvm-link opt; do
+                if [ ! -x "$out/llvm/bin/$tool" ]; then
+                  echo "symmem ROCm path: llvm/bin/$tool not found in: ${toString llvmBinDirs}" >&2
+                  exit 1
+                fi
+              done
+              # ROCm >= 6 installs also have lib/llvm.
+              [ -e "$out/lib/llvm" ] || ln -s ../llvm "$out/lib/llvm"
+
+              if [ ! -e "$out/.info/version" ]; then
+                rm -rf "$out/.info"
+                if [ -e ${rocm.rocm-core}/.info/version ]; then
+                  ln -s ${rocm.rocm-core}/.info "$out/.info"
+                else
+                  echo "symmem ROCm path: no .info/version; xtask will pass EXPLICIT_ROCM_VERSION" >&2
+                fi
+              fi
+
+              # Setup hooks come from the packages in the shell, not from this tree.
+              rm -rf "$out/nix-support"
+            '';
+          };
+
+          rocmShell = pkgs.mkShell {
+            inputsFrom = [ defaultShell ];
+            # clr's setup hook exports HIP_PATH, HIP_PLATFORM, HIP_DEVICE_LIB_PATH,
+            # HIP_CLANG_PATH; rocm-core's exports ROCM_VERSION.
+            packages = [
+              rocmPath
+              rocm.clr
+              rocm.rocm-core
+              rocm.rocminfo
+            ];
+            shellHook = ''
+              export ROCM_PATH=${rocmPath}
+              export HIPCC=${rocmPath}/bin/hipcc
+              export CMAKE_PREFIX_PATH="${rocmPath}''${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+              echo "symmem ROCm shell: ROCm ${rocm.rocm-core.version}, ROCM_PATH=$ROCM_PATH"
+              echo "rocSHMEM pin (pins.toml): ${pins.rocshmem.version} at ${builtins.substring 0 12 rocshmemCommit} of ${pins.rocshmem.repository} (${pins.rocshmem.subdirectory})"
+              echo "build it: cargo xtask build-rocshmem --arch gfx942"
+            '';
+          };
+
+          hasRocm = builtins.elem system rocmSystems;
+        in
+        {
+          packages = {
+            default = xtask;
+            inherit xtask;
+          }
+          // lib.optionalAttrs hasRocm { rocm-path = rocmPath; };
+
+          inherit checks;
+
+          # No devShells.cuda: see README ("Nix") for why and what it would take.
+          devShells = {
+            default = defaultShell;
+          }
+          // lib.optionalAttrs hasRocm { rocm = rocmShell; };
+
+          formatter = pkgs.nixfmt-tree or pkgs.nixfmt;
+        }
+      );
+    in
+    {
+      packages = lib.mapAttrs (_: s: s.packages) perSystem;
+      checks = lib.mapAttrs (_: s: s.checks) perSystem;
+      devShells = lib.mapAttrs (_: s: s.devShells) perSystem;
+      formatter = lib.mapAttrs (_: s: s.formatter) perSystem;
     };
 }

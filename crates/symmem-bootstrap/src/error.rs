@@ -119,6 +119,10 @@ impl BootstrapError {
             Self::Collective(CollectiveFailure::Mismatch(m)) => {
                 symmem::Error::CollectiveMismatch(m)
             }
+            // Another rank failed; this one only witnessed it.
+            e @ (Self::Collective(_) | Self::RootGone { .. } | Self::RootSilent { .. }) => {
+                symmem::Error::peer_failed(provider, e)
+            }
             other => symmem::Error::provider(provider, other),
         }
     }

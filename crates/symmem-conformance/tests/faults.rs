@@ -2,9 +2,14 @@
 //! that exits before a collective, one that hangs (also ignoring SIGTERM), and a run that
 //! outlives the launcher's timeout. Every run must end promptly, name the culprit, fail, and
 //! leave no process behind (checked through /proc, not assumed).
+//!
+//! The culprit is named only if the ranks that stop because of it exit with
+//! `EXIT_PEER_FAILED` (75): see `symmem_launch::Outcome`.
 
 use std::time::{Duration, Instant};
-use symmem_launch::{Ended, LaunchSpec, Outcome, OutputLine, RunReport, launch};
+use symmem_launch::{
+    EXIT_PEER_FAILED, Ended, LaunchSpec, Lost, Outcome, OutputLine, RunReport, launch,
+};
 
 const GRACE: Duration = Duration::from_secs(1);
 /// Slack for process start-up and teardown on a loaded 2-core machine.
@@ -103,19 +108,57 @@ fn a_rank_that_panics_mid_suite_ends_the_run() {
         "{}",
         f.output
     );
-    match &f.report.outcome {
-        Outcome::RankFailed { rank: 2, how } => assert_eq!(*how, Ended::Exited(101)),
-        Outcome::RankFailed { .. } => {} // another rank noticed and exited in the same instant
-        other => panic!("unexpected outcome {other:?}"),
-    }
+    // Its peers exit 75 in the same instant, but are not taken for the culprit.
+    assert_eq!(
+        f.report.outcome,
+        Outcome::RankFailed {
+            rank: 2,
+            how: Ended::Exited(101)
+        },
+        "{}\n{}",
+        f.report,
+        f.output
+    );
+    assert_eq!(f.report.exit_code(), 101);
+    assert!(
+        f.report
+            .to_string()
+            .starts_with("rank 2 exited with status 101"),
+        "{}",
+        f.report
+    );
     assert!(f.elapsed < GRACE + MARGIN, "took {:?}", f.elapsed);
+}
+
+/// The culprits, reason and reporters of a [`Outcome::PeerLost`].
+fn peer_lost(f: &Finished) -> (&[usize], Lost, &[usize]) {
+    match &f.report.outcome {
+        Outcome::PeerLost {
+            culprits,
+            reason,
+            reporters,
+        } => (culprits, *reason, reporters),
+        other => panic!("unexpected outcome {other:?}: {}\n{}", f.report, f.output),
+    }
 }
 
 #[test]
 fn a_rank_that_exits_before_a_collective_is_named() {
     let f = run(4, "exit@1:5", "30s", Duration::from_secs(60));
     assert!(!f.report.success());
-    assert!(matches!(f.report.outcome, Outcome::RankFailed { .. }));
+    let (culprits, reason, reporters) = peer_lost(&f);
+    assert_eq!((culprits, reason), ([1].as_slice(), Lost::ExitedEarly));
+    assert!(
+        !reporters.is_empty() && !reporters.contains(&1),
+        "{reporters:?}"
+    );
+    assert_eq!(f.report.ranks[1].ended, Some(Ended::Exited(0)));
+    assert_eq!(f.report.exit_code(), EXIT_PEER_FAILED);
+    let summary = f.report.to_string();
+    assert!(
+        summary.starts_with("rank 1 exited early with status 0"),
+        "{summary}"
+    );
     assert!(
         f.output.contains("rank 1 disconnected before collective"),
         "{}",
@@ -132,6 +175,18 @@ fn a_hung_rank_is_named_and_stopped() {
         f.output.contains("rank 3 never arrived at collective"),
         "{}",
         f.output
+    );
+    let (culprits, reason, reporters) = peer_lost(&f);
+    assert_eq!((culprits, reason), ([3].as_slice(), Lost::StillRunning));
+    assert!(
+        !reporters.is_empty() && !reporters.contains(&3),
+        "{reporters:?}"
+    );
+    assert_eq!(f.report.exit_code(), EXIT_PEER_FAILED);
+    let summary = f.report.to_string();
+    assert!(
+        summary.starts_with("rank 3 was still running (hung?)"),
+        "{summary}"
     );
     let rank3 = &f.report.ranks[3];
     assert!(rank3.stopped, "rank 3 was stopped by the launcher");
@@ -152,6 +207,16 @@ fn a_hung_rank_ignoring_sigterm_is_killed_after_the_grace_period() {
         "{}",
         f.output
     );
+    let (culprits, reason, reporters) = peer_lost(&f);
+    assert_eq!(
+        (culprits, reason, reporters),
+        ([1].as_slice(), Lost::StillRunning, [0].as_slice())
+    );
+    assert!(
+        f.report.ranks[1].stopped,
+        "rank 1 was stopped by the launcher"
+    );
+    assert_eq!(f.report.exit_code(), EXIT_PEER_FAILED);
     assert_eq!(f.report.ranks[1].ended, Some(Ended::Signaled(9)));
     assert!(
         f.elapsed >= Duration::from_secs(2) + GRACE,

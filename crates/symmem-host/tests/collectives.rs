@@ -282,7 +282,10 @@ fn bad_rank_and_heap_settings_are_typed_errors() {
     cfg.identity.rank = 0;
     cfg.identity.local_world_size = 1;
     let err = HostProvider::new(cfg.clone()).err().unwrap().to_string();
-    assert!(err.contains("needs every rank on this host") && err.contains("1 of 2"), "{err}");
+    assert!(
+        err.contains("needs every rank on this host") && err.contains("1 of 2"),
+        "{err}"
+    );
     cfg.identity.world_size = 1;
     cfg.heap_bytes = 10;
     let err = HostProvider::new(cfg).err().unwrap().to_string();

@@ -54,18 +54,38 @@ pub enum LaunchError {
         reason: String,
     },
 
+    // The underlying `io::Error`s below are part of each message and not
+    // also exposed as `Error::source`: reporters that print the source chain
+    // (anyhow's `{:#}`) would print them twice.
     /// The per-run rendezvous directory could not be created.
     #[error(
-        "could not create the rendezvous directory in {}: {source}; point TMPDIR at a \
+        "could not create the rendezvous directory in {}: {cause}; point TMPDIR at a \
          writable directory, or set SYMMEM_RENDEZVOUS yourself",
         dir.display()
     )]
     Rendezvous {
         /// Where it was to be created.
         dir: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
+        /// The underlying error (in the message).
+        cause: io::Error,
+    },
+
+    /// The rendezvous directory the launcher would create is so deep that the
+    /// ranks' bootstrap socket `<rendezvous>/rank0.sock` would not fit in a
+    /// Unix socket address.
+    #[error(
+        "the ranks' bootstrap socket {} would be {len} bytes long, but a Unix socket path \
+         holds at most {max} bytes; set TMPDIR to a shorter directory (e.g. `TMPDIR=/tmp`) \
+         so that the rendezvous directory made in it is shorter",
+        socket.display()
+    )]
+    RendezvousTooLong {
+        /// The socket path the ranks would use.
+        socket: PathBuf,
+        /// Its length in bytes.
+        len: usize,
+        /// The most a Unix socket path can hold (107 bytes on Linux).
+        max: usize,
     },
 
     /// No free TCP port could be found for `MASTER_PORT`.
@@ -73,15 +93,15 @@ pub enum LaunchError {
         "could not find a free TCP port on 127.0.0.1 for MASTER_PORT: {0}; check that the \
          loopback interface is up"
     )]
-    Port(#[source] io::Error),
+    Port(io::Error),
 
     /// The SIGINT/SIGTERM/SIGHUP handlers could not be installed.
     #[error("could not install the signal handlers that stop the ranks on Ctrl-C: {0}")]
-    Signals(#[source] io::Error),
+    Signals(io::Error),
 
     /// A rank could not be started; the ranks already started were stopped.
     #[error(
-        "could not start rank {rank} (`{}`): {source}; the ranks already started were stopped",
+        "could not start rank {rank} (`{}`): {cause}; the ranks already started were stopped",
         program.display()
     )]
     Spawn {
@@ -89,19 +109,17 @@ pub enum LaunchError {
         rank: usize,
         /// The program.
         program: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
+        /// The underlying error (in the message).
+        cause: io::Error,
     },
 
     /// Waiting for a rank failed; all ranks were stopped.
-    #[error("could not wait for rank {rank}: {source}; all ranks were stopped")]
+    #[error("could not wait for rank {rank}: {cause}; all ranks were stopped")]
     Wait {
         /// The rank.
         rank: usize,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
+        /// The underlying error (in the message).
+        cause: io::Error,
     },
 
     /// Processes of the run's process group survived `SIGKILL`.
@@ -124,4 +142,37 @@ fn list(pids: &[i32]) -> String {
         .map(i32::to_string)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// anyhow's `{:#}` prints the message, then every source: a cause that is
+    /// in the message must not be a source too.
+    #[test]
+    fn causes_are_printed_once() {
+        let cause = || io::Error::other("disk on fire");
+        let errors = [
+            LaunchError::Rendezvous {
+                dir: "/tmp".into(),
+                cause: cause(),
+            },
+            LaunchError::Port(cause()),
+            LaunchError::Signals(cause()),
+            LaunchError::Spawn {
+                rank: 1,
+                program: "/bin/x".into(),
+                cause: cause(),
+            },
+            LaunchError::Wait {
+                rank: 1,
+                cause: cause(),
+            },
+        ];
+        for err in errors {
+            let text = format!("{:#}", anyhow::Error::new(err).context("could not run"));
+            assert_eq!(text.matches("disk on fire").count(), 1, "{text}");
+        }
+    }
 }

@@ -13,9 +13,29 @@
 //! # Ok::<(), symmem_launch::LaunchError>(())
 //! ```
 //!
+//! # Who failed
+//!
+//! When one rank fails, its peers usually fail too within milliseconds: they
+//! lose its socket, or give up waiting for it. So that the report names the
+//! culprit and not a victim, a rank that stops because ANOTHER rank failed
+//! should exit with [`EXIT_PEER_FAILED`] (75). After the first failure the
+//! launcher watches a little longer (200 ms, at most the grace period) before
+//! it stops the rest, then blames, in this order: the earliest rank that
+//! failed with another status ([`Outcome::RankFailed`]); a rank that exited 0
+//! while the others still needed it, or else the ranks still running when
+//! the others gave up (hung?) ([`Outcome::PeerLost`]). See [`Outcome`].
+//!
+//! # Signals
+//!
+//! While a run is in progress, SIGINT, SIGTERM and SIGHUP of the calling
+//! process stop it ([`Outcome::Interrupted`]); one more during the grace
+//! period kills the ranks at once. Outside runs they act as before the first
+//! run (see [`launch`]).
+//!
 //! On clusters, run the same program under torchrun, mpirun or srun instead:
 //! it only relies on the environment described at [`launch`].
 
+mod culprit;
 mod error;
 mod group;
 mod output;
@@ -27,8 +47,8 @@ mod spec;
 pub use error::LaunchError;
 pub use output::print_line;
 pub use report::{
-    EXIT_INTERRUPTED, EXIT_TIMEOUT, Ended, Outcome, OutputLine, RankStatus, RunReport, Stream,
-    signal_name,
+    EXIT_INTERRUPTED, EXIT_PEER_FAILED, EXIT_TIMEOUT, Ended, Lost, Outcome, OutputLine, RankStatus,
+    RunReport, Stream, signal_name,
 };
 pub use run::{Started, launch, launch_with};
 pub use spec::{DEFAULT_GRACE, DEFAULT_TIMEOUT, LaunchSpec, MAX_RANKS, RENDEZVOUS_ENV};

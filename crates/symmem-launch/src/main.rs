@@ -25,18 +25,28 @@ ENVIRONMENT OF EACH RANK
 
 FAILURE POLICY
   The first rank that exits non-zero or is killed by a signal ends the run,
-  and so do the timeout and Ctrl-C (SIGINT, SIGTERM, SIGHUP). All ranks, and
-  any processes they started, are in one process group: it gets SIGTERM, then
-  SIGKILL after the grace period, and the launcher checks that nothing is
-  left. Ranks are also killed if symmem-run itself dies.
+  and so do the timeout and Ctrl-C (SIGINT, SIGTERM, SIGHUP). After a
+  failure the launcher waits 200 ms (at most the grace period) for the other
+  ranks to end on their own, then names the culprit. A rank that stops
+  because ANOTHER rank failed (a peer disconnected, never arrived, or
+  disagreed) should exit with status 75, so that it is not taken for the
+  culprit; the culprit is the earliest rank that failed otherwise, else a
+  rank that exited 0 while the others still needed it, else the ranks still
+  running (hung?) when the others gave up. All ranks, and any processes they
+  started, are in one process group: it gets SIGTERM, then SIGKILL after the
+  grace period (at once on a second Ctrl-C), and the launcher checks that
+  nothing is left. Ranks are also killed if symmem-run itself dies.
 
 EXIT CODES
   0        all ranks exited 0
   S        the failing rank's exit status S
   128+N    the failing rank was killed by signal N
+  75       ranks gave up on a peer (status 75) that exited 0 early or hung;
+           the summary names it
   124      timeout
   130      interrupted (SIGINT, SIGTERM or SIGHUP)
-  2        bad usage; 1 other launcher errors
+  2        bad usage; 1 other launcher errors (e.g. TMPDIR too long for the
+           ranks' socket path: set TMPDIR=/tmp)
 
 CLUSTERS
   symmem-run starts ranks on this host only. On clusters, run the same
@@ -76,7 +86,6 @@ struct Cli {
     args: Vec<OsString>,
 }
 
-/// Parses `90`, `90s`, `500ms`, `2m`.
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(&cli) {

@@ -2,7 +2,7 @@
 //! to the launching thread, which hands them to the sink in arrival order.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::SyncSender;
 use std::thread::{self, JoinHandle};
 
 use crate::report::{OutputLine, Stream};
@@ -17,11 +17,13 @@ const READER_STACK: usize = 64 * 1024;
 
 /// Starts a thread that forwards every line of `pipe` as an [`OutputLine`].
 /// It ends at EOF (all writers closed the pipe) or when the receiver is gone.
+/// While the channel is full it waits, and so in turn does the rank once its
+/// pipe is full: a slow sink slows the ranks down instead of growing memory.
 pub(crate) fn spawn_reader<R: Read + Send + 'static>(
     rank: usize,
     stream: Stream,
     pipe: R,
-    tx: Sender<OutputLine>,
+    tx: SyncSender<OutputLine>,
 ) -> io::Result<JoinHandle<()>> {
     let name = match stream {
         Stream::Stdout => format!("rank{rank}-stdout"),
@@ -73,7 +75,7 @@ mod tests {
 
     #[test]
     fn splits_lines_keeps_the_unterminated_tail_and_is_lossy() {
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(16);
         let input: &[u8] = b"one\r\ntwo\n\xffbad\nlast";
         spawn_reader(1, Stream::Stderr, input, tx)
             .expect("thread")

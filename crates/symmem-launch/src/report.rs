@@ -78,25 +78,71 @@ pub struct RankStatus {
     /// [`launch`](crate::launch) returns [`LaunchError::Leftover`](crate::LaunchError::Leftover)
     /// instead of a report).
     pub ended: Option<Ended>,
-    /// From its start until it was seen to end.
+    /// From its start until it was seen to end (the launcher polls every
+    /// 10 ms).
     pub elapsed: Duration,
-    /// Whether the launcher stopped it (it was still running when the run
-    /// ended because of another rank, the timeout or a signal).
+    /// Whether it was still running when the launcher sent `SIGTERM` to the
+    /// group (because of another rank, the timeout or a signal). A rank that
+    /// ended on its own, even after another rank failed, was not stopped.
     pub stopped: bool,
 }
 
+/// How the ranks that exited with [`EXIT_PEER_FAILED`] lost the rank(s) they
+/// needed: see [`Outcome::PeerLost`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Lost {
+    /// The culprits exited with status 0 before (or in the same 10 ms poll
+    /// as) the first rank that gave up: they left while the others still
+    /// needed them.
+    ExitedEarly,
+    /// The culprits were still running when the first rank gave up, and kept
+    /// running until the launcher stopped them (hung?).
+    StillRunning,
+}
+
 /// Why a run ended.
+///
+/// When a rank fails, the launcher keeps watching for a short settle window
+/// (200 ms, or the grace period if that is shorter) before it sends
+/// `SIGTERM`, because the peers of a failed rank usually fail too within
+/// milliseconds. It then names the culprit as follows:
+///
+/// 1. the earliest-ended rank whose failure is not
+///    `Exited(`[`EXIT_PEER_FAILED`]`)`: [`Outcome::RankFailed`];
+/// 2. if every failure is a peer failure: the ranks that exited with status 0
+///    at or before the first peer failure: [`Outcome::PeerLost`] with
+///    [`Lost::ExitedEarly`];
+/// 3. else the ranks still running at the end of the settle window:
+///    [`Outcome::PeerLost`] with [`Lost::StillRunning`];
+/// 4. else the first rank that failed (with status 75, though no other rank
+///    was seen failing): [`Outcome::RankFailed`].
+///
+/// Ends are ordered by the 10 ms poll in which the launcher saw them; within
+/// one poll, the lowest rank counts as first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Every rank exited with status 0.
     Success,
-    /// This rank was the first to exit non-zero or by a signal; the others
-    /// were stopped.
+    /// This rank failed (exited non-zero or by a signal) and is the culprit:
+    /// the earliest failure that was not a peer failure, or the first failure
+    /// if no culprit could be found otherwise. The ranks still running after
+    /// the settle window were stopped.
     RankFailed {
         /// The culprit.
         rank: usize,
         /// How it ended.
         how: Ended,
+    },
+    /// Every rank that failed exited with [`EXIT_PEER_FAILED`] (it stopped
+    /// because another rank failed), and these are the ranks they lost.
+    PeerLost {
+        /// The ranks the others lost, in rank order.
+        culprits: Vec<usize>,
+        /// How they were lost.
+        reason: Lost,
+        /// The ranks that exited with [`EXIT_PEER_FAILED`], first to end
+        /// first (never empty).
+        reporters: Vec<usize>,
     },
     /// The global timeout elapsed; these ranks were still running.
     TimedOut {
@@ -128,6 +174,15 @@ pub struct RunReport {
     pub timeout: Duration,
 }
 
+/// A rank exits with this status when it stops because ANOTHER rank failed (a
+/// peer disconnected, never arrived, or disagreed), so that the launcher can
+/// tell the culprit from the ranks that only reported it. It is
+/// `EX_TEMPFAIL` of `sysexits.h`; [`RunReport::exit_code`] returns it for
+/// [`Outcome::PeerLost`].
+pub const EXIT_PEER_FAILED: i32 = 75;
+// The rank side of the convention lives in the core crate.
+const _: () = assert!(EXIT_PEER_FAILED == symmem::EXIT_PEER_FAILED);
+
 /// Exit code for a timed-out run (as `timeout(1)`).
 pub const EXIT_TIMEOUT: i32 = 124;
 /// Exit code for an interrupted run (as a shell after Ctrl-C).
@@ -140,8 +195,10 @@ impl RunReport {
     }
 
     /// The exit code a launcher should end with: 0 on success, the failing
-    /// rank's status (128 + signal if it was killed), [`EXIT_TIMEOUT`] (124)
-    /// on timeout, [`EXIT_INTERRUPTED`] (130) when interrupted.
+    /// rank's status (128 + signal if it was killed), [`EXIT_PEER_FAILED`]
+    /// (75, the status of the ranks that reported the lost peer) when a peer
+    /// was lost, [`EXIT_TIMEOUT`] (124) on timeout, [`EXIT_INTERRUPTED`] (130)
+    /// when interrupted. Never 0 for a failure.
     pub fn exit_code(&self) -> i32 {
         match &self.outcome {
             Outcome::Success => 0,
@@ -150,9 +207,19 @@ impl RunReport {
                 0 => 1,
                 code => code,
             },
+            Outcome::PeerLost { .. } => EXIT_PEER_FAILED,
             Outcome::TimedOut { .. } => EXIT_TIMEOUT,
             Outcome::Interrupted { .. } => EXIT_INTERRUPTED,
         }
+    }
+
+    /// The ranks other than `except` that the launcher stopped.
+    fn stopped_except(&self, except: &[usize]) -> Vec<usize> {
+        self.ranks
+            .iter()
+            .filter(|r| r.stopped && !except.contains(&r.rank))
+            .map(|r| r.rank)
+            .collect()
     }
 }
 
@@ -165,28 +232,79 @@ impl fmt::Display for RunReport {
                 write!(f, "{n} {noun} succeeded in {}", secs(self.elapsed))
             }
             Outcome::RankFailed { rank, how } => {
-                let stopped: Vec<usize> = self
-                    .ranks
-                    .iter()
-                    .filter(|r| r.stopped && r.rank != *rank)
-                    .map(|r| r.rank)
-                    .collect();
+                write!(f, "rank {rank} {how}")?;
+                if *how == Ended::Exited(EXIT_PEER_FAILED) {
+                    f.write_str(
+                        " (it gave up on a peer, but no rank was seen failing on its own)",
+                    )?;
+                }
                 let others = self.ranks.len().saturating_sub(1);
                 if others == 0 {
-                    write!(f, "rank {rank} {how}")
-                } else if stopped.is_empty() {
-                    write!(f, "rank {rank} {how}; the other ranks had already finished")
-                } else if stopped.len() == others {
-                    write!(f, "rank {rank} {how} first; the other ranks were stopped")
-                } else if let [one] = stopped.as_slice() {
-                    write!(f, "rank {rank} {how} first; rank {one} was stopped")
-                } else {
+                    return Ok(());
+                }
+                let gave_up: Vec<usize> = self
+                    .ranks
+                    .iter()
+                    .filter(|r| {
+                        r.rank != *rank
+                            && !r.stopped
+                            && r.ended == Some(Ended::Exited(EXIT_PEER_FAILED))
+                    })
+                    .map(|r| r.rank)
+                    .collect();
+                let stopped = self.stopped_except(&[*rank]);
+                if gave_up.is_empty() && stopped.is_empty() {
+                    return f.write_str("; the other ranks had already finished");
+                }
+                f.write_str(" first")?;
+                if !gave_up.is_empty() {
                     write!(
                         f,
-                        "rank {rank} {how} first; ranks {} were stopped",
-                        join(&stopped)
-                    )
+                        "; {} gave up on a lost peer (status {EXIT_PEER_FAILED})",
+                        ranks(&gave_up)
+                    )?;
                 }
+                if !stopped.is_empty() && gave_up.is_empty() && stopped.len() == others {
+                    f.write_str("; the other ranks were stopped")
+                } else {
+                    write_stopped(f, &stopped)
+                }
+            }
+            Outcome::PeerLost {
+                culprits,
+                reason,
+                reporters,
+            } => {
+                let who = ranks(culprits);
+                let it = if culprits.len() == 1 { "it" } else { "them" };
+                let by = ranks(reporters);
+                match reason {
+                    Lost::ExitedEarly => write!(
+                        f,
+                        "{who} exited early with status 0 while the others still needed {it}: \
+                         {by} gave up on {it} (status {EXIT_PEER_FAILED})"
+                    )?,
+                    Lost::StillRunning => {
+                        let was = if culprits.len() == 1 { "was" } else { "were" };
+                        write!(
+                            f,
+                            "{who} {was} still running (hung?) when {by} gave up waiting for \
+                             {it} (status {EXIT_PEER_FAILED})"
+                        )?;
+                        if culprits
+                            .iter()
+                            .all(|c| self.ranks.get(*c).is_some_and(|r| r.stopped))
+                        {
+                            let it_was = if culprits.len() == 1 {
+                                "it was"
+                            } else {
+                                "they were"
+                            };
+                            write!(f, "; {it_was} stopped")?;
+                        }
+                    }
+                }
+                write_stopped(f, &self.stopped_except(culprits))
             }
             Outcome::TimedOut { still_running } => {
                 let noun = if still_running.len() == 1 {
@@ -206,6 +324,23 @@ impl fmt::Display for RunReport {
                 write!(f, "interrupted by {name}; all ranks stopped")
             }
         }
+    }
+}
+
+/// `rank 3` or `ranks 0, 1, 2`.
+fn ranks(list: &[usize]) -> String {
+    match list {
+        [one] => format!("rank {one}"),
+        many => format!("ranks {}", join(many)),
+    }
+}
+
+/// `; rank 3 was stopped`, `; ranks 1, 2 were stopped`, or nothing.
+fn write_stopped(f: &mut fmt::Formatter<'_>, stopped: &[usize]) -> fmt::Result {
+    match stopped {
+        [] => Ok(()),
+        [one] => write!(f, "; rank {one} was stopped"),
+        many => write!(f, "; ranks {} were stopped", join(many)),
     }
 }
 
@@ -312,5 +447,88 @@ mod tests {
             how: Ended::Signaled(11),
         };
         assert_eq!(report(segv, &[], 1).exit_code(), 139);
+    }
+
+    /// A report whose ranks ended as given (`None`: stopped by SIGTERM).
+    fn ended_as(outcome: Outcome, ends: &[Option<Ended>]) -> RunReport {
+        let mut r = report(outcome, &[], ends.len());
+        for (status, end) in r.ranks.iter_mut().zip(ends) {
+            status.ended = Some(end.unwrap_or(Ended::Signaled(15)));
+            status.stopped = end.is_none();
+        }
+        r
+    }
+
+    const PEER: Option<Ended> = Some(Ended::Exited(EXIT_PEER_FAILED));
+
+    #[test]
+    fn peer_failures_are_told_apart_from_the_culprit() {
+        let panic = Outcome::RankFailed {
+            rank: 2,
+            how: Ended::Exited(101),
+        };
+        let r = ended_as(panic.clone(), &[PEER, PEER, Some(Ended::Exited(101)), PEER]);
+        assert_eq!(
+            r.to_string(),
+            "rank 2 exited with status 101 first; ranks 0, 1, 3 gave up on a lost peer \
+             (status 75)"
+        );
+        assert_eq!(r.exit_code(), 101);
+        let r = ended_as(panic, &[PEER, None, Some(Ended::Exited(101)), None]);
+        assert_eq!(
+            r.to_string(),
+            "rank 2 exited with status 101 first; rank 0 gave up on a lost peer (status 75); \
+             ranks 1, 3 were stopped"
+        );
+
+        let early = Outcome::PeerLost {
+            culprits: vec![1],
+            reason: Lost::ExitedEarly,
+            reporters: vec![2, 0, 3],
+        };
+        let r = ended_as(early, &[PEER, Some(Ended::Exited(0)), PEER, PEER]);
+        assert_eq!(
+            r.to_string(),
+            "rank 1 exited early with status 0 while the others still needed it: ranks 2, 0, 3 \
+             gave up on it (status 75)"
+        );
+        assert_eq!(r.exit_code(), EXIT_PEER_FAILED);
+
+        let hung = Outcome::PeerLost {
+            culprits: vec![3],
+            reason: Lost::StillRunning,
+            reporters: vec![0, 1, 2],
+        };
+        let r = ended_as(hung, &[PEER, PEER, PEER, None]);
+        assert_eq!(
+            r.to_string(),
+            "rank 3 was still running (hung?) when ranks 0, 1, 2 gave up waiting for it \
+             (status 75); it was stopped"
+        );
+        assert_eq!(r.exit_code(), 75);
+
+        let hung = Outcome::PeerLost {
+            culprits: vec![1, 2],
+            reason: Lost::StillRunning,
+            reporters: vec![0],
+        };
+        let r = ended_as(hung, &[PEER, None, None]);
+        assert_eq!(
+            r.to_string(),
+            "ranks 1, 2 were still running (hung?) when rank 0 gave up waiting for them \
+             (status 75); they were stopped"
+        );
+
+        let alone = Outcome::RankFailed {
+            rank: 0,
+            how: Ended::Exited(EXIT_PEER_FAILED),
+        };
+        let r = ended_as(alone, &[PEER, PEER]);
+        assert_eq!(
+            r.to_string(),
+            "rank 0 exited with status 75 (it gave up on a peer, but no rank was seen failing \
+             on its own) first; rank 1 gave up on a lost peer (status 75)"
+        );
+        assert_eq!(r.exit_code(), 75);
     }
 }

@@ -7,12 +7,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use crate::culprit::blame;
 use crate::error::LaunchError;
 use crate::group::{join_group, live_members, signal_group};
 use crate::output::spawn_reader;
@@ -22,6 +23,23 @@ use crate::spec::{LaunchSpec, RENDEZVOUS_ENV};
 
 /// How often children are polled (and the longest a line waits in the channel).
 const POLL: Duration = Duration::from_millis(10);
+
+/// After the first failure, how long the other ranks get to end on their own
+/// before the group gets `SIGTERM` (at most the grace period): the peers of a
+/// failed rank usually fail within milliseconds, and how they end tells who
+/// the culprit is.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// Output lines buffered between the reader threads and the sink; when the
+/// sink is slower than the ranks, the readers (and then the ranks) wait.
+const CHANNEL_LINES: usize = 4096;
+
+/// The socket rank 0 binds in the rendezvous directory (symmem-bootstrap).
+const BOOTSTRAP_SOCKET: &str = "rank0.sock";
+
+/// The longest path a Unix socket address holds on Linux (`sun_path` is 108
+/// bytes, including the terminating NUL).
+const MAX_SOCKET_PATH: usize = 107;
 
 /// After `SIGKILL`, how long processes get to disappear before they are
 /// reported as leftovers. Only processes stuck in the kernel take this long.
@@ -66,17 +84,26 @@ pub struct Started<'a> {
 /// | `MASTER_PORT` | a TCP port free when the run started |
 /// | `SYMMEM_RENDEZVOUS` | a fresh private (0700) directory, removed after the run; unless `spec.env` sets it |
 ///
-/// The run ends when every rank exited 0 ([`Outcome::Success`]), when the
-/// first rank exits non-zero or by a signal ([`Outcome::RankFailed`]), when
-/// `spec.timeout` elapses ([`Outcome::TimedOut`]), or when the launcher gets
-/// SIGINT, SIGTERM or SIGHUP ([`Outcome::Interrupted`]). Then the whole group
-/// gets `SIGTERM`, `spec.grace` later `SIGKILL`, every rank is reaped and the
-/// group is verified empty (grandchildren included) before this returns.
-/// Ranks also get `SIGKILL` if the launcher dies, even by `SIGKILL`.
+/// The run ends when every rank exited 0 ([`Outcome::Success`]), when a rank
+/// exits non-zero or by a signal, when `spec.timeout` elapses
+/// ([`Outcome::TimedOut`]), or when the launcher gets SIGINT, SIGTERM or
+/// SIGHUP ([`Outcome::Interrupted`]). After a failure the launcher watches
+/// for a short settle window (200 ms, at most `spec.grace`) to see how the
+/// other ranks end, and names the culprit ([`Outcome::RankFailed`] or
+/// [`Outcome::PeerLost`]; a rank that stops because another rank failed
+/// should exit with [`EXIT_PEER_FAILED`](crate::EXIT_PEER_FAILED) so that it is
+/// not taken for the culprit). Then the whole group gets `SIGTERM`,
+/// `spec.grace` later `SIGKILL`, every rank is reaped and the group is
+/// verified empty (grandchildren included) before this returns. Ranks also
+/// get `SIGKILL` if the launcher dies, even by `SIGKILL`.
 ///
 /// While this runs, SIGINT, SIGTERM and SIGHUP of the calling process only
-/// stop the run. signal-hook keeps its handler installed afterwards, so
-/// without other registered actions these signals are then ignored.
+/// stop the run; one received while the ranks are in their grace period (a
+/// second Ctrl-C) sends them `SIGKILL` at once. Outside runs these signals
+/// act as they did before the first run: if they had their default action
+/// (terminate the process), it is emulated, since signal-hook's handler stays
+/// installed; if they were ignored, they stay ignored; handlers of the
+/// application keep being called.
 pub fn launch(
     spec: &LaunchSpec,
     sink: &mut dyn FnMut(&OutputLine),
@@ -99,9 +126,10 @@ pub fn launch_with(
     // it returns (including unwinding out of `sink`).
     let (rendezvous, _owned_dir) = rendezvous(spec)?;
 
-    let (tx, rx) = mpsc::channel();
+    let (tx, rx) = mpsc::sync_channel(CHANNEL_LINES);
     let mut run = Run {
         ranks: Vec::with_capacity(spec.ranks),
+        polls: 0,
         pgid: 0,
         readers: Vec::with_capacity(2 * spec.ranks),
         tx: Some(tx),
@@ -111,15 +139,15 @@ pub fn launch_with(
     let start = Instant::now();
     for rank in 0..spec.ranks {
         let mut cmd = command(spec, &program, rank, master_port, &rendezvous);
-        if let Err(source) = run.spawn(rank, &mut cmd) {
+        if let Err(cause) = run.spawn(rank, &mut cmd) {
             // Stop whatever already started; a leftover is the worse news.
-            let stopped = run.stop(Duration::ZERO);
+            let stopped = run.stop(Duration::ZERO, &signals);
             run.drain_rest();
             stopped?;
             return Err(LaunchError::Spawn {
                 rank,
                 program,
-                source,
+                cause,
             });
         }
     }
@@ -133,8 +161,8 @@ pub fn launch_with(
         rendezvous: &rendezvous,
     });
 
-    let watched = run.watch(spec.timeout, &signals, start);
-    let stopped = run.stop(spec.grace);
+    let watched = run.watch(spec.timeout, spec.grace, &signals, start);
+    let stopped = run.stop(spec.grace, &signals);
     run.drain_rest();
     stopped?;
     let outcome = watched?;
@@ -178,11 +206,25 @@ fn rendezvous(spec: &LaunchSpec) -> Result<(PathBuf, Option<tempfile::TempDir>),
         // Private: other users must not plant files where ranks meet.
         .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir_in(&parent)
-        .map_err(|source| LaunchError::Rendezvous {
-            dir: parent,
-            source,
-        })?;
+        .map_err(|cause| LaunchError::Rendezvous { dir: parent, cause })?;
+    // On error, `dir` is removed as it drops.
+    check_socket_path(dir.path())?;
     Ok((dir.path().to_path_buf(), Some(dir)))
+}
+
+/// Refuses a rendezvous directory in which the ranks could not bind their
+/// bootstrap socket: the error names TMPDIR, where the launcher makes it.
+fn check_socket_path(rendezvous: &Path) -> Result<(), LaunchError> {
+    let socket = rendezvous.join(BOOTSTRAP_SOCKET);
+    let len = socket.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        return Err(LaunchError::RendezvousTooLong {
+            socket,
+            len,
+            max: MAX_SOCKET_PATH,
+        });
+    }
+    Ok(())
 }
 
 fn command(
@@ -225,17 +267,21 @@ struct Rank {
     started: Instant,
     ended: Option<Ended>,
     elapsed: Option<Duration>,
+    /// The number of the poll ([`Run::reap`] call) that saw it end.
+    seen: Option<u64>,
     stopped: bool,
 }
 
 struct Run<'s> {
     ranks: Vec<Rank>,
+    /// Calls of [`Run::reap`] so far: orders the ends of the ranks.
+    polls: u64,
     /// 0 until rank 0 is spawned. Never signal pgid 0: that is our own group.
     pgid: i32,
     readers: Vec<JoinHandle<()>>,
     /// Kept until the final drain so that `recv_timeout` waits instead of
     /// reporting a disconnect while readers come and go.
-    tx: Option<Sender<OutputLine>>,
+    tx: Option<SyncSender<OutputLine>>,
     rx: Receiver<OutputLine>,
     sink: &'s mut dyn FnMut(&OutputLine),
 }
@@ -258,6 +304,7 @@ impl Run<'_> {
             started: Instant::now(),
             ended: None,
             elapsed: None,
+            seen: None,
             stopped: false,
         });
         let tx = self
@@ -294,47 +341,60 @@ impl Run<'_> {
         }
     }
 
-    /// Reaps ranks that ended; returns the first failure seen (lowest rank
-    /// among those found in this round).
-    fn reap(&mut self) -> Result<Option<(usize, Ended)>, LaunchError> {
-        let mut failed = None;
+    /// Reaps the ranks that ended, noting in which poll they were seen.
+    fn reap(&mut self) -> Result<(), LaunchError> {
+        self.polls += 1;
+        let poll = self.polls;
         for r in self.ranks.iter_mut().filter(|r| r.ended.is_none()) {
             match r.child.try_wait() {
                 Ok(Some(status)) => {
-                    let how = ended(status);
-                    r.ended = Some(how);
+                    r.ended = Some(ended(status));
                     r.elapsed = Some(r.started.elapsed());
-                    if !how.success() && failed.is_none() {
-                        failed = Some((r.rank, how));
-                    }
+                    r.seen = Some(poll);
                 }
                 Ok(None) => {}
-                Err(source) => {
+                Err(cause) => {
                     return Err(LaunchError::Wait {
                         rank: r.rank,
-                        source,
+                        cause,
                     });
                 }
             }
         }
-        Ok(failed)
+        Ok(())
+    }
+
+    fn any_failed(&self) -> bool {
+        self.ranks
+            .iter()
+            .any(|r| r.ended.is_some_and(|how| !how.success()))
+    }
+
+    fn all_ended(&self) -> bool {
+        self.ranks.iter().all(|r| r.ended.is_some())
     }
 
     /// Streams output and polls until the run must end, and says why.
     fn watch(
         &mut self,
         timeout: Duration,
+        grace: Duration,
         signals: &SignalGuard,
         start: Instant,
     ) -> Result<Outcome, LaunchError> {
         let deadline = start.checked_add(timeout);
         loop {
             self.pump(POLL);
+            self.reap()?;
             // A failure is the most useful news, so it is checked first.
-            if let Some((rank, how)) = self.reap()? {
-                return Ok(Outcome::RankFailed { rank, how });
+            if self.any_failed() {
+                self.settle(SETTLE.min(grace), signals)?;
+                let ends: Vec<_> = self.ranks.iter().map(|r| r.ended.zip(r.seen)).collect();
+                if let Some(outcome) = blame(&ends) {
+                    return Ok(outcome);
+                }
             }
-            if self.ranks.iter().all(|r| r.ended.is_some()) {
+            if self.all_ended() {
                 return Ok(Outcome::Success);
             }
             if let Some(signal) = signals.caught() {
@@ -352,6 +412,22 @@ impl Run<'_> {
         }
     }
 
+    /// After a failure: keeps delivering output and reaping for `window`, so
+    /// that the ranks that fail because of it end on their own, in an order
+    /// that tells who failed first. Cut short when every rank has ended or
+    /// the launcher gets a signal.
+    fn settle(&mut self, window: Duration, signals: &SignalGuard) -> Result<(), LaunchError> {
+        let until = Instant::now() + window;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.all_ended() || signals.caught().is_some() {
+                return Ok(());
+            }
+            self.pump(left.min(POLL));
+            self.reap()?;
+        }
+    }
+
     /// Everything reaped and nothing alive left in the group.
     fn all_gone(&mut self) -> bool {
         // Wait errors are reported by `watch`; here a rank that cannot be
@@ -360,24 +436,35 @@ impl Run<'_> {
         self.ranks.iter().all(|r| r.ended.is_some()) && live_members(self.pgid).is_empty()
     }
 
-    /// SIGTERM, `grace`, SIGKILL, reap, verify the group is empty.
-    fn stop(&mut self, grace: Duration) -> Result<(), LaunchError> {
+    /// SIGTERM, `grace`, SIGKILL, reap, verify the group is empty. A signal
+    /// to the launcher during the grace period (a second Ctrl-C) cuts it
+    /// short.
+    fn stop(&mut self, grace: Duration, signals: &SignalGuard) -> Result<(), LaunchError> {
         if self.pgid <= 0 {
             return Ok(());
-        }
-        let _ = self.reap();
-        for r in self.ranks.iter_mut().filter(|r| r.ended.is_none()) {
-            r.stopped = true;
         }
         // Also when all ranks are done: background processes they left in
         // the group are part of the run and must not outlive it.
         if !self.all_gone() {
+            // Reaped again right before SIGTERM (scanning /proc in `all_gone`
+            // takes a while): these are the ranks alive as SIGTERM goes out.
+            let _ = self.reap();
+            for r in self.ranks.iter_mut().filter(|r| r.ended.is_none()) {
+                r.stopped = true;
+            }
+            let signals_before = signals.count();
             signal_group(self.pgid, Signal::SIGTERM);
             let deadline = Instant::now() + grace;
             while Instant::now() < deadline {
                 self.pump(POLL);
                 if self.all_gone() {
                     return Ok(());
+                }
+                // A signal since SIGTERM, or a second one in all: the user
+                // does not want to wait.
+                let count = signals.count();
+                if count > signals_before || count >= 2 {
+                    break;
                 }
             }
         }
@@ -454,5 +541,36 @@ fn ended(status: ExitStatus) -> Ended {
         (None, Some(signal)) => Ended::Signaled(signal),
         // try_wait reports only terminations; keep the raw status otherwise.
         (None, None) => Ended::Exited(status.into_raw()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_paths_must_fit_in_a_unix_address() {
+        // "/" + 95 + "/rank0.sock" = 107 bytes: the longest that fits.
+        let fits = PathBuf::from(format!("/{}", "d".repeat(95)));
+        assert!(check_socket_path(&fits).is_ok());
+        let long = PathBuf::from(format!("/{}", "d".repeat(96)));
+        let err = check_socket_path(&long).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LaunchError::RendezvousTooLong {
+                    len: 108,
+                    max: 107,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("108 bytes") && text.contains("at most 107"),
+            "{text}"
+        );
+        assert!(text.contains("set TMPDIR to a shorter directory"), "{text}");
     }
 }

@@ -87,6 +87,103 @@ fn sigint_stops_every_rank_and_exits_130() {
 }
 
 #[test]
+fn a_second_sigint_skips_the_grace_period() {
+    // The ranks ignore SIGTERM and say so on stdout; a 60 s grace would be
+    // waited out in full without the second SIGINT.
+    let mut child = Command::new(BIN)
+        .args([
+            "--ranks",
+            "2",
+            "--grace",
+            "60s",
+            "--",
+            "/bin/sh",
+            "-c",
+            "trap '' TERM; echo ready; exec sleep 100",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn symmem-run");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let (pids, stderr) = started_pids(&mut child);
+    let mut line = String::new();
+    for _ in 0..2 {
+        line.clear();
+        stdout.read_line(&mut line).expect("read");
+        assert!(line.ends_with("] ready\n"), "{line:?}");
+    }
+    let launcher = Pid::from_raw(child.id() as i32);
+    kill(launcher, Signal::SIGINT).expect("SIGINT");
+    // Let the first one start the grace period.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        child.try_wait().expect("try_wait").is_none(),
+        "waits for the grace"
+    );
+    let sent = Instant::now();
+    kill(launcher, Signal::SIGINT).expect("second SIGINT");
+    let status = wait_within(&mut child, MARGIN);
+    assert!(sent.elapsed() < MARGIN);
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert!(rest(stderr).contains("interrupted by SIGINT; all ranks stopped"));
+    for pid in pids {
+        assert!(gone(pid), "rank pid {pid} survived");
+    }
+}
+
+#[test]
+fn ranks_that_lose_a_peer_exit_75_and_the_culprit_is_named() {
+    let mut child = start(&[
+        "--ranks",
+        "3",
+        "--grace",
+        "1s",
+        "--",
+        "/bin/sh",
+        "-c",
+        r#"if [ "$RANK" = 2 ]; then exec sleep 100; fi; sleep 0.2; exit 75"#,
+    ]);
+    let (pids, stderr) = started_pids(&mut child);
+    let status = wait_within(&mut child, GRACE + MARGIN);
+    assert_eq!(status.code(), Some(75), "{status:?}");
+    let text = rest(stderr);
+    assert!(
+        text.contains("rank 2 was still running (hung?) when ranks ")
+            && text.contains("gave up waiting for it (status 75); it was stopped"),
+        "{text}"
+    );
+    for pid in pids {
+        assert!(gone(pid), "rank pid {pid} survived");
+    }
+}
+
+#[test]
+fn a_tmpdir_too_long_for_the_socket_path_is_refused_with_the_fix() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut long = tmp.path().to_path_buf();
+    while long.as_os_str().len() < 110 {
+        long.push("a-rather-long-directory-name");
+    }
+    std::fs::create_dir_all(&long).expect("mkdir");
+    let out = Command::new(BIN)
+        .args(["--ranks", "2", "--", "/bin/true"])
+        .env("TMPDIR", &long)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("set TMPDIR to a shorter directory"), "{err}");
+    assert!(err.contains("at most 107 bytes"), "{err}");
+    // symmem-rdzv-XXXXXX/rank0.sock: 29 bytes after TMPDIR and a slash.
+    let len = long.as_os_str().len() + 1 + 29;
+    assert!(err.contains(&format!("would be {len} bytes long")), "{err}");
+    // Nothing is left behind in TMPDIR.
+    assert_eq!(std::fs::read_dir(&long).expect("ls").count(), 0);
+}
+
+#[test]
 fn failing_rank_sets_the_exit_code() {
     let mut child = start(&[
         "--ranks",

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use common::{GRACE, MARGIN, gone, group_empty, lines_of, run, sh};
 use symmem_launch::{
-    Ended, LaunchError, LaunchSpec, MAX_RANKS, Outcome, RunReport, Started, Stream, launch_with,
+    EXIT_PEER_FAILED, Ended, LaunchError, LaunchSpec, Lost, MAX_RANKS, Outcome, RunReport, Started,
+    Stream, launch_with,
 };
 
 fn assert_all_gone(report: &RunReport) {
@@ -138,6 +139,124 @@ fn first_failing_rank_stops_the_others() {
         assert!(r.stopped, "rank {} was stopped", r.rank);
         assert_eq!(r.ended, Some(Ended::Signaled(15)), "rank {}", r.rank);
     }
+    assert_all_gone(&report);
+}
+
+#[test]
+fn peers_that_give_up_first_are_not_blamed() {
+    // The peers of rank 2 exit 75 as soon as it announces its end, typically
+    // before it is seen to fail: it is still the culprit.
+    let script = r#"
+        if [ "$RANK" = 2 ]; then touch "$SYMMEM_RENDEZVOUS/bye"; sleep 0.05; exit 3; fi
+        while [ ! -e "$SYMMEM_RENDEZVOUS/bye" ]; do sleep 0.01; done
+        echo "lost rank 2"; exit 75"#;
+    let (report, lines, elapsed) = run(&sh(script, 4));
+    let report = report.expect("launch");
+    assert_eq!(
+        report.outcome,
+        Outcome::RankFailed {
+            rank: 2,
+            how: Ended::Exited(3)
+        },
+        "{report}"
+    );
+    assert_eq!(report.exit_code(), 3);
+    assert_eq!(
+        report.to_string(),
+        "rank 2 exited with status 3 first; ranks 0, 1, 3 gave up on a lost peer (status 75)"
+    );
+    for r in report.ranks.iter().filter(|r| r.rank != 2) {
+        assert!(!r.stopped, "rank {} ended on its own", r.rank);
+        assert_eq!(r.ended, Some(Ended::Exited(EXIT_PEER_FAILED)));
+        assert_eq!(lines_of(&lines, r.rank), ["lost rank 2"]);
+    }
+    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
+    assert_all_gone(&report);
+}
+
+#[test]
+fn a_rank_that_exits_0_while_needed_is_named() {
+    // Rank 1 leaves with status 0; the others notice only once the launcher
+    // has reaped it (a zombie still answers `kill -0`), then exit 75.
+    let script = r#"
+        if [ "$RANK" = 1 ]; then echo $$ > "$SYMMEM_RENDEZVOUS/pid.tmp";
+          mv "$SYMMEM_RENDEZVOUS/pid.tmp" "$SYMMEM_RENDEZVOUS/pid"; exit 0; fi
+        while [ ! -e "$SYMMEM_RENDEZVOUS/pid" ]; do sleep 0.01; done
+        while kill -0 "$(cat "$SYMMEM_RENDEZVOUS/pid")" 2>/dev/null; do sleep 0.01; done
+        exit 75"#;
+    let (report, _, elapsed) = run(&sh(script, 4));
+    let report = report.expect("launch");
+    let Outcome::PeerLost {
+        culprits,
+        reason,
+        reporters,
+    } = &report.outcome
+    else {
+        panic!("unexpected outcome {:?}", report.outcome);
+    };
+    assert_eq!(
+        (culprits.as_slice(), *reason),
+        ([1].as_slice(), Lost::ExitedEarly)
+    );
+    let mut sorted = reporters.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, [0, 2, 3]);
+    assert_eq!(report.exit_code(), EXIT_PEER_FAILED);
+    let summary = report.to_string();
+    assert!(
+        summary.starts_with(
+            "rank 1 exited early with status 0 while the others still needed it: ranks "
+        ),
+        "{summary}"
+    );
+    assert!(
+        report.ranks.iter().all(|r| !r.stopped),
+        "{:?}",
+        report.ranks
+    );
+    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
+    assert_all_gone(&report);
+}
+
+#[test]
+fn a_rank_the_others_gave_up_on_is_named_as_hung() {
+    // Rank 3 hangs; the others give up at slightly different times.
+    let script = r#"
+        if [ "$RANK" = 3 ]; then exec sleep 100; fi
+        sleep 0.3; exit 75"#;
+    let (report, _, elapsed) = run(&sh(script, 4));
+    let report = report.expect("launch");
+    let Outcome::PeerLost {
+        culprits,
+        reason,
+        reporters,
+    } = &report.outcome
+    else {
+        panic!("unexpected outcome {:?}", report.outcome);
+    };
+    assert_eq!(
+        (culprits.as_slice(), *reason),
+        ([3].as_slice(), Lost::StillRunning)
+    );
+    let mut sorted = reporters.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, [0, 1, 2]);
+    assert_eq!(report.exit_code(), 75);
+    let summary = report.to_string();
+    assert!(
+        summary.starts_with("rank 3 was still running (hung?) when ranks ")
+            && summary.ends_with(" gave up waiting for it (status 75); it was stopped"),
+        "{summary}"
+    );
+    let stopped: Vec<usize> = report
+        .ranks
+        .iter()
+        .filter(|r| r.stopped)
+        .map(|r| r.rank)
+        .collect();
+    assert_eq!(stopped, [3]);
+    assert_eq!(report.ranks[3].ended, Some(Ended::Signaled(15)));
+    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
     assert_all_gone(&report);
 }
 
@@ -272,6 +391,34 @@ fn spawn_time_and_pids_are_reported() {
             .ranks
             .iter()
             .all(|r| r.ended == Some(Ended::Exited(0)) && !r.stopped)
+    );
+}
+
+#[test]
+fn ranks_ending_before_sigterm_are_not_marked_stopped() {
+    // Rank 0 fails; rank 1 finishes successfully during the settle window,
+    // rank 2 is still running and is stopped.
+    let script = r#"
+        case "$RANK" in
+          0) exit 9 ;;
+          1) sleep 0.05; exit 0 ;;
+          *) exec sleep 100 ;;
+        esac"#;
+    let (report, _, _) = run(&sh(script, 3));
+    let report = report.expect("launch");
+    assert_eq!(
+        report.outcome,
+        Outcome::RankFailed {
+            rank: 0,
+            how: Ended::Exited(9)
+        }
+    );
+    let stopped: Vec<bool> = report.ranks.iter().map(|r| r.stopped).collect();
+    assert_eq!(stopped, [false, false, true], "{:?}", report.ranks);
+    assert_eq!(report.ranks[1].ended, Some(Ended::Exited(0)));
+    assert_eq!(
+        report.to_string(),
+        "rank 0 exited with status 9 first; rank 2 was stopped"
     );
 }
 

@@ -235,6 +235,9 @@ impl<P: SymmetricProvider> Context<P> {
             }
         }
         let map = self.map_of(addr, bytes);
+        self.provider
+            .table_ready(&map.table)
+            .map_err(|e| self.poison(e))?;
         Ok((buffer, map))
     }
 

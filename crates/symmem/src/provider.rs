@@ -26,6 +26,13 @@ pub trait SymmetricProvider {
     fn finalize(&mut self, op: &CollectiveOp) -> Result<(), Error> {
         self.barrier(op)
     }
+    /// Called once per allocation with its table before the table is handed out. Providers
+    /// that keep a device copy of each table (for kernels) upload it here; `free` of the
+    /// allocation at `table.bases()[rank]` releases it.
+    fn table_ready(&mut self, table: &PeerTable) -> Result<(), Error> {
+        let _ = table;
+        Ok(())
+    }
     /// This process's address of `peer`'s copy of the symmetric address `addr`, or `None`
     /// when `peer` is not load/store reachable. `ptr(addr, rank()) == Some(addr)`.
     fn ptr(&self, addr: u64, peer: usize) -> Option<u64>;

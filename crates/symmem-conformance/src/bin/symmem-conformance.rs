@@ -2,11 +2,12 @@
 //! `symmem-run`, torchrun, mpirun, srun): it reads its rank from the environment, runs every
 //! check against the chosen provider and prints one JSON line per check on stdout.
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
 use std::io::Write;
 use symmem::Context;
 use symmem_conformance::{Extras, SuiteOutcome, Unavailable, run_suite};
+use symmem_gpu::{Backend, GpuConfig, GpuProvider};
 use symmem_host::{HostConfig, HostProvider};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -48,6 +49,21 @@ impl Extras<HostProvider> for HostExtras {
     }
 }
 
+/// GPU libraries initialise once per process: no second context.
+struct NoExtras;
+
+impl Extras<GpuProvider> for NoExtras {
+    fn context_with_nodes(
+        &mut self,
+        _label: &str,
+        _node_ids: &[u64],
+    ) -> Result<Context<GpuProvider>, Unavailable> {
+        Err(Unavailable::Unsupported(
+            "needs a second context, and a GPU SHMEM library initialises once per process".into(),
+        ))
+    }
+}
+
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -72,19 +88,31 @@ fn main() -> std::process::ExitCode {
 fn run() -> anyhow::Result<SuiteOutcome> {
     let args = Args::parse();
     match args.provider {
-        Provider::Host => {}
-        Provider::Nvshmem | Provider::Rocshmem => bail!(
-            "provider {:?} is not built into this toolkit yet (the GPU providers are tracked \
-             by their own issue); run `--provider host`",
-            args.provider
-        ),
+        Provider::Host => {
+            let config = HostConfig::from_env().context("configuring the host provider")?;
+            let provider =
+                HostProvider::new(config.clone()).context("starting the host provider")?;
+            let mut extras = HostExtras { base: config };
+            run_with(Context::new(provider), &mut extras)
+        }
+        Provider::Nvshmem | Provider::Rocshmem => {
+            let backend = match args.provider {
+                Provider::Nvshmem => Backend::Nvshmem,
+                _ => Backend::Rocshmem,
+            };
+            let config = GpuConfig::from_env(backend).context("configuring the GPU provider")?;
+            let provider = GpuProvider::new(config).context("starting the GPU provider")?;
+            run_with(Context::new(provider), &mut NoExtras)
+        }
     }
-    let config = HostConfig::from_env().context("configuring the host provider")?;
-    let provider = HostProvider::new(config.clone()).context("starting the host provider")?;
-    let mut ctx = Context::new(provider);
-    let mut extras = HostExtras { base: config };
+}
+
+fn run_with<P: symmem::TranslatedOps>(
+    mut ctx: Context<P>,
+    extras: &mut dyn Extras<P>,
+) -> anyhow::Result<SuiteOutcome> {
     let stdout = std::io::stdout();
-    let outcome = run_suite(&mut ctx, &mut extras, &mut |result| {
+    let outcome = run_suite(&mut ctx, extras, &mut |result| {
         let mut out = stdout.lock();
         // A closed stdout only loses reports; the exit status still tells.
         let _ = writeln!(out, "{}", result.to_line());

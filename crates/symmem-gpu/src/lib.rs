@@ -1,0 +1,19 @@
+//! GPU providers for symmem: NVSHMEM (NVIDIA) and rocSHMEM (AMD) behind the symmem shim.
+//!
+//! The shim is a shared library built by `cargo xtask build-shim --backend nvshmem|rocshmem`
+//! and loaded at run time, so this crate builds and tests anywhere; where the library (or the
+//! GPU, or the SHMEM library under it) is missing, [`GpuProvider::new`] returns
+//! [`GpuError::Unavailable`] with the reason and the fix.
+//!
+//! Ranks meet through symmem's own rendezvous (the launcher's `SYMMEM_RENDEZVOUS`): rank 0
+//! makes the SHMEM library's unique id and the control plane hands it to every rank, which
+//! also compares every collective call across ranks before the library sees it.
+//!
+//! Environment: `SYMMEM_SHIM_LIB` (the shim library; default: next to the executable),
+//! `SYMMEM_GPU_HEAP_SIZE` (symmetric heap per PE; default: the library's),
+//! `SYMMEM_DEVICE` (GPU index; default `LOCAL_RANK % GPUs`), `SYMMEM_COLLECTIVE_TIMEOUT`.
+//! NVSHMEM's multicast (NVLS) is always disabled.
+
+mod provider;
+
+pub use provider::{Backend, GpuConfig, GpuError, GpuProvider, default_library};

@@ -1,0 +1,107 @@
+/*
+ * symmem shim: the C ABI between symmem (Rust) and a SHMEM library (NVSHMEM or rocSHMEM).
+ *
+ * One header, two implementations (nvshmem_shim.cu, rocshmem_shim.hip) that share one kernel
+ * source (kernels.inc). The Rust side loads the shared library at run time, so this header is
+ * the whole contract: bindings are generated from it and checked for drift.
+ *
+ * Every function returns SYMMEM_SHIM_OK (0) or a negative status; after a failure,
+ * symmem_shim_last_error() describes it (per thread, valid until the next call).
+ * Device pointers are plain addresses in this process. Tables are device arrays of int64, one
+ * entry per PE: table[pe] is where this process reaches PE pe's copy of one allocation, so a
+ * local pointer p translates to PE `to` as table[to] + (p - table[from]).
+ */
+#ifndef SYMMEM_SHIM_H
+#define SYMMEM_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped on any incompatible change; the Rust side refuses a library of another version. */
+#define SYMMEM_SHIM_ABI_VERSION 1
+/* Large enough for the unique id of every backend. */
+#define SYMMEM_SHIM_UNIQUE_ID_MAX 512
+
+enum symmem_shim_status {
+  SYMMEM_SHIM_OK = 0,
+  /* The SHMEM library reported a failure. */
+  SYMMEM_SHIM_ERR_BACKEND = -1,
+  /* An argument was refused (null pointer, bad PE, size not a whole number of elements). */
+  SYMMEM_SHIM_ERR_INVALID = -2,
+  /* The GPU runtime reported a failure. */
+  SYMMEM_SHIM_ERR_DEVICE = -3,
+  /* Called in the wrong state (before init, twice, after finalize). */
+  SYMMEM_SHIM_ERR_STATE = -4
+};
+
+/* ---- identity ---------------------------------------------------------------------------- */
+int symmem_shim_abi_version(void);
+/* "nvshmem" or "rocshmem". */
+const char *symmem_shim_backend(void);
+const char *symmem_shim_last_error(void);
+
+/* ---- devices ----------------------------------------------------------------------------- */
+int symmem_shim_device_count(int *count);
+/* Selects the GPU of this process; call before symmem_shim_init. */
+int symmem_shim_set_device(int device);
+
+/* ---- bootstrap and lifetime -------------------------------------------------------------- */
+/* Size of the unique id that rank 0 creates and every rank passes to init. */
+int symmem_shim_unique_id_size(size_t *size);
+int symmem_shim_get_unique_id(uint8_t *id, size_t size);
+/* Collective. heap_bytes = 0 keeps the library's default; single_node = 1 lets the shim pick
+ * loopback for the library's own bootstrap when the user has not chosen an interface. */
+int symmem_shim_init(int rank, int n_pes, const uint8_t *id, size_t id_size, size_t heap_bytes,
+                     int single_node);
+/* Collective. */
+int symmem_shim_finalize(void);
+int symmem_shim_my_pe(int *pe);
+int symmem_shim_n_pes(int *n_pes);
+
+/* ---- symmetric memory (collective: every PE, same order) --------------------------------- */
+int symmem_shim_malloc(size_t bytes, void **ptr);
+int symmem_shim_free(void *ptr);
+/* This process's address of PE pe's copy of ptr, or NULL when pe is not load/store reachable. */
+int symmem_shim_ptr(const void *ptr, int pe, void **out);
+int symmem_shim_barrier_all(void);
+
+/* ---- plain device memory and copies, on the shim's stream -------------------------------- */
+int symmem_shim_device_alloc(size_t bytes, void **ptr);
+int symmem_shim_device_free(void *ptr);
+/* Asynchronous: the host buffer may be reused on return. */
+int symmem_shim_copy_to_device_async(void *dst, const void *src, size_t bytes);
+/* Synchronous. */
+int symmem_shim_copy_to_host(void *dst, const void *src, size_t bytes);
+/* Asynchronous device-to-device copy by the runtime (the baseline for copy kernels). */
+int symmem_shim_copy_device_async(void *dst, const void *src, size_t bytes);
+/* Waits for everything queued on the shim's stream. */
+int symmem_shim_synchronize(void);
+
+/* ---- translated kernels (asynchronous; table is a device int64[n_pes]) ------------------- */
+/* Writes value to count u64 at dst (a local address) translated from PE `from` to PE `to`.
+ * table = NULL writes dst itself, untranslated (the plain local store baseline). */
+int symmem_shim_fill_u64(const int64_t *table, int n_pes, int from, int to, uint64_t *dst,
+                         uint64_t value, size_t count);
+/* Copies count u64 from values (device memory of this process) to dst translated to `to`. */
+int symmem_shim_store_u64(const int64_t *table, int n_pes, int from, int to, uint64_t *dst,
+                          const uint64_t *values, size_t count);
+/* Copies count u64 from src translated to `src_pe` into out (device memory of this process). */
+int symmem_shim_load_u64(const int64_t *table, int n_pes, int from, int src_pe,
+                         const uint64_t *src, uint64_t *out, size_t count);
+/* Copies bytes from src on src_pe to dst on dst_pe; both are local addresses of PE `cur`
+ * translated through the one table (as Iris's copy does). table = NULL copies untranslated. */
+int symmem_shim_copy(const int64_t *table, int n_pes, int cur, const void *src, int src_pe,
+                     void *dst, int dst_pe, size_t bytes);
+/* Adds value `repeats` times (one atomic per add) to the u64 at dst translated to `to`. */
+int symmem_shim_atomic_add_u64(const int64_t *table, int n_pes, int from, int to, uint64_t *dst,
+                               uint64_t value, size_t repeats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SYMMEM_SHIM_H */

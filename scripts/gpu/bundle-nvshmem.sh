@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds everything an NVSHMEM machine needs to run the conformance matrix and the GPU bench,
+# on a machine WITHOUT a GPU (the GPU machine has no Rust), into one folder to copy over:
+#   scripts/gpu/bundle-nvshmem.sh [OUT_DIR]      (default: .device/nvshmem)
+# Needs nvcc + NVSHMEM: NVSHMEM_HOME and CUDACXX, or scripts/gpu/nvshmem-sdk.sh to fetch them
+# from PyPI. Then on the GPU machine: OUT_DIR/run-nvshmem.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-.device/nvshmem}
+if [ -z "${NVSHMEM_HOME:-}" ] || [ -z "${CUDACXX:-}" ]; then
+  # shellcheck disable=SC1091
+  source scripts/gpu/nvshmem-sdk.sh
+fi
+mkdir -p "$out"
+cargo build --release -p xtask -p symmem-conformance -p symmem-gpu --bins
+cargo xtask build-shim --backend nvshmem --nvcc "$CUDACXX" --nvshmem-home "$NVSHMEM_HOME" >/dev/null
+cp target/release/xtask target/release/symmem-conformance target/release/symmem-gpu-bench "$out"/
+cp target/shim/nvshmem/lib/libsymmem_shim_nvshmem.so "$out"/
+cp scripts/gpu/run-nvshmem.sh "$out"/
+echo "bundle ready in $out ($(du -sh "$out" | cut -f1))"

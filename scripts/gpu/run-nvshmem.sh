@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs on an NVIDIA GPU machine with NVSHMEM, from a bundle made by bundle-nvshmem.sh:
+# the conformance matrix at 1/2/4/8 PEs (all on the visible GPUs; LOCAL_RANK picks the GPU),
+# then the bench. Writes results.txt and bench.json next to itself, or into $RESULTS_DIR.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+results=${RESULTS_DIR:-$here}
+mkdir -p "$results"
+nvshmem_lib=${NVSHMEM_LIB:-$(python3 -c 'import nvidia.nvshmem, os; print(os.path.join(list(nvidia.nvshmem.__path__)[0], "lib"))' 2>/dev/null || true)}
+if [ -z "$nvshmem_lib" ] || [ ! -e "$nvshmem_lib/libnvshmem_host.so.3" ]; then
+  echo "NVSHMEM's libnvshmem_host.so.3 not found: set NVSHMEM_LIB to its folder" >&2
+  exit 1
+fi
+export LD_LIBRARY_PATH="$nvshmem_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Multicast is forbidden on these machines; the shim forces this too.
+export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0
+export SYMMEM_GPU_HEAP_SIZE=${SYMMEM_GPU_HEAP_SIZE:-1G}
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  echo "nvshmem: $nvshmem_lib"
+  nvidia-smi topo -m || true
+} > "$results/machine.txt" 2>&1
+cat "$results/machine.txt"
+"$here/xtask" test --provider nvshmem --ranks "${RANKS:-1,2,4,8}" \
+  --rank-binary "$here/symmem-conformance" --shim-lib "$here/libsymmem_shim_nvshmem.so" \
+  --timeout 300s 2>&1 | tee "$results/results.txt"
