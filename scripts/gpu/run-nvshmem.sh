@@ -25,3 +25,8 @@ cat "$results/machine.txt"
 "$here/xtask" test --provider nvshmem --ranks "${RANKS:-1,2,4,8}" \
   --rank-binary "$here/symmem-conformance" --shim-lib "$here/libsymmem_shim_nvshmem.so" \
   --timeout 300s 2>&1 | tee "$results/results.txt"
+
+# The bench: allocation latency at every rank count, copy and store bandwidth at 2 PEs.
+"$here/xtask" bench --provider nvshmem --ranks "${BENCH_RANKS:-1,2,4,8}" \
+  --bench-binary "$here/symmem-gpu-bench" --shim-lib "$here/libsymmem_shim_nvshmem.so" \
+  --out "$results/bench.jsonl"

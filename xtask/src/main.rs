@@ -1,6 +1,10 @@
 //! Project tasks: `cargo xtask <command>`. One module per command.
 
+mod bench;
 mod build_rocshmem;
+mod build_shim;
+mod container;
+mod images;
 mod pins;
 mod project;
 mod test;
@@ -20,6 +24,9 @@ struct Cli {
 enum Command {
     Test(test::TestArgs),
     BuildRocshmem(build_rocshmem::Args),
+    BuildShim(build_shim::Args),
+    Bench(bench::Args),
+    Images(images::Args),
 }
 
 fn main() -> ExitCode {
@@ -27,6 +34,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Test(args) => test::run(args),
         Command::BuildRocshmem(args) => build_rocshmem::run(args).map(|()| ExitCode::SUCCESS),
+        Command::BuildShim(args) => build_shim::run(args).map(|()| ExitCode::SUCCESS),
+        Command::Bench(args) => bench::run(args),
+        Command::Images(args) => images::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -20,11 +20,37 @@ pub struct RustPin {
     pub toolchain: String,
 }
 
+/// What the container images are built from and where they are published.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImagesPin {
+    /// The ROCm base image repository, without a tag (the tag is `<rocm>-complete`).
+    pub base: String,
+    /// The ROCm release of the base image, e.g. `7.2.4`.
+    pub rocm: String,
+    /// The images' default GPU targets (their `ARCH` build argument).
+    pub arch: String,
+    /// Docker image repository the CI pushes to, without a tag.
+    pub docker: String,
+    /// Apptainer (SIF) repository the CI pushes to: `oras://...`, without a tag.
+    pub apptainer: String,
+}
+
+impl ImagesPin {
+    /// The full base image reference, e.g. `rocm/dev-ubuntu-24.04:7.2.4-complete`.
+    pub fn base_image(&self) -> String {
+        format!("{}:{}-complete", self.base, self.rocm)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Pins {
     pub rocshmem: RocshmemPin,
     pub rust: RustPin,
+    /// Optional so that a pins file made for `build-rocshmem --pins` alone needs no images.
+    #[serde(default)]
+    pub images: Option<ImagesPin>,
 }
 
 impl Pins {
@@ -75,8 +101,68 @@ impl Pins {
                 self.rust.toolchain
             );
         }
+        match &self.images {
+            Some(images) => images.validate(),
+            None => Ok(()),
+        }
+    }
+
+    /// The `[images]` table, which the container generator and `--container` need.
+    pub fn images(&self) -> anyhow::Result<&ImagesPin> {
+        self.images.as_ref().context(
+            "the pins file has no [images] table: add one with base, rocm, arch, docker and \
+             apptainer (see the repository's pins.toml)",
+        )
+    }
+}
+
+impl ImagesPin {
+    fn validate(&self) -> anyhow::Result<()> {
+        if !is_repository(&self.base) {
+            bail!(
+                "images.base = {:?} must be an image repository without tag or digest, e.g. \
+                 \"rocm/dev-ubuntu-24.04\" (the tag comes from images.rocm: <rocm>-complete)",
+                self.base
+            );
+        }
+        if !is_version(&self.rocm) {
+            bail!(
+                "images.rocm = {:?} must be a ROCm release like 7.2.4 (one with a \
+                 {}:<release>-complete image)",
+                self.rocm,
+                self.base
+            );
+        }
+        crate::build_rocshmem::arch::TargetId::parse_list(&self.arch)
+            .with_context(|| format!("images.arch = {:?} is not a GPU target list", self.arch))?;
+        if !is_repository(&self.docker) || !self.docker.contains('/') {
+            bail!(
+                "images.docker = {:?} must be a registry repository without tag, e.g. \
+                 \"ghcr.io/symmem/symmem-rocm\"",
+                self.docker
+            );
+        }
+        match self.apptainer.strip_prefix("oras://") {
+            Some(rest) if is_repository(rest) && rest.contains('/') => {}
+            _ => bail!(
+                "images.apptainer = {:?} must be an ORAS repository without tag, e.g. \
+                 \"oras://ghcr.io/symmem/symmem-rocm-sif\"",
+                self.apptainer
+            ),
+        }
         Ok(())
     }
+}
+
+/// A lowercase image repository name (registry host, path), with no tag, digest or scheme.
+fn is_repository(text: &str) -> bool {
+    !text.is_empty()
+        && !text.starts_with(['/', '.', '-'])
+        && !text.ends_with('/')
+        && !text.contains("//")
+        && text.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'/' | b'-' | b'_')
+        })
 }
 
 fn is_version(text: &str) -> bool {
@@ -100,6 +186,12 @@ commit = "006ac1aaa8bfbf04a77a120cfc54db79095f3219"
 version = "3.4.0"
 [rust]
 toolchain = "1.95.0"
+[images]
+base = "rocm/dev-ubuntu-24.04"
+rocm = "7.2.4"
+arch = "gfx942"
+docker = "ghcr.io/symmem/symmem-rocm"
+apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
 "#;
 
     fn error(text: &str) -> String {
@@ -135,5 +227,52 @@ toolchain = "1.95.0"
         assert!(e.contains("missing field `rust`"), "{e}");
         let e = error(&format!("{GOOD}colour = \"blue\"\n"));
         assert!(e.contains("unknown field `colour`"), "{e}");
+    }
+
+    #[test]
+    fn image_pins_are_checked_and_errors_name_the_field() {
+        let pins = Pins::parse(GOOD).unwrap();
+        assert_eq!(
+            pins.images().unwrap().base_image(),
+            "rocm/dev-ubuntu-24.04:7.2.4-complete"
+        );
+        let cases = [
+            (
+                "\"rocm/dev-ubuntu-24.04\"",
+                "\"rocm/dev-ubuntu-24.04:7.2.4\"",
+                "images.base",
+            ),
+            ("rocm = \"7.2.4\"", "rocm = \"latest\"", "images.rocm"),
+            ("arch = \"gfx942\"", "arch = \"gfx9999\"", "images.arch"),
+            (
+                "\"ghcr.io/symmem/symmem-rocm\"",
+                "\"ghcr.io/symmem/symmem-rocm:v1\"",
+                "images.docker",
+            ),
+            (
+                "\"ghcr.io/symmem/symmem-rocm\"",
+                "\"Symmem\"",
+                "images.docker",
+            ),
+            (
+                "oras://ghcr.io/symmem/symmem-rocm-sif",
+                "ghcr.io/symmem/symmem-rocm-sif",
+                "images.apptainer",
+            ),
+        ];
+        for (from, to, field) in cases {
+            assert!(GOOD.contains(from), "{from}");
+            let e = error(&GOOD.replacen(from, to, 1));
+            assert!(e.contains(field), "{from} -> {to}: {e}");
+        }
+        let e = error(&GOOD.replace("arch = \"gfx942\"\n", ""));
+        assert!(e.contains("missing field `arch`"), "{e}");
+        // A pins file without the table still serves build-rocshmem; asking for it names the fix.
+        let (head, _) = GOOD.split_once("[images]").unwrap();
+        let e = format!("{:#}", Pins::parse(head).unwrap().images().unwrap_err());
+        assert!(e.contains("no [images] table"), "{e}");
+        // The arch error carries build-rocshmem's list of valid targets.
+        let e = error(&GOOD.replace("arch = \"gfx942\"", "arch = \"gfx9999\""));
+        assert!(e.contains("valid targets"), "{e}");
     }
 }

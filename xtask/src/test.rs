@@ -1,13 +1,15 @@
 //! `cargo xtask test`: the conformance matrix, every check at every rank count.
 
-use crate::project::build_binary;
+use crate::project::{build_binary, target_dir};
 use anyhow::bail;
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use symmem::parse_duration;
 use symmem_conformance::{Aggregate, CHECKS, CheckResult, Status};
+use symmem_gpu::Backend;
 use symmem_launch::{
     LaunchSpec, MAX_RANKS, Outcome, OutputLine, RunReport, Stream, launch, print_line,
 };
@@ -36,6 +38,18 @@ pub struct TestArgs {
     /// After a failure, how long ranks get between SIGTERM and SIGKILL.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     grace: Duration,
+    /// Run the rocSHMEM matrix inside the prebuilt image for this checkout's tag (`cargo xtask
+    /// images --tag`), pulled when missing, with the ROCm devices. Implies --provider rocshmem.
+    #[arg(long, value_enum, value_name = "ENGINE")]
+    container: Option<crate::container::Engine>,
+    /// The GPU shim library for --provider nvshmem|rocshmem (default: $SYMMEM_SHIM_LIB, else
+    /// what `cargo xtask build-shim` built under target/shim/).
+    #[arg(long, value_name = "PATH")]
+    shim_lib: Option<PathBuf>,
+    /// Run this prebuilt symmem-conformance binary instead of building it (for machines
+    /// without cargo, e.g. a GPU node that got the binaries copied over).
+    #[arg(long, value_name = "PATH")]
+    rank_binary: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -80,26 +94,60 @@ struct Run {
     report: RunReport,
 }
 
+/// The shim library for a GPU provider, which must exist: a provider the user named is never
+/// quietly skipped.
+fn shim_library(args: &TestArgs, backend: Backend) -> anyhow::Result<PathBuf> {
+    let path = args
+        .shim_lib
+        .clone()
+        .or_else(|| std::env::var_os("SYMMEM_SHIM_LIB").map(PathBuf::from))
+        .unwrap_or_else(|| symmem_gpu::default_library(&target_dir(), backend));
+    if !path.is_file() {
+        bail!(
+            "provider {} is unavailable: no shim library at {}. Build it with `cargo xtask \
+             build-shim --backend {}` (needs {}), or pass --shim-lib",
+            backend.name(),
+            path.display(),
+            backend.name(),
+            match backend {
+                Backend::Nvshmem => "nvcc and NVSHMEM",
+                Backend::Rocshmem => "ROCm and `cargo xtask build-rocshmem`",
+            }
+        );
+    }
+    Ok(std::path::absolute(&path)?)
+}
+
 pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
-    let provider = match args.provider {
-        Provider::Host => "host",
-        Provider::Nvshmem | Provider::Rocshmem => bail!(
-            "provider {:?} is not available: this toolkit does not ship the GPU providers yet \
-             (they are tracked by the GPU-providers issue), so nothing can be tested against \
-             it; run `cargo xtask test --provider host`",
-            args.provider
-        ),
+    if let Some(engine) = args.container {
+        if args.provider == Provider::Nvshmem {
+            bail!("--container runs the ROCm images, which have no NVSHMEM: drop --provider");
+        }
+        return crate::container::run(engine, &args.ranks.0, args.timeout, args.grace);
+    }
+    let (provider, shim) = match args.provider {
+        Provider::Host => ("host", None),
+        Provider::Nvshmem => ("nvshmem", Some(shim_library(&args, Backend::Nvshmem)?)),
+        Provider::Rocshmem => ("rocshmem", Some(shim_library(&args, Backend::Rocshmem)?)),
     };
-    eprintln!("building the conformance rank binary ...");
-    let binary = build_binary("symmem-conformance", "symmem-conformance")?;
+    let binary = match &args.rank_binary {
+        Some(path) => path.clone(),
+        None => {
+            eprintln!("building the conformance rank binary ...");
+            build_binary("symmem-conformance", "symmem-conformance")?
+        }
+    };
     let started = Instant::now();
     let mut runs = Vec::new();
     for (i, &ranks) in args.ranks.0.iter().enumerate() {
         eprint!("[{}/{}] {ranks} rank(s): ", i + 1, args.ranks.0.len());
-        let spec = LaunchSpec::new(&binary, ranks)
+        let mut spec = LaunchSpec::new(&binary, ranks)
             .args(["--provider", provider])
             .timeout(args.timeout)
             .grace(args.grace);
+        if let Some(shim) = &shim {
+            spec = spec.env("SYMMEM_SHIM_LIB", shim);
+        }
         let run = run_one(spec, ranks)?;
         let interrupted = matches!(run.report.outcome, Outcome::Interrupted { .. });
         runs.push(run);

@@ -401,6 +401,124 @@ impl GpuProvider {
     }
 }
 
+/// Measurement hooks for `symmem-gpu-bench`: each queues `reps` launches on the shim's stream
+/// and returns the wall time until the stream is drained.
+impl GpuProvider {
+    fn timed(
+        &self,
+        reps: u32,
+        mut launch: impl FnMut() -> c_int,
+        call: &'static str,
+    ) -> Result<Duration, Error> {
+        self.sync()?;
+        let started = std::time::Instant::now();
+        for _ in 0..reps {
+            self.ok(call, launch())?;
+        }
+        self.sync()?;
+        Ok(started.elapsed())
+    }
+
+    /// The translated copy kernel: `bytes` from `src` on `src_pe` to `dst` on `dst_pe`.
+    #[allow(clippy::too_many_arguments)] // the kernel's own arguments, plus `reps`
+    pub fn time_translated_copy(
+        &self,
+        table: &PeerTable,
+        src: u64,
+        src_pe: usize,
+        dst: u64,
+        dst_pe: usize,
+        bytes: u64,
+        reps: u32,
+    ) -> Result<Duration, Error> {
+        let t = self.device_table(table)?;
+        let (n, me) = (self.world_size as c_int, self.rank as c_int);
+        // SAFETY: symmetric addresses of live allocations, ranges inside them (caller's duty).
+        self.timed(
+            reps,
+            || unsafe {
+                (self.shim.symmem_shim_copy)(
+                    t,
+                    n,
+                    me,
+                    src as *const c_void,
+                    src_pe as c_int,
+                    dst as *mut c_void,
+                    dst_pe as c_int,
+                    bytes as usize,
+                )
+            },
+            "copy",
+        )
+    }
+
+    /// The runtime's device-to-device copy of `bytes` (the baseline).
+    pub fn time_runtime_copy(
+        &self,
+        src: u64,
+        dst: u64,
+        bytes: u64,
+        reps: u32,
+    ) -> Result<Duration, Error> {
+        // SAFETY: device ranges of live allocations (caller's duty).
+        self.timed(
+            reps,
+            || unsafe {
+                (self.shim.symmem_shim_copy_device_async)(
+                    dst as *mut c_void,
+                    src as *const c_void,
+                    bytes as usize,
+                )
+            },
+            "copy_device_async",
+        )
+    }
+
+    /// The fill kernel over `count` u64: translated to `to` through `table`, or plain local
+    /// stores when `table` is `None`.
+    pub fn time_fill(
+        &self,
+        table: Option<&PeerTable>,
+        dst: u64,
+        to: usize,
+        count: u64,
+        reps: u32,
+    ) -> Result<Duration, Error> {
+        let t = match table {
+            Some(table) => self.device_table(table)?,
+            None => std::ptr::null(),
+        };
+        let (n, me) = (self.world_size as c_int, self.rank as c_int);
+        // SAFETY: as above.
+        self.timed(
+            reps,
+            || unsafe {
+                (self.shim.symmem_shim_fill_u64)(
+                    t,
+                    n,
+                    me,
+                    to as c_int,
+                    dst as *mut u64,
+                    7,
+                    count as usize,
+                )
+            },
+            "fill_u64",
+        )
+    }
+
+    /// The library's own collective malloc + free, without symmem's order check or table.
+    pub fn raw_malloc_free(&mut self, bytes: u64) -> Result<(), Error> {
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: out-pointer to a live local; freed right away (collective on every rank).
+        self.ok("malloc", unsafe {
+            (self.shim.symmem_shim_malloc)(bytes as usize, &mut ptr)
+        })?;
+        // SAFETY: just allocated by the library.
+        self.ok("free", unsafe { (self.shim.symmem_shim_free)(ptr) })
+    }
+}
+
 impl SymmetricProvider for GpuProvider {
     fn name(&self) -> &'static str {
         self.backend.name()

@@ -1,7 +1,7 @@
 //! `cargo xtask build-rocshmem`: rocSHMEM from the pinned commit, with IPC, for the chosen GPU
 //! targets, into a content-addressed prefix under `target/`.
 
-mod arch;
+pub(crate) mod arch;
 mod install;
 mod plan;
 mod runner;
@@ -9,6 +9,12 @@ mod source;
 mod tools;
 
 use arch::TargetId;
+pub use tools::which;
+
+/// CMake >= 3.20 present (for other commands that drive CMake).
+pub fn tools_cmake() -> anyhow::Result<std::path::PathBuf> {
+    tools::cmake()
+}
 use plan::{Plan, PlanInputs, Source};
 
 use crate::pins::Pins;

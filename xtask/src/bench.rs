@@ -1,0 +1,128 @@
+//! `cargo xtask bench`: the GPU bench at several rank counts, through the launcher.
+
+use crate::project::{build_binary, target_dir};
+use anyhow::{Context, bail};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use symmem_gpu::Backend;
+use symmem_launch::{LaunchSpec, OutputLine, Stream, launch, print_line};
+
+/// Measure a GPU provider: allocate + free latency against the library's raw malloc at each
+/// rank count, and at 2 ranks the translated copy kernel against the runtime's device-to-device
+/// copy (64 MiB .. 4 GiB) and translated stores into a peer against plain local stores.
+///
+/// (The host provider's benches are `cargo bench -p symmem-host`.)
+///
+/// Examples:
+///   cargo xtask bench --provider nvshmem
+///   xtask bench --provider nvshmem --bench-binary ./symmem-gpu-bench --shim-lib ./libsymmem_shim_nvshmem.so
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// GPU provider to measure.
+    #[arg(long, value_enum)]
+    provider: GpuBackend,
+    /// Rank counts for the allocation latency (each a separate run).
+    #[arg(long, default_value = "1,2,4,8", value_delimiter = ',')]
+    ranks: Vec<usize>,
+    /// The shim library (default: $SYMMEM_SHIM_LIB, else target/shim/<backend>/).
+    #[arg(long, value_name = "PATH")]
+    shim_lib: Option<PathBuf>,
+    /// A prebuilt symmem-gpu-bench (for machines without cargo).
+    #[arg(long, value_name = "PATH")]
+    bench_binary: Option<PathBuf>,
+    /// Where to write the figures as JSON lines (default: target/bench/<backend>.jsonl).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum GpuBackend {
+    Nvshmem,
+    Rocshmem,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let backend = match args.provider {
+        GpuBackend::Nvshmem => Backend::Nvshmem,
+        GpuBackend::Rocshmem => Backend::Rocshmem,
+    };
+    if args
+        .ranks
+        .iter()
+        .any(|&r| r == 0 || r > symmem_launch::MAX_RANKS)
+    {
+        bail!(
+            "--ranks takes counts from 1 to {}",
+            symmem_launch::MAX_RANKS
+        );
+    }
+    let shim = args
+        .shim_lib
+        .clone()
+        .or_else(|| std::env::var_os("SYMMEM_SHIM_LIB").map(PathBuf::from))
+        .unwrap_or_else(|| symmem_gpu::default_library(&target_dir(), backend));
+    if !shim.is_file() {
+        bail!(
+            "provider {} is unavailable: no shim library at {}; build it with `cargo xtask \
+             build-shim --backend {}` or pass --shim-lib",
+            backend.name(),
+            shim.display(),
+            backend.name()
+        );
+    }
+    let shim = std::path::absolute(&shim)?;
+    let binary = match &args.bench_binary {
+        Some(p) => p.clone(),
+        None => build_binary("symmem-gpu", "symmem-gpu-bench")?,
+    };
+    let out = args.out.clone().unwrap_or_else(|| {
+        target_dir()
+            .join("bench")
+            .join(format!("{}.jsonl", backend.name()))
+    });
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let mut figures = Vec::new();
+    let mut runs: Vec<(usize, Vec<&str>, &str)> = args
+        .ranks
+        .iter()
+        .map(|&r| (r, vec![backend.name()], "1G"))
+        .collect();
+    // Two 4 GiB buffers per PE for the copy sweep.
+    runs.push((2, vec![backend.name(), "--copy"], "9G"));
+    let mut failed = false;
+    for (ranks, bench_args, heap) in runs {
+        eprintln!("bench: {ranks} rank(s) {}", bench_args[1..].join(" "));
+        let spec = LaunchSpec::new(&binary, ranks)
+            .args(bench_args)
+            .env("SYMMEM_SHIM_LIB", &shim)
+            .env("SYMMEM_GPU_HEAP_SIZE", heap)
+            .timeout(std::time::Duration::from_secs(500));
+        let report = launch(&spec, &mut |line: &OutputLine| {
+            if line.rank == 0 && line.stream == Stream::Stdout && line.text.starts_with('{') {
+                eprintln!("  {}", line.text);
+                figures.push(line.text.clone());
+            } else {
+                print_line(line);
+            }
+        })?;
+        if !report.success() {
+            eprintln!("bench run with {ranks} rank(s) failed: {report}");
+            failed = true;
+        }
+    }
+    let mut file =
+        std::fs::File::create(&out).with_context(|| format!("writing {}", out.display()))?;
+    for figure in &figures {
+        writeln!(file, "{figure}")?;
+    }
+    eprintln!("{} figures written to {}", figures.len(), out.display());
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
