@@ -121,7 +121,7 @@ impl GpuConfig {
                 .unwrap_or_else(|| PathBuf::from(backend.library_name())),
         };
         let heap_bytes = match var("SYMMEM_GPU_HEAP_SIZE") {
-            Some(v) => parse_bytes(&v).ok_or(GpuError::InvalidSetting {
+            Some(v) => symmem::parse_bytes(&v).ok_or(GpuError::InvalidSetting {
                 var: "SYMMEM_GPU_HEAP_SIZE",
                 value: v,
                 expected: "a size such as 536870912, 512M or 4G",
@@ -154,17 +154,6 @@ impl GpuConfig {
             device,
         })
     }
-}
-
-fn parse_bytes(text: &str) -> Option<u64> {
-    let t = text.trim().to_ascii_uppercase();
-    let (digits, shift) = match t.chars().last()? {
-        'K' => (&t[..t.len() - 1], 10),
-        'M' => (&t[..t.len() - 1], 20),
-        'G' => (&t[..t.len() - 1], 30),
-        _ => (t.as_str(), 0),
-    };
-    digits.trim().parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
 /// A device buffer owned by the provider (tables and staging).
@@ -831,12 +820,5 @@ mod tests {
             text.contains("loading") && text.contains("unavailable"),
             "{text}"
         );
-    }
-
-    #[test]
-    fn heap_sizes() {
-        assert_eq!(parse_bytes("512M"), Some(512 << 20));
-        assert_eq!(parse_bytes("4g"), Some(4 << 30));
-        assert_eq!(parse_bytes("x"), None);
     }
 }

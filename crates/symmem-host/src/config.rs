@@ -50,7 +50,7 @@ impl HostConfig {
         let rendezvous = symmem_bootstrap::default_rendezvous(&identity)?;
         let var = |name| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let heap_bytes = match var(HEAP_SIZE_ENV) {
-            Some(v) => parse_bytes(&v).ok_or(HostError::InvalidSetting {
+            Some(v) => symmem::parse_bytes(&v).ok_or(HostError::InvalidSetting {
                 var: HEAP_SIZE_ENV,
                 value: v,
                 expected: "a size such as 268435456, 512M or 4G",
@@ -83,39 +83,5 @@ impl HostConfig {
             node_id,
             timeout,
         })
-    }
-}
-
-/// Parses `4096`, `64K`, `512M`, `4G` (binary units; an optional trailing `B`/`iB`).
-pub fn parse_bytes(text: &str) -> Option<u64> {
-    let t = text.trim().to_ascii_uppercase();
-    let t = t
-        .strip_suffix("IB")
-        .or_else(|| t.strip_suffix('B'))
-        .unwrap_or(&t);
-    let (digits, shift) = match t.chars().last()? {
-        'K' => (&t[..t.len() - 1], 10),
-        'M' => (&t[..t.len() - 1], 20),
-        'G' => (&t[..t.len() - 1], 30),
-        'T' => (&t[..t.len() - 1], 40),
-        _ => (t, 0),
-    };
-    digits.trim().parse::<u64>().ok()?.checked_mul(1 << shift)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_bytes;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_bytes("4096"), Some(4096));
-        assert_eq!(parse_bytes("64k"), Some(64 << 10));
-        assert_eq!(parse_bytes("512M"), Some(512 << 20));
-        assert_eq!(parse_bytes("4GiB"), Some(4 << 30));
-        assert_eq!(parse_bytes("1GB"), Some(1 << 30));
-        assert_eq!(parse_bytes("lots"), None);
-        assert_eq!(parse_bytes(""), None);
-        assert_eq!(parse_bytes("99999999999T"), None);
     }
 }

@@ -19,7 +19,7 @@ mod provider;
 pub use allocator::{ALIGNMENT, SymmetricAllocator};
 pub use config::{
     COLLECTIVE_TIMEOUT_ENV, DEFAULT_HEAP_BYTES, DEFAULT_TIMEOUT, HEAP_SIZE_ENV, HostConfig,
-    NODE_ID_ENV, parse_bytes,
+    NODE_ID_ENV,
 };
 pub use error::HostError;
 pub use provider::HostProvider;

@@ -11,19 +11,19 @@
 
 mod collective;
 mod context;
-mod duration;
 mod error;
 mod provider;
 mod rank_env;
 mod table;
+mod units;
 
 pub use collective::{CollectiveKind, CollectiveMismatch, CollectiveOp, describe_ranks};
 pub use context::{AllocationRecord, Context, ContextId, FinalizeReport, Plain, SymmetricBuffer};
-pub use duration::parse_duration;
 pub use error::{Error, TranslateError};
 pub use provider::{SymmetricProvider, TranslatedOps};
 pub use rank_env::{Launcher, RankEnvError, RankIdentity};
 pub use table::{AddressMap, PeerTable};
+pub use units::{MAX_DURATION, parse_bytes, parse_duration};
 
 /// Exit status of a rank program that stops because ANOTHER rank failed (it disconnected, never
 /// arrived at a collective, or stopped answering). Launchers use it to tell witnesses from the

@@ -1,4 +1,23 @@
+//! Sizes and durations as command lines and `SYMMEM_*` variables write them.
+
 use std::time::Duration;
+
+/// Parses `4096`, `64K`, `512M`, `4G` (binary units; an optional trailing `B`/`iB`).
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let t = text.trim().to_ascii_uppercase();
+    let t = t
+        .strip_suffix("IB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(&t);
+    let (digits, shift) = match t.chars().last()? {
+        'K' => (&t[..t.len() - 1], 10),
+        'M' => (&t[..t.len() - 1], 20),
+        'G' => (&t[..t.len() - 1], 30),
+        'T' => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    digits.trim().parse::<u64>().ok()?.checked_mul(1 << shift)
+}
 
 /// Parses a duration as the command lines and `SYMMEM_*` variables take it: a whole number
 /// with an optional unit, `90`, `90s`, `500ms` or `2m`.
@@ -36,6 +55,18 @@ pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("4096"), Some(4096));
+        assert_eq!(parse_bytes("64k"), Some(64 << 10));
+        assert_eq!(parse_bytes("512M"), Some(512 << 20));
+        assert_eq!(parse_bytes("4GiB"), Some(4 << 30));
+        assert_eq!(parse_bytes("1GB"), Some(1 << 30));
+        assert_eq!(parse_bytes("lots"), None);
+        assert_eq!(parse_bytes(""), None);
+        assert_eq!(parse_bytes("99999999999T"), None);
+    }
 
     #[test]
     fn durations() {
