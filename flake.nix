@@ -289,7 +289,7 @@
               export CMAKE_PREFIX_PATH="${rocmPath}''${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
               echo "symmem ROCm shell: ROCm ${rocm.rocm-core.version}, ROCM_PATH=$ROCM_PATH"
               echo "rocSHMEM pin (pins.toml): ${pins.rocshmem.version} at ${builtins.substring 0 12 rocshmemCommit} of ${pins.rocshmem.repository} (${pins.rocshmem.subdirectory})"
-              echo "build it: cargo xtask build-rocshmem --arch gfx942"
+              echo "build it: cargo xtask build-rocshmem --arch ${pins.images.arch}"
             '';
           };
 
