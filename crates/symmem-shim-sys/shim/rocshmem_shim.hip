@@ -1,6 +1,8 @@
 // The rocSHMEM implementation of symmem_shim.h (built by hipcc with -fgpu-rdc and linked with
 // --hip-link against rocSHMEM's static library, so the device link happens in this library).
 #include <hip/hip_runtime.h>
+// rocSHMEM's headers use std::array without including it.
+#include <array>
 #include <rocshmem/rocshmem.hpp>
 
 #define SYMMEM_BACKEND_NAME "rocshmem"
@@ -58,7 +60,7 @@ int symmem_shim_init(int rank, int n_pes, const uint8_t *id, size_t id_size, siz
   if (single_node) setenv("ROCSHMEM_BOOTSTRAP_SOCKET_IFNAME", "lo", 0);
   rocshmem::rocshmem_uniqueid_t uid;
   memcpy(&uid, id, sizeof uid);
-  rocshmem::rocshmem_init_attr_t attr;
+  rocshmem::rocshmem_init_attr_t attr{};
   if (rocshmem::rocshmem_set_attr_uniqueid_args(rank, n_pes, &uid, &attr) != 0)
     return shim_fail(SYMMEM_SHIM_ERR_BACKEND, "rocshmem_set_attr_uniqueid_args failed");
   if (rocshmem::rocshmem_init_attr(rocshmem::ROCSHMEM_INIT_WITH_UNIQUEID, &attr) != 0)
