@@ -13,9 +13,10 @@ if [ -z "${NVSHMEM_HOME:-}" ] || [ -z "${CUDACXX:-}" ]; then
 fi
 mkdir -p "$out"
 cargo build --release -p xtask -p symmem-conformance -p symmem-gpu -p symmem-launch --bins
-cargo xtask build-shim --backend nvshmem --nvcc "$CUDACXX" --nvshmem-home "$NVSHMEM_HOME" >/dev/null
-cp target/release/xtask target/release/symmem-conformance target/release/symmem-gpu-bench target/release/symmem-run "$out"/
+shim=$(cargo xtask build-shim --backend nvshmem --nvcc "$CUDACXX" --nvshmem-home "$NVSHMEM_HOME")
+rel=${CARGO_TARGET_DIR:-target}/release
+cp "$rel"/xtask "$rel"/symmem-conformance "$rel"/symmem-gpu-bench "$rel"/symmem-run "$out"/
 strip "$out"/xtask "$out"/symmem-conformance "$out"/symmem-gpu-bench "$out"/symmem-run
-cp target/shim/nvshmem/lib/libsymmem_shim_nvshmem.so "$out"/
+cp "$shim" "$out"/
 cp scripts/gpu/run-nvshmem.sh "$out"/
 echo "bundle ready in $out ($(du -sh "$out" | cut -f1))"

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 
-def svg_plot(copies, path):
+def svg_plot(copies, path, gpu):
     """Bandwidth (GB/s) against size, translated copy kernel vs runtime copy: a plain SVG."""
     w, h, left, right, top, bottom = 640, 360, 70, 20, 30, 50
     sizes = [c["bytes"] for c in copies]
@@ -28,7 +28,7 @@ def svg_plot(copies, path):
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
            '<rect width="100%" height="100%" fill="white"/>',
-           f'<text x="{w/2}" y="18" text-anchor="middle">NVSHMEM, one H200: copy into a peer PE (GB/s copied)</text>']
+           f'<text x="{w/2}" y="18" text-anchor="middle">NVSHMEM on {gpu}: copy into a peer PE (GB/s copied)</text>']
     for frac in (0, 0.25, 0.5, 0.75, 1.0):
         v = ymax * frac
         out.append(f'<line x1="{left}" x2="{w-right}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#ddd"/>')
@@ -50,7 +50,11 @@ def main():
     # nvidia-smi underlines its header with terminal escapes: drop them.
     machine = re.sub(r"\x1b\[[0-9;]*m", "", (results / "machine.txt").read_text().strip())
     matrix = (results / "results.txt").read_text()
-    figures = [json.loads(l) for l in (results / "bench.jsonl").read_text().splitlines() if l.strip()]
+    # The GPU line of machine.txt: "NVIDIA H200, 580.159.04, 143771 MiB".
+    gpu = next((l.split(",")[0] for l in machine.splitlines() if l.count(",") >= 2), "the GPU")
+    pes_per_gpu = "All PEs share one GPU" if "GPU1" not in machine else "PEs spread over the GPUs"
+    bench = results / "bench.jsonl"
+    figures = [json.loads(l) for l in bench.read_text().splitlines() if l.strip()] if bench.exists() else []
     start = matrix.find("    check")
     table = matrix[start:].strip() if start >= 0 else matrix.strip()
     allocs = {f["ranks"]: f for f in figures if f["figure"] == "alloc_free_4KiB"}
@@ -58,7 +62,7 @@ def main():
     stores = [f for f in figures if f["figure"] == "store_1GiB"]
     lines = ["# GPU results: NVSHMEM provider", "",
              "Produced by `scripts/gpu/report.py` from a run of `scripts/gpu/run-nvshmem.sh` (bundle made",
-             "by `scripts/gpu/bundle-nvshmem.sh`). All PEs share ONE GPU (several processes per GPU).", "",
+             f"by `scripts/gpu/bundle-nvshmem.sh`). {pes_per_gpu} (LOCAL_RANK % GPUs).", "",
              "## Machine", "", "```text", machine, "```", "",
              "## Conformance: `xtask test --provider nvshmem --ranks 1,2,4,8`", "", "```text", table, "```", ""]
     if allocs:
@@ -77,12 +81,12 @@ def main():
             label = f"{s >> 30} GiB" if s >= 1 << 30 else f"{s >> 20} MiB"
             lines.append(f"| {label} | {c['translated_kernel_gbps']:.0f} GB/s | {c['runtime_d2d_gbps']:.0f} GB/s | {c['ratio']:.3f} |")
         lines += ["", "![copy bandwidth](gpu/nvshmem-copy.svg)", ""]
-        svg_plot(copies, docs / "gpu" / "nvshmem-copy.svg")
+        svg_plot(copies, docs / "gpu" / "nvshmem-copy.svg", gpu)
     for s in stores:
         lines += ["## Stores of 1 GiB: translated into a peer PE vs plain local stores", "",
                   f"translated {s['translated_to_peer_gbps']:.0f} GB/s, local {s['plain_local_gbps']:.0f} GB/s, "
                   f"ratio {s['ratio']:.3f}", ""]
-    (docs / "gpu-results.md").write_text("\n".join(lines))
+    (docs / "gpu-results.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {docs / 'gpu-results.md'}")
 
 

@@ -22,11 +22,13 @@ export SYMMEM_GPU_HEAP_SIZE=${SYMMEM_GPU_HEAP_SIZE:-1G}
   nvidia-smi topo -m || true
 } > "$results/machine.txt" 2>&1
 cat "$results/machine.txt"
+status=0
 "$here/xtask" test --provider nvshmem --ranks "${RANKS:-1,2,4,8}" \
   --rank-binary "$here/symmem-conformance" --shim-lib "$here/libsymmem_shim_nvshmem.so" \
-  --timeout 300s 2>&1 | tee "$results/results.txt"
+  --timeout 300s 2>&1 | tee "$results/results.txt" || status=1
 
 # The bench: allocation latency at every rank count, copy and store bandwidth at 2 PEs.
 "$here/xtask" bench --provider nvshmem --ranks "${BENCH_RANKS:-1,2,4,8}" \
   --bench-binary "$here/symmem-gpu-bench" --shim-lib "$here/libsymmem_shim_nvshmem.so" \
-  --out "$results/bench.jsonl"
+  --out "$results/bench.jsonl" || status=1
+exit $status

@@ -144,7 +144,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         source.display()
     );
     // The crate panics on failure (it is made for build scripts): turn that into an error.
-    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.build()));
+    // It also prints CMake's output and `cargo:` lines on stdout: send them to stderr, so that
+    // stdout carries only the library's path (`lib=$(cargo xtask build-shim ...)`).
+    let built = with_stdout_on_stderr(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.build()))
+    })?;
     let installed = match built {
         Ok(dir) => dir,
         Err(_) => bail!(
@@ -160,4 +164,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     eprintln!("built {}", library.display());
     println!("{}", library.display());
     Ok(())
+}
+
+/// Runs `f` with file descriptor 1 pointing at stderr, restoring it afterwards.
+fn with_stdout_on_stderr<T>(f: impl FnOnce() -> T) -> anyhow::Result<T> {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    // SAFETY: dup on the process's own stdout; the copy is restored and closed below.
+    let saved = unsafe { libc::dup(1) };
+    // SAFETY: points fd 1 at stderr; undone below.
+    if saved < 0 || unsafe { libc::dup2(2, 1) } < 0 {
+        anyhow::bail!(
+            "redirecting CMake's output: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let result = f();
+    let _ = std::io::stdout().flush();
+    // SAFETY: as above.
+    unsafe {
+        libc::dup2(saved, 1);
+        libc::close(saved);
+    }
+    Ok(result)
 }

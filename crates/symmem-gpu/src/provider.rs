@@ -1,10 +1,13 @@
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CStr, c_int, c_void};
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use symmem::{
-    CollectiveKind, CollectiveOp, Error, PeerTable, RankIdentity, SymmetricProvider, TranslatedOps,
+    CollectiveKind, CollectiveOp, ContextId, Error, PeerTable, RankIdentity, SymmetricProvider,
+    TranslateError, TranslatedOps,
 };
 use symmem_bootstrap::{Bootstrap, BootstrapError};
 use symmem_shim_sys::{SYMMEM_SHIM_ABI_VERSION, SymmemShim};
@@ -162,18 +165,30 @@ struct DeviceBuffer {
     bytes: usize,
 }
 
+/// The device copy of one allocation's table, and the context that built it.
+struct DeviceTable {
+    buffer: DeviceBuffer,
+    context: ContextId,
+}
+
 /// NVSHMEM or rocSHMEM through the shim. See the crate docs.
 pub struct GpuProvider {
-    shim: SymmemShim,
+    /// Never unloaded: the SHMEM library under it may still run threads at exit.
+    shim: ManuallyDrop<SymmemShim>,
     backend: Backend,
     rank: usize,
     world_size: usize,
     single_node: bool,
     bootstrap: Bootstrap,
     /// Device copy of each allocation's table, by the allocation's local address.
-    tables: HashMap<u64, DeviceBuffer>,
+    tables: HashMap<u64, DeviceTable>,
+    /// Live symmetric allocations: local address -> bytes (the same on every PE).
+    allocations: BTreeMap<u64, u64>,
     staging: RefCell<Option<DeviceBuffer>>,
     finalized: bool,
+    /// The GPU runtime's current device is per thread: the provider stays on the thread that
+    /// selected it.
+    _not_send: PhantomData<*const ()>,
 }
 
 impl GpuProvider {
@@ -232,15 +247,17 @@ impl GpuProvider {
         } = config.identity;
         let bootstrap = Bootstrap::connect(rank, world_size, &config.rendezvous, config.timeout)?;
         let mut this = Self {
-            shim,
+            shim: ManuallyDrop::new(shim),
             backend,
             rank,
             world_size,
             single_node: local_world_size == world_size,
             bootstrap,
             tables: HashMap::new(),
+            allocations: BTreeMap::new(),
             staging: RefCell::new(None),
             finalized: true, // until init succeeds: nothing to finalize
+            _not_send: PhantomData,
         };
         let mut count: c_int = 0;
         // SAFETY: out-pointer to a live local.
@@ -259,6 +276,13 @@ impl GpuProvider {
             (this.shim.symmem_shim_set_device)(device)
         })?;
 
+        let heap = usize::try_from(config.heap_bytes).unwrap_or(usize::MAX);
+        // Before anything that lets the library read its environment (it does so once).
+        // SAFETY: plain call; it sets environment variables, and no other thread of ours runs
+        // library code yet.
+        this.check("configure", unsafe {
+            (this.shim.symmem_shim_configure)(heap, c_int::from(this.single_node))
+        })?;
         let mut id_size = 0usize;
         // SAFETY: out-pointer to a live local.
         this.check("unique_id_size", unsafe {
@@ -280,17 +304,9 @@ impl GpuProvider {
         };
         let gathered = this.bootstrap_exchange(&op, &id)?;
         id.clone_from(&gathered[0]);
-        let heap = usize::try_from(config.heap_bytes).unwrap_or(usize::MAX);
         // SAFETY: `id` is the unique id of the right size; the other arguments are plain.
         this.check("init", unsafe {
-            (this.shim.symmem_shim_init)(
-                rank as c_int,
-                world_size as c_int,
-                id.as_ptr(),
-                id.len(),
-                heap,
-                c_int::from(this.single_node),
-            )
+            (this.shim.symmem_shim_init)(rank as c_int, world_size as c_int, id.as_ptr(), id.len())
         })?;
         this.finalized = false;
         Ok(this)
@@ -336,25 +352,79 @@ impl GpuProvider {
             .map_err(|e| e.into_symmem(self.backend.name()))
     }
 
+    /// The device copy of `table`, which must come from this provider's context.
     fn device_table(&self, table: &PeerTable) -> Result<*const i64, Error> {
         let base = table.bases()[self.rank];
-        self.tables
-            .get(&base)
-            .map(|b| b.ptr as *const i64)
-            .ok_or_else(|| {
-                Error::provider(
-                    self.backend.name(),
-                    GpuError::Shim {
-                        backend: self.backend.name(),
-                        call: "table lookup",
-                        status: -2,
-                        message: format!(
-                            "no device table for the allocation at {base:#x}: use a table returned \
-                             by this context's allocate"
-                        ),
-                    },
-                )
-            })
+        match self.tables.get(&base) {
+            Some(t) if t.context == table.context() => Ok(t.buffer.ptr as *const i64),
+            Some(t) => Err(Error::ForeignContext {
+                what: "peer table",
+                expected: t.context.0,
+                found: table.context().0,
+            }),
+            None => Err(Error::provider(
+                self.backend.name(),
+                GpuError::Shim {
+                    backend: self.backend.name(),
+                    call: "table lookup",
+                    status: -2,
+                    message: format!(
+                        "no device table for an allocation at {base:#x}: use a table returned \
+                         by this context's allocate (and not freed)"
+                    ),
+                },
+            )),
+        }
+    }
+
+    /// Checks an operation before any kernel runs: both ends load/store reachable and
+    /// `[ptr, ptr + len)` inside one live allocation, aligned to `align`. Peers' copies sit at
+    /// the same offsets, so the translated range is inside the peer's copy too: no wild
+    /// pointer reaches a kernel, whoever calls.
+    fn reach(
+        &self,
+        table: &PeerTable,
+        ptr: u64,
+        peers: &[usize],
+        len: u64,
+        align: u64,
+        what: &'static str,
+    ) -> Result<(), Error> {
+        table.require_direct(self.rank)?;
+        for &peer in peers {
+            table.require_direct(peer)?;
+        }
+        self.check_local(ptr, len, align, what)
+    }
+
+    /// `[ptr, ptr + len)` lies inside one live allocation of this rank and is aligned.
+    fn check_local(&self, ptr: u64, len: u64, align: u64, what: &'static str) -> Result<(), Error> {
+        if !ptr.is_multiple_of(align) {
+            return Err(TranslateError::Misaligned {
+                addr: ptr,
+                align,
+                what,
+            }
+            .into());
+        }
+        let inside = self
+            .allocations
+            .range(..=ptr)
+            .next_back()
+            .is_some_and(|(&base, &bytes)| {
+                ptr.checked_add(len)
+                    .is_some_and(|end| end <= base.saturating_add(bytes))
+            });
+        if inside {
+            Ok(())
+        } else {
+            Err(TranslateError::OutsideHeap {
+                addr: ptr,
+                len,
+                peer: self.rank,
+            }
+            .into())
+        }
     }
 
     /// A device scratch buffer of at least `bytes`, reused between operations.
@@ -420,9 +490,11 @@ impl GpuProvider {
         bytes: u64,
         reps: u32,
     ) -> Result<Duration, Error> {
+        self.reach(table, src, &[src_pe], bytes, 1, "copy")?;
+        self.reach(table, dst, &[dst_pe], bytes, 1, "copy")?;
         let t = self.device_table(table)?;
         let (n, me) = (self.world_size as c_int, self.rank as c_int);
-        // SAFETY: symmetric addresses of live allocations, ranges inside them (caller's duty).
+        // SAFETY: both ranges were checked to lie in live allocations on reachable PEs.
         self.timed(
             reps,
             || unsafe {
@@ -449,7 +521,9 @@ impl GpuProvider {
         bytes: u64,
         reps: u32,
     ) -> Result<Duration, Error> {
-        // SAFETY: device ranges of live allocations (caller's duty).
+        self.check_local(src, bytes, 1, "copy")?;
+        self.check_local(dst, bytes, 1, "copy")?;
+        // SAFETY: both ranges were checked to lie in live allocations of this rank.
         self.timed(
             reps,
             || unsafe {
@@ -473,12 +547,19 @@ impl GpuProvider {
         count: u64,
         reps: u32,
     ) -> Result<Duration, Error> {
+        let len = count.saturating_mul(8);
         let t = match table {
-            Some(table) => self.device_table(table)?,
-            None => std::ptr::null(),
+            Some(table) => {
+                self.reach(table, dst, &[to], len, 8, "fill")?;
+                self.device_table(table)?
+            }
+            None => {
+                self.check_local(dst, len, 8, "fill")?;
+                std::ptr::null()
+            }
         };
         let (n, me) = (self.world_size as c_int, self.rank as c_int);
-        // SAFETY: as above.
+        // SAFETY: the range was checked to lie in a live allocation on a reachable PE.
         self.timed(
             reps,
             || unsafe {
@@ -533,16 +614,18 @@ impl SymmetricProvider for GpuProvider {
         self.ok("malloc", unsafe {
             (self.shim.symmem_shim_malloc)(bytes as usize, &mut ptr)
         })?;
+        self.allocations.insert(ptr as u64, bytes);
         Ok(ptr as u64)
     }
 
     fn free(&mut self, addr: u64, op: &CollectiveOp) -> Result<(), Error> {
         self.agree(op)?;
+        self.allocations.remove(&addr);
         if let Some(table) = self.tables.remove(&addr) {
             self.sync()?;
             // SAFETY: the table buffer is ours and idle after the synchronisation.
             self.ok("device_free", unsafe {
-                (self.shim.symmem_shim_device_free)(table.ptr as *mut c_void)
+                (self.shim.symmem_shim_device_free)(table.buffer.ptr as *mut c_void)
             })?;
         }
         // SAFETY: `addr` came from this library's malloc (the context checks ownership).
@@ -563,7 +646,7 @@ impl SymmetricProvider for GpuProvider {
         self.agree(op)?;
         for (_, table) in std::mem::take(&mut self.tables) {
             // SAFETY: ours, and the stream is drained by finalize below before reuse.
-            let _ = unsafe { (self.shim.symmem_shim_device_free)(table.ptr as *mut c_void) };
+            let _ = unsafe { (self.shim.symmem_shim_device_free)(table.buffer.ptr as *mut c_void) };
         }
         if let Some(buf) = self.staging.borrow_mut().take() {
             // SAFETY: ours.
@@ -591,9 +674,12 @@ impl SymmetricProvider for GpuProvider {
         })?;
         self.tables.insert(
             table.bases()[self.rank],
-            DeviceBuffer {
-                ptr: ptr as u64,
-                bytes,
+            DeviceTable {
+                buffer: DeviceBuffer {
+                    ptr: ptr as u64,
+                    bytes,
+                },
+                context: table.context(),
             },
         );
         Ok(())
@@ -616,6 +702,14 @@ impl TranslatedOps for GpuProvider {
         to: usize,
         values: &[u64],
     ) -> Result<(), Error> {
+        self.reach(
+            table,
+            dst,
+            &[to],
+            std::mem::size_of_val(values) as u64,
+            8,
+            "u64 store",
+        )?;
         let dev_table = self.device_table(table)?;
         let bytes = std::mem::size_of_val(values);
         let staging = self.staging(bytes)?;
@@ -653,6 +747,14 @@ impl TranslatedOps for GpuProvider {
         from: usize,
         out: &mut [u64],
     ) -> Result<(), Error> {
+        self.reach(
+            table,
+            src,
+            &[from],
+            std::mem::size_of_val(out) as u64,
+            8,
+            "u64 load",
+        )?;
         let dev_table = self.device_table(table)?;
         let bytes = std::mem::size_of_val(out);
         let staging = self.staging(bytes)?;
@@ -690,6 +792,8 @@ impl TranslatedOps for GpuProvider {
         dst_rank: usize,
         bytes: u64,
     ) -> Result<(), Error> {
+        self.reach(table, src, &[src_rank], bytes, 1, "copy")?;
+        self.reach(table, dst, &[dst_rank], bytes, 1, "copy")?;
         let dev_table = self.device_table(table)?;
         // SAFETY: pointers are symmetric addresses validated by the context; the kernel
         // translates them through the device table.
@@ -715,6 +819,7 @@ impl TranslatedOps for GpuProvider {
         to: usize,
         value: u64,
     ) -> Result<(), Error> {
+        self.reach(table, dst, &[to], 8, 8, "u64 atomic add")?;
         let dev_table = self.device_table(table)?;
         // SAFETY: as in `copy_bytes`.
         self.ok("atomic_add_u64", unsafe {
@@ -732,6 +837,7 @@ impl TranslatedOps for GpuProvider {
     }
 
     fn read_local(&self, addr: u64, out: &mut [u8]) -> Result<(), Error> {
+        self.check_local(addr, out.len() as u64, 1, "read")?;
         // SAFETY: `addr` is this rank's symmetric memory (the context checks the buffer).
         self.ok("copy_to_host", unsafe {
             (self.shim.symmem_shim_copy_to_host)(
@@ -743,6 +849,7 @@ impl TranslatedOps for GpuProvider {
     }
 
     fn write_local(&self, addr: u64, data: &[u8]) -> Result<(), Error> {
+        self.check_local(addr, data.len() as u64, 1, "write")?;
         // SAFETY: as in `read_local`.
         self.ok("copy_to_device_async", unsafe {
             (self.shim.symmem_shim_copy_to_device_async)(

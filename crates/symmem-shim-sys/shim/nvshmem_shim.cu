@@ -21,10 +21,21 @@ typedef cudaError_t gpuError_t;
 #define gpuStreamNonBlocking cudaStreamNonBlocking
 #define gpuStreamSynchronize cudaStreamSynchronize
 #define gpuStreamDestroy cudaStreamDestroy
+#define gpuMemsetAsync cudaMemsetAsync
 
 #include "common.inc"
 
 extern "C" {
+
+int symmem_shim_configure(size_t heap_bytes, int single_node) {
+  if (g_initialized) return shim_fail(SYMMEM_SHIM_ERR_STATE, "configure: already initialised");
+  // Multicast (NVLS) is forbidden on the machines symmem targets; it is never used here.
+  setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
+  if (heap_bytes != 0) shim_setenv_size("NVSHMEM_SYMMETRIC_SIZE", heap_bytes);
+  if (single_node) setenv("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo", 0);
+  g_configured = 1;
+  return SYMMEM_SHIM_OK;
+}
 
 int symmem_shim_unique_id_size(size_t *size) {
   if (size == nullptr) return shim_fail(SYMMEM_SHIM_ERR_INVALID, "unique_id_size: null output");
@@ -33,6 +44,8 @@ int symmem_shim_unique_id_size(size_t *size) {
 }
 
 int symmem_shim_get_unique_id(uint8_t *id, size_t size) {
+  if (!g_configured)
+    return shim_fail(SYMMEM_SHIM_ERR_STATE, "get_unique_id: call symmem_shim_configure first");
   if (id == nullptr || size != sizeof(nvshmemx_uniqueid_t))
     return shim_fail(SYMMEM_SHIM_ERR_INVALID, "get_unique_id: buffer must be %zu bytes",
                      sizeof(nvshmemx_uniqueid_t));
@@ -43,28 +56,23 @@ int symmem_shim_get_unique_id(uint8_t *id, size_t size) {
   return SYMMEM_SHIM_OK;
 }
 
-int symmem_shim_init(int rank, int n_pes, const uint8_t *id, size_t id_size, size_t heap_bytes,
-                     int single_node) {
+int symmem_shim_init(int rank, int n_pes, const uint8_t *id, size_t id_size) {
   if (g_initialized) return shim_fail(SYMMEM_SHIM_ERR_STATE, "init: already initialised");
+  if (!g_configured)
+    return shim_fail(SYMMEM_SHIM_ERR_STATE, "init: call symmem_shim_configure first");
   if (id == nullptr || id_size != sizeof(nvshmemx_uniqueid_t) || n_pes <= 0 || rank < 0 ||
       rank >= n_pes)
     return shim_fail(SYMMEM_SHIM_ERR_INVALID, "init: bad rank %d of %d or unique id size %zu",
                      rank, n_pes, id_size);
-  // Multicast (NVLS) is forbidden on the machines symmem targets; it is never used here.
-  setenv("NVSHMEM_DISABLE_NVLS", "1", 1);
-  if (heap_bytes != 0) {
-    char text[32];
-    snprintf(text, sizeof text, "%zu", heap_bytes);
-    setenv("NVSHMEM_SYMMETRIC_SIZE", text, 1);
-  }
-  if (single_node) setenv("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo", 0);
   nvshmemx_uniqueid_t uid;
   memcpy(&uid, id, sizeof uid);
   nvshmemx_init_attr_t attr = NVSHMEMX_INIT_ATTR_INITIALIZER;
   if (nvshmemx_set_attr_uniqueid_args(rank, n_pes, &uid, &attr) != 0)
     return shim_fail(SYMMEM_SHIM_ERR_BACKEND, "nvshmemx_set_attr_uniqueid_args failed");
   if (nvshmemx_init_attr(NVSHMEMX_INIT_WITH_UNIQUEID, &attr) != 0)
-    return shim_fail(SYMMEM_SHIM_ERR_BACKEND, "nvshmemx_init_attr failed (see NVSHMEM's output)");
+    return shim_fail(SYMMEM_SHIM_ERR_BACKEND,
+                     "nvshmemx_init_attr failed: see NVSHMEM's output (NVSHMEM_DEBUG=INFO for more; "
+                     "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME picks the network interface)");
   if (nvshmem_my_pe() != rank || nvshmem_n_pes() != n_pes)
     return shim_fail(SYMMEM_SHIM_ERR_BACKEND, "NVSHMEM says PE %d of %d, expected %d of %d",
                      nvshmem_my_pe(), nvshmem_n_pes(), rank, n_pes);
@@ -105,6 +113,8 @@ int symmem_shim_malloc(size_t bytes, void **ptr) {
 
 int symmem_shim_free(void *ptr) {
   REQUIRE_INIT();
+  // Kernels still queued may touch the allocation.
+  GPU_CHECK(gpuStreamSynchronize(g_stream), "draining the stream before a free");
   nvshmem_free(ptr);
   return SYMMEM_SHIM_OK;
 }

@@ -23,10 +23,21 @@ typedef hipError_t gpuError_t;
 #define gpuStreamNonBlocking hipStreamNonBlocking
 #define gpuStreamSynchronize hipStreamSynchronize
 #define gpuStreamDestroy hipStreamDestroy
+#define gpuMemsetAsync hipMemsetAsync
 
 #include "common.inc"
 
 extern "C" {
+
+int symmem_shim_configure(size_t heap_bytes, int single_node) {
+  if (g_initialized) return shim_fail(SYMMEM_SHIM_ERR_STATE, "configure: already initialised");
+  // Eight ranks on one node need more than the default bootstrap timeout.
+  setenv("ROCSHMEM_BOOTSTRAP_TIMEOUT", "120", 0);
+  if (heap_bytes != 0) shim_setenv_size("ROCSHMEM_HEAP_SIZE", heap_bytes);
+  if (single_node) setenv("ROCSHMEM_BOOTSTRAP_SOCKET_IFNAME", "lo", 0);
+  g_configured = 1;
+  return SYMMEM_SHIM_OK;
+}
 
 int symmem_shim_unique_id_size(size_t *size) {
   if (size == nullptr) return shim_fail(SYMMEM_SHIM_ERR_INVALID, "unique_id_size: null output");
@@ -35,6 +46,8 @@ int symmem_shim_unique_id_size(size_t *size) {
 }
 
 int symmem_shim_get_unique_id(uint8_t *id, size_t size) {
+  if (!g_configured)
+    return shim_fail(SYMMEM_SHIM_ERR_STATE, "get_unique_id: call symmem_shim_configure first");
   if (id == nullptr || size != sizeof(rocshmem::rocshmem_uniqueid_t))
     return shim_fail(SYMMEM_SHIM_ERR_INVALID, "get_unique_id: buffer must be %zu bytes",
                      sizeof(rocshmem::rocshmem_uniqueid_t));
@@ -45,26 +58,23 @@ int symmem_shim_get_unique_id(uint8_t *id, size_t size) {
   return SYMMEM_SHIM_OK;
 }
 
-int symmem_shim_init(int rank, int n_pes, const uint8_t *id, size_t id_size, size_t heap_bytes,
-                     int single_node) {
+int symmem_shim_init(int rank, int n_pes, const uint8_t *id, size_t id_size) {
   if (g_initialized) return shim_fail(SYMMEM_SHIM_ERR_STATE, "init: already initialised");
+  if (!g_configured)
+    return shim_fail(SYMMEM_SHIM_ERR_STATE, "init: call symmem_shim_configure first");
   if (id == nullptr || id_size != sizeof(rocshmem::rocshmem_uniqueid_t) || n_pes <= 0 ||
       rank < 0 || rank >= n_pes)
     return shim_fail(SYMMEM_SHIM_ERR_INVALID, "init: bad rank %d of %d or unique id size %zu",
                      rank, n_pes, id_size);
-  if (heap_bytes != 0) {
-    char text[32];
-    snprintf(text, sizeof text, "%zu", heap_bytes);
-    setenv("ROCSHMEM_HEAP_SIZE", text, 1);
-  }
-  if (single_node) setenv("ROCSHMEM_BOOTSTRAP_SOCKET_IFNAME", "lo", 0);
   rocshmem::rocshmem_uniqueid_t uid;
   memcpy(&uid, id, sizeof uid);
   rocshmem::rocshmem_init_attr_t attr{};
   if (rocshmem::rocshmem_set_attr_uniqueid_args(rank, n_pes, &uid, &attr) != 0)
     return shim_fail(SYMMEM_SHIM_ERR_BACKEND, "rocshmem_set_attr_uniqueid_args failed");
   if (rocshmem::rocshmem_init_attr(rocshmem::ROCSHMEM_INIT_WITH_UNIQUEID, &attr) != 0)
-    return shim_fail(SYMMEM_SHIM_ERR_BACKEND, "rocshmem_init_attr failed (see rocSHMEM's output)");
+    return shim_fail(SYMMEM_SHIM_ERR_BACKEND,
+                     "rocshmem_init_attr failed: see rocSHMEM's output "
+                     "(ROCSHMEM_BOOTSTRAP_SOCKET_IFNAME picks the network interface)");
   if (rocshmem::rocshmem_my_pe() != rank || rocshmem::rocshmem_n_pes() != n_pes)
     return shim_fail(SYMMEM_SHIM_ERR_BACKEND, "rocSHMEM says PE %d of %d, expected %d of %d",
                      rocshmem::rocshmem_my_pe(), rocshmem::rocshmem_n_pes(), rank, n_pes);
@@ -105,6 +115,8 @@ int symmem_shim_malloc(size_t bytes, void **ptr) {
 
 int symmem_shim_free(void *ptr) {
   REQUIRE_INIT();
+  // Kernels still queued may touch the allocation.
+  GPU_CHECK(gpuStreamSynchronize(g_stream), "draining the stream before a free");
   rocshmem::rocshmem_free(ptr);
   return SYMMEM_SHIM_OK;
 }

@@ -22,7 +22,7 @@ extern "C" {
 #endif
 
 /* Bumped on any incompatible change; the Rust side refuses a library of another version. */
-#define SYMMEM_SHIM_ABI_VERSION 1
+#define SYMMEM_SHIM_ABI_VERSION 2
 /* Large enough for the unique id of every backend. */
 #define SYMMEM_SHIM_UNIQUE_ID_MAX 512
 
@@ -30,7 +30,7 @@ enum symmem_shim_status {
   SYMMEM_SHIM_OK = 0,
   /* The SHMEM library reported a failure. */
   SYMMEM_SHIM_ERR_BACKEND = -1,
-  /* An argument was refused (null pointer, bad PE, size not a whole number of elements). */
+  /* An argument was refused (null pointer, bad PE, misaligned pointer, zero size). */
   SYMMEM_SHIM_ERR_INVALID = -2,
   /* The GPU runtime reported a failure. */
   SYMMEM_SHIM_ERR_DEVICE = -3,
@@ -50,13 +50,17 @@ int symmem_shim_device_count(int *count);
 int symmem_shim_set_device(int device);
 
 /* ---- bootstrap and lifetime -------------------------------------------------------------- */
+/* First call on every rank, before the library reads its environment (which it does once, when
+ * the unique id is made or at init): heap_bytes = 0 keeps the library's default heap;
+ * single_node = 1 lets the library's own bootstrap use loopback unless the user chose an
+ * interface. Also forces NVSHMEM_DISABLE_NVLS=1 (multicast is never used). Sets environment
+ * variables: call it before other threads start. */
+int symmem_shim_configure(size_t heap_bytes, int single_node);
 /* Size of the unique id that rank 0 creates and every rank passes to init. */
 int symmem_shim_unique_id_size(size_t *size);
 int symmem_shim_get_unique_id(uint8_t *id, size_t size);
-/* Collective. heap_bytes = 0 keeps the library's default; single_node = 1 lets the shim pick
- * loopback for the library's own bootstrap when the user has not chosen an interface. */
-int symmem_shim_init(int rank, int n_pes, const uint8_t *id, size_t id_size, size_t heap_bytes,
-                     int single_node);
+/* Collective; after symmem_shim_configure. */
+int symmem_shim_init(int rank, int n_pes, const uint8_t *id, size_t id_size);
 /* Collective. */
 int symmem_shim_finalize(void);
 int symmem_shim_my_pe(int *pe);
@@ -76,6 +80,8 @@ int symmem_shim_device_free(void *ptr);
 int symmem_shim_copy_to_device_async(void *dst, const void *src, size_t bytes);
 /* Synchronous. */
 int symmem_shim_copy_to_host(void *dst, const void *src, size_t bytes);
+/* Asynchronous memset of device memory. */
+int symmem_shim_memset_async(void *dst, int value, size_t bytes);
 /* Asynchronous device-to-device copy by the runtime (the baseline for copy kernels). */
 int symmem_shim_copy_device_async(void *dst, const void *src, size_t bytes);
 /* Waits for everything queued on the shim's stream. */
