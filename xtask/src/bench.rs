@@ -1,6 +1,6 @@
 //! `cargo xtask bench`: the GPU bench at several rank counts, through the launcher.
 
-use crate::project::{build_binary, target_dir};
+use crate::project::{build_binary, shim_library, target_dir};
 use anyhow::{Context, bail};
 use std::io::Write;
 use std::path::PathBuf;
@@ -58,21 +58,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             symmem_launch::MAX_RANKS
         );
     }
-    let shim = args
-        .shim_lib
-        .clone()
-        .or_else(|| std::env::var_os("SYMMEM_SHIM_LIB").map(PathBuf::from))
-        .unwrap_or_else(|| symmem_gpu::default_library(&target_dir(), backend));
-    if !shim.is_file() {
-        bail!(
-            "provider {} is unavailable: no shim library at {}; build it with `cargo xtask \
-             build-shim --backend {}` or pass --shim-lib",
-            backend.name(),
-            shim.display(),
-            backend.name()
-        );
-    }
-    let shim = std::path::absolute(&shim)?;
+    let shim = shim_library(args.shim_lib.as_deref(), backend)?;
     let binary = match &args.bench_binary {
         Some(p) => p.clone(),
         None => build_binary("symmem-gpu", "symmem-gpu-bench")?,

@@ -3,6 +3,7 @@
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use symmem_gpu::Backend;
 
 /// The workspace root (xtask lives one level below it).
 pub fn project_root() -> PathBuf {
@@ -47,4 +48,28 @@ pub fn build_binary(package: &str, bin: &str) -> anyhow::Result<PathBuf> {
         }
     }
     bail!("cargo built {bin} but did not report its executable")
+}
+
+/// The shim library for a GPU provider (`--shim-lib`, else `$SYMMEM_SHIM_LIB`, else what
+/// `cargo xtask build-shim` built), which must exist: a provider the user named is never
+/// quietly skipped.
+pub fn shim_library(given: Option<&Path>, backend: Backend) -> anyhow::Result<PathBuf> {
+    let path = given
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("SYMMEM_SHIM_LIB").map(PathBuf::from))
+        .unwrap_or_else(|| symmem_gpu::default_library(&target_dir(), backend));
+    if !path.is_file() {
+        bail!(
+            "provider {} is unavailable: no shim library at {}. Build it with `cargo xtask \
+             build-shim --backend {}` (needs {}), or pass --shim-lib",
+            backend.name(),
+            path.display(),
+            backend.name(),
+            match backend {
+                Backend::Nvshmem => "nvcc and NVSHMEM",
+                Backend::Rocshmem => "ROCm and `cargo xtask build-rocshmem`",
+            }
+        );
+    }
+    Ok(std::path::absolute(&path)?)
 }

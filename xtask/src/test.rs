@@ -1,6 +1,6 @@
 //! `cargo xtask test`: the conformance matrix, every check at every rank count.
 
-use crate::project::{build_binary, target_dir};
+use crate::project::{build_binary, shim_library};
 use anyhow::bail;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -94,30 +94,6 @@ struct Run {
     report: RunReport,
 }
 
-/// The shim library for a GPU provider, which must exist: a provider the user named is never
-/// quietly skipped.
-fn shim_library(args: &TestArgs, backend: Backend) -> anyhow::Result<PathBuf> {
-    let path = args
-        .shim_lib
-        .clone()
-        .or_else(|| std::env::var_os("SYMMEM_SHIM_LIB").map(PathBuf::from))
-        .unwrap_or_else(|| symmem_gpu::default_library(&target_dir(), backend));
-    if !path.is_file() {
-        bail!(
-            "provider {} is unavailable: no shim library at {}. Build it with `cargo xtask \
-             build-shim --backend {}` (needs {}), or pass --shim-lib",
-            backend.name(),
-            path.display(),
-            backend.name(),
-            match backend {
-                Backend::Nvshmem => "nvcc and NVSHMEM",
-                Backend::Rocshmem => "ROCm and `cargo xtask build-rocshmem`",
-            }
-        );
-    }
-    Ok(std::path::absolute(&path)?)
-}
-
 pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     if let Some(engine) = args.container {
         if args.provider == Provider::Nvshmem {
@@ -127,8 +103,14 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     }
     let (provider, shim) = match args.provider {
         Provider::Host => ("host", None),
-        Provider::Nvshmem => ("nvshmem", Some(shim_library(&args, Backend::Nvshmem)?)),
-        Provider::Rocshmem => ("rocshmem", Some(shim_library(&args, Backend::Rocshmem)?)),
+        Provider::Nvshmem => (
+            "nvshmem",
+            Some(shim_library(args.shim_lib.as_deref(), Backend::Nvshmem)?),
+        ),
+        Provider::Rocshmem => (
+            "rocshmem",
+            Some(shim_library(args.shim_lib.as_deref(), Backend::Rocshmem)?),
+        ),
     };
     let binary = match &args.rank_binary {
         Some(path) => path.clone(),

@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use symmem::{CollectiveMismatch, CollectiveOp, RankIdentity};
 
-/// Environment variable naming the rendezvous folder (the same for every rank of a job).
-pub const RENDEZVOUS_ENV: &str = "SYMMEM_RENDEZVOUS";
+pub use symmem::RENDEZVOUS_ENV;
 const SOCKET_NAME: &str = "rank0.sock";
 /// Extra wait of the other ranks beyond rank 0's timeout, so rank 0's explanation of a
 /// failed collective reaches them before their own timeout fires.

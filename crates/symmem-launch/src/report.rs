@@ -179,9 +179,7 @@ pub struct RunReport {
 /// tell the culprit from the ranks that only reported it. It is
 /// `EX_TEMPFAIL` of `sysexits.h`; [`RunReport::exit_code`] returns it for
 /// [`Outcome::PeerLost`].
-pub const EXIT_PEER_FAILED: i32 = 75;
-// The rank side of the convention lives in the core crate.
-const _: () = assert!(EXIT_PEER_FAILED == symmem::EXIT_PEER_FAILED);
+pub use symmem::EXIT_PEER_FAILED;
 
 /// Exit code for a timed-out run (as `timeout(1)`).
 pub const EXIT_TIMEOUT: i32 = 124;

@@ -19,7 +19,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 
 /// Environment variable naming the per-run rendezvous directory.
-pub const RENDEZVOUS_ENV: &str = "SYMMEM_RENDEZVOUS";
+pub use symmem::RENDEZVOUS_ENV;
 
 /// Everything needed to start one run of `ranks` processes of `program`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -25,6 +25,10 @@ pub use rank_env::{Launcher, RankEnvError, RankIdentity};
 pub use table::{AddressMap, PeerTable};
 pub use units::{MAX_DURATION, parse_bytes, parse_duration};
 
+/// Environment variable naming the folder where the ranks of one job meet (set by launchers,
+/// read by providers).
+pub const RENDEZVOUS_ENV: &str = "SYMMEM_RENDEZVOUS";
+
 /// Exit status of a rank program that stops because ANOTHER rank failed (it disconnected, never
 /// arrived at a collective, or stopped answering). Launchers use it to tell witnesses from the
 /// culprit.
