@@ -21,7 +21,7 @@ pub(crate) fn blame(ends: &[End]) -> Option<Outcome> {
         .collect();
     // Earliest poll first; within one poll the order is unknown: rank order.
     failures.sort_unstable_by_key(|&(poll, rank, _)| (poll, rank));
-    let &(first_poll, first_rank, first_how) = failures.first()?;
+    let &(_, first_rank, first_how) = failures.first()?;
 
     // (a) A failure of its own beats every report of a lost peer.
     let peer_failed = Ended::Exited(EXIT_PEER_FAILED);
@@ -30,13 +30,18 @@ pub(crate) fn blame(ends: &[End]) -> Option<Outcome> {
     }
     let reporters: Vec<usize> = failures.iter().map(|&(_, rank, _)| rank).collect();
 
-    // (b) Ranks that left successfully while the others still needed them.
-    // Seen in the same poll as the first report counts as before it: the
-    // report follows the departure within microseconds.
+    // (b) Ranks that left successfully while the others still needed them:
+    // every success counts, whenever it was seen. A peer's report follows the
+    // departure (it learns of it when the departed rank's sockets close, in
+    // the middle of its exit), yet the kernel may show the reporter's end
+    // first: under load a departed rank can still be tearing down when its
+    // peers have already exited 75. The poll order says nothing here. A rank
+    // that had finished all its work cannot have caused a report: the
+    // collectives it completed complete for every rank.
     let early: Vec<usize> = ends
         .iter()
         .enumerate()
-        .filter(|(_, end)| matches!(end, Some((how, poll)) if how.success() && *poll <= first_poll))
+        .filter(|(_, end)| matches!(end, Some((how, _)) if how.success()))
         .map(|(rank, _)| rank)
         .collect();
     if !early.is_empty() {
@@ -119,14 +124,8 @@ mod tests {
 
     #[test]
     fn a_rank_that_left_early_is_named() {
-        // Rank 1 exited 0 in the poll before the others gave up; rank 3 left
-        // successfully only after the first report, so it is not blamed.
-        let ends = [
-            Some((PEER, 9)),
-            Some((OK, 8)),
-            Some((PEER, 10)),
-            Some((OK, 11)),
-        ];
+        // Rank 1 exited 0 in the poll before the others gave up.
+        let ends = [Some((PEER, 9)), Some((OK, 8)), Some((PEER, 10)), None];
         assert_eq!(
             blame(&ends),
             Some(Outcome::PeerLost {
@@ -135,12 +134,44 @@ mod tests {
                 reporters: vec![0, 2],
             })
         );
-        // Seen in the same poll as the first report: still "before".
+        // Seen in the same poll as the first report.
         let ends = [Some((PEER, 3)), Some((OK, 3)), None];
         assert_eq!(
             blame(&ends),
             Some(Outcome::PeerLost {
                 culprits: vec![1],
+                reason: Lost::ExitedEarly,
+                reporters: vec![0],
+            })
+        );
+    }
+
+    /// The race of issue 11: the departed rank's exit is seen a poll AFTER
+    /// the reports it caused (it was still tearing down). It is still the
+    /// one, not the first reporter.
+    #[test]
+    fn a_departure_seen_after_the_reports_it_caused_is_named() {
+        let ends = [
+            Some((PEER, 5)),
+            Some((OK, 6)),
+            Some((PEER, 5)),
+            Some((PEER, 6)),
+        ];
+        assert_eq!(
+            blame(&ends),
+            Some(Outcome::PeerLost {
+                culprits: vec![1],
+                reason: Lost::ExitedEarly,
+                reporters: vec![0, 2, 3],
+            })
+        );
+        // A departure beats a rank still running: the departure is a fact,
+        // "still running" only an absence of news.
+        let ends = [Some((PEER, 5)), None, Some((OK, 7))];
+        assert_eq!(
+            blame(&ends),
+            Some(Outcome::PeerLost {
+                culprits: vec![2],
                 reason: Lost::ExitedEarly,
                 reporters: vec![0],
             })

@@ -94,6 +94,29 @@ fn scan_proc(pgid: i32) -> Vec<i32> {
     pids
 }
 
+/// The kernel's `PF_EXITING` task flag: set when a process enters its exit,
+/// before it closes its files; it becomes a zombie moments later.
+const PF_EXITING: u64 = 0x4;
+
+/// Whether `pid` has begun to exit but is not a zombie yet (its sockets may
+/// already be closed, so its peers may already know it left).
+pub(crate) fn exiting(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| parse_flags(&stat))
+        .is_some_and(|(state, flags)| !matches!(state, 'Z' | 'X' | 'x') && flags & PF_EXITING != 0)
+}
+
+/// Parses `(state, flags)` from `/proc/<pid>/stat` (fields 3 and 9).
+fn parse_flags(stat: &str) -> Option<(char, u64)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // ppid, pgrp, session, tty_nr, tpgid, then flags.
+    let flags = fields.nth(5)?.parse().ok()?;
+    Some((state, flags))
+}
+
 /// Parses `(state, pgrp)` from `/proc/<pid>/stat`. The command name is in
 /// parentheses and may contain spaces and parentheses, so split after the
 /// last `)`.
@@ -115,6 +138,15 @@ mod tests {
         let stat = "4242 (a) b (c) S 1 4200 4200 0 -1 4194560 0 0";
         assert_eq!(parse_stat(stat), Some(('S', 4200)));
         assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(parse_flags(stat), Some(('S', 4194560)));
+        assert_eq!(parse_flags("1 (x) R 1 2"), None);
+    }
+
+    #[test]
+    fn a_running_process_is_not_exiting() {
+        assert!(!exiting(std::process::id()));
+        // Gone (or never there) is not exiting either.
+        assert!(!exiting(u32::MAX));
     }
 
     #[test]

@@ -91,9 +91,9 @@ pub struct RankStatus {
 /// needed: see [`Outcome::PeerLost`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Lost {
-    /// The culprits exited with status 0 before (or in the same 10 ms poll
-    /// as) the first rank that gave up: they left while the others still
-    /// needed them.
+    /// The culprits exited with status 0 while the ranks that gave up still
+    /// needed them (seen before or after the first report: a departed rank
+    /// may finish tearing down after its peers have already exited).
     ExitedEarly,
     /// The culprits were still running when the first rank gave up, and kept
     /// running until the launcher stopped them (hung?).
@@ -110,15 +110,17 @@ pub enum Lost {
 /// 1. the earliest-ended rank whose failure is not
 ///    `Exited(`[`EXIT_PEER_FAILED`]`)`: [`Outcome::RankFailed`];
 /// 2. if every failure is a peer failure: the ranks that exited with status 0
-///    at or before the first peer failure: [`Outcome::PeerLost`] with
-///    [`Lost::ExitedEarly`];
+///    (whether seen before or after the first peer failure):
+///    [`Outcome::PeerLost`] with [`Lost::ExitedEarly`];
 /// 3. else the ranks still running at the end of the settle window:
 ///    [`Outcome::PeerLost`] with [`Lost::StillRunning`];
 /// 4. else the first rank that failed (with status 75, though no other rank
 ///    was seen failing): [`Outcome::RankFailed`].
 ///
-/// Ends are ordered by the 10 ms poll in which the launcher saw them; within
-/// one poll, the lowest rank counts as first.
+/// Failures are ordered by the 10 ms poll in which the launcher saw them;
+/// within one poll, the lowest rank counts as first. A rank that is already
+/// exiting when the settle window closes is waited for (at most the grace
+/// period), so that a departure is not taken for a hang.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Every rank exited with status 0.

@@ -15,7 +15,7 @@ use nix::sys::signal::Signal;
 
 use crate::culprit::blame;
 use crate::error::LaunchError;
-use crate::group::{join_group, live_members, signal_group};
+use crate::group::{exiting, join_group, live_members, signal_group};
 use crate::output::spawn_reader;
 use crate::report::{Ended, Outcome, OutputLine, RankStatus, RunReport, Stream};
 use crate::signals::SignalGuard;
@@ -388,7 +388,7 @@ impl Run<'_> {
             self.reap()?;
             // A failure is the most useful news, so it is checked first.
             if self.any_failed() {
-                self.settle(SETTLE.min(grace), signals)?;
+                self.settle(SETTLE.min(grace), grace, signals)?;
                 let ends: Vec<_> = self.ranks.iter().map(|r| r.ended.zip(r.seen)).collect();
                 if let Some(outcome) = blame(&ends) {
                     return Ok(outcome);
@@ -415,17 +415,36 @@ impl Run<'_> {
     /// After a failure: keeps delivering output and reaping for `window`, so
     /// that the ranks that fail because of it end on their own, in an order
     /// that tells who failed first. Cut short when every rank has ended or
-    /// the launcher gets a signal.
-    fn settle(&mut self, window: Duration, signals: &SignalGuard) -> Result<(), LaunchError> {
-        let until = Instant::now() + window;
+    /// the launcher gets a signal. A rank that is in the middle of its exit
+    /// when the window closes is waited for, up to `limit` in all: its peers
+    /// may have reported it gone before the kernel shows it ended, and it
+    /// must not be taken for a rank still running.
+    fn settle(
+        &mut self,
+        window: Duration,
+        limit: Duration,
+        signals: &SignalGuard,
+    ) -> Result<(), LaunchError> {
+        let start = Instant::now();
         loop {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() || self.all_ended() || signals.caught().is_some() {
+            if self.all_ended() || signals.caught().is_some() {
                 return Ok(());
             }
-            self.pump(left.min(POLL));
+            let elapsed = start.elapsed();
+            if elapsed >= window && (elapsed >= limit || !self.any_exiting()) {
+                return Ok(());
+            }
+            let left = window.saturating_sub(elapsed);
+            self.pump(if left.is_zero() { POLL } else { left.min(POLL) });
             self.reap()?;
         }
+    }
+
+    /// Whether a rank not yet reaped has begun to exit.
+    fn any_exiting(&self) -> bool {
+        self.ranks
+            .iter()
+            .any(|r| r.ended.is_none() && exiting(r.pid))
     }
 
     /// Everything reaped and nothing alive left in the group.

@@ -219,6 +219,64 @@ fn a_rank_that_exits_0_while_needed_is_named() {
 }
 
 #[test]
+fn a_departure_seen_after_the_reports_it_caused_is_still_named() {
+    // The order of issue 11's race, made certain: rank 1 announces that it
+    // leaves, the others exit 75 at once, and rank 1 exits 0 only after the
+    // launcher has reaped all of them (a zombie still answers `kill -0`), as
+    // a departed rank still tearing down under load does. The launcher sees
+    // the reports first and must still name rank 1, never a reporter.
+    let script = r#"
+        if [ "$RANK" != 1 ]; then
+          echo $$ > "$SYMMEM_RENDEZVOUS/pid$RANK.tmp"; mv "$SYMMEM_RENDEZVOUS/pid$RANK.tmp" "$SYMMEM_RENDEZVOUS/pid$RANK"
+          while [ ! -e "$SYMMEM_RENDEZVOUS/bye" ]; do sleep 0.01; done
+          exit 75
+        fi
+        for r in 0 2 3; do while [ ! -e "$SYMMEM_RENDEZVOUS/pid$r" ]; do sleep 0.01; done; done
+        pids="$(cat "$SYMMEM_RENDEZVOUS/pid0" "$SYMMEM_RENDEZVOUS/pid2" "$SYMMEM_RENDEZVOUS/pid3")"
+        touch "$SYMMEM_RENDEZVOUS/bye"
+        for pid in $pids; do while kill -0 "$pid" 2>/dev/null; do sleep 0.01; done; done
+        exit 0"#;
+    let (report, _, elapsed) = run(&sh(script, 4));
+    let report = report.expect("launch");
+    let Outcome::PeerLost {
+        culprits,
+        reason,
+        reporters,
+    } = &report.outcome
+    else {
+        panic!("unexpected outcome {report}");
+    };
+    assert_eq!(
+        (culprits.as_slice(), *reason),
+        ([1].as_slice(), Lost::ExitedEarly),
+        "{report}"
+    );
+    // In the order they gave up, which the ranks race for.
+    let mut sorted = reporters.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, [0, 2, 3]);
+    // Really in that order: rank 1 was seen to end after every reporter.
+    let rank1 = report.ranks[1].elapsed;
+    assert!(
+        report
+            .ranks
+            .iter()
+            .filter(|r| r.rank != 1)
+            .all(|r| r.elapsed < rank1),
+        "{:?}",
+        report.ranks
+    );
+    assert_eq!(report.exit_code(), EXIT_PEER_FAILED);
+    assert!(
+        report.ranks.iter().all(|r| !r.stopped),
+        "{:?}",
+        report.ranks
+    );
+    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
+    assert_all_gone(&report);
+}
+
+#[test]
 fn a_rank_the_others_gave_up_on_is_named_as_hung() {
     // Rank 3 hangs; the others give up at slightly different times.
     let script = r#"
