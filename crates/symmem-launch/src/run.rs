@@ -102,8 +102,10 @@ pub struct Started<'a> {
 /// second Ctrl-C) sends them `SIGKILL` at once. Outside runs these signals
 /// act as they did before the first run: if they had their default action
 /// (terminate the process), it is emulated, since signal-hook's handler stays
-/// installed; if they were ignored, they stay ignored; handlers of the
-/// application keep being called.
+/// installed; handlers of the application keep being called. A signal the
+/// process ignored before its first run (SIGHUP under `nohup`, SIGINT in a
+/// shell's background job) is left ignored, during runs too: it does not stop
+/// a run, and the ranks, like any process started later, inherit the ignore.
 pub fn launch(
     spec: &LaunchSpec,
     sink: &mut dyn FnMut(&OutputLine),

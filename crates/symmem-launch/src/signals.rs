@@ -1,6 +1,9 @@
 //! SIGINT/SIGTERM/SIGHUP handling: while a run is in progress they only stop
 //! the run; outside runs the process gets back the action these signals had
-//! before the first run.
+//! before the first run. A signal the process inherited as ignored (`nohup`
+//! ignores SIGHUP, a shell starts background jobs with SIGINT ignored) is
+//! never touched: it stays ignored during runs too, and the ranks and any
+//! later child inherit the ignore, as with any other program.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,39 +17,51 @@ use crate::error::LaunchError;
 const SIGNALS: [i32; 3] = [SIGINT, SIGTERM, SIGHUP];
 
 /// True while no run is in progress: then the default-action emulations
-/// registered by [`prepare`] terminate the process, as the default action of
-/// these signals would.
+/// registered by [`SignalGuard::install`] terminate the process, as the
+/// default action of these signals would.
 static IDLE: AtomicBool = AtomicBool::new(true);
 
-/// Runs in progress, and whether [`prepare`] already ran.
+/// Runs in progress, and which signals have our handler.
 static STATE: Mutex<State> = Mutex::new(State {
     active: 0,
-    prepared: false,
+    handled: [false; SIGNALS.len()],
 });
 
 struct State {
     active: usize,
-    prepared: bool,
+    /// Per signal of [`SIGNALS`]: whether signal-hook's handler is installed
+    /// (it stays for the life of the process once it is).
+    handled: [bool; SIGNALS.len()],
 }
 
-/// The signals whose action is the default one (terminate), before anything
-/// of ours is registered. signal-hook installs one OS handler per signal and
-/// never removes it, so from the first run on the default action has to be
-/// emulated. A signal that was ignored stays ignored outside runs (signal-hook
-/// does not call an ignoring previous disposition), and a handler of the
-/// application keeps being called (signal-hook chains to it).
-fn default_disposition(signal: i32) -> bool {
+/// A signal's action as the process had it before anything of ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Disposition {
+    Default,
+    Ignored,
+    /// A handler of the application: signal-hook chains to it.
+    Handler,
+}
+
+/// The current action of `signal`. Only meaningful for a signal that does not
+/// have our handler yet: signal-hook installs one OS handler per signal and
+/// never removes it.
+fn disposition(signal: i32) -> Disposition {
     // SAFETY: a zeroed sigaction is a valid out-parameter, and sigaction with
     // a null new action only reads the current disposition.
     let current = unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
         if libc::sigaction(signal, std::ptr::null(), &mut old) != 0 {
             // Cannot happen for these signals; assume the usual default.
-            return true;
+            return Disposition::Default;
         }
         old
     };
-    current.sa_sigaction == libc::SIG_DFL
+    match current.sa_sigaction {
+        libc::SIG_DFL => Disposition::Default,
+        libc::SIG_IGN => Disposition::Ignored,
+        _ => Disposition::Handler,
+    }
 }
 
 /// The launcher's own actions of one run: they record the first signal
@@ -58,33 +73,35 @@ struct Caught {
 
 /// While alive, the launcher's SIGINT, SIGTERM and SIGHUP only record the
 /// signal (the run then stops its ranks and returns); dropping it unregisters
-/// the actions, and once no run is in progress any more, these signals get
-/// their default action back (see [`default_disposition`]).
+/// the actions, and once no run is in progress any more, a signal whose
+/// action was the default one gets it back (emulated: see [`disposition`]).
+/// Signals the process ignores are left alone.
 pub(crate) struct SignalGuard {
     ids: Vec<SigId>,
+    /// Whether this guard counts in `State::active` (install succeeded).
+    counted: bool,
     caught: Arc<Caught>,
 }
 
 impl SignalGuard {
     pub(crate) fn install() -> Result<Self, LaunchError> {
         let mut state = STATE.lock().unwrap_or_else(PoisonError::into_inner);
-        // Looked at before our first registration, which replaces it.
-        let defaults: Vec<i32> = if state.prepared {
-            Vec::new()
-        } else {
-            SIGNALS
-                .into_iter()
-                .filter(|&s| default_disposition(s))
-                .collect()
-        };
         let mut guard = SignalGuard {
             ids: Vec::new(),
+            counted: false,
             caught: Arc::new(Caught {
                 first: AtomicUsize::new(0),
                 count: AtomicUsize::new(0),
             }),
         };
-        for signal in SIGNALS {
+        for (index, signal) in SIGNALS.into_iter().enumerate() {
+            // Looked at before our first registration, which replaces it.
+            let first = (!state.handled[index]).then(|| disposition(signal));
+            // Inherited as ignored (nohup, a background job): the user asked
+            // for this signal not to stop anything.
+            if first == Some(Disposition::Ignored) {
+                continue;
+            }
             let caught = Arc::clone(&guard.caught);
             let value = usize::try_from(signal).unwrap_or(usize::MAX);
             let action = move || {
@@ -98,7 +115,18 @@ impl SignalGuard {
             // neither allocates nor locks. The `Arc` is dropped with the
             // action, outside the signal handler, when it is unregistered.
             match unsafe { signal_hook::low_level::register(signal, action) } {
-                Ok(id) => guard.ids.push(id),
+                Ok(id) => {
+                    guard.ids.push(id);
+                    state.handled[index] = true;
+                    if first == Some(Disposition::Default) {
+                        // Registered once for the life of the process; it
+                        // acts only while `IDLE` is true (still now: until
+                        // the run is set up, the default action stands).
+                        // Failing leaves the signal ignored between runs,
+                        // which is no reason to refuse this run.
+                        let _ = signal_hook::flag::register_conditional_default(signal, &IDLE);
+                    }
+                }
                 Err(err) => {
                     // Unlocked first: dropping `guard` then unregisters what
                     // was registered, and its `Drop` takes the lock.
@@ -111,15 +139,7 @@ impl SignalGuard {
         // still had its default action.
         IDLE.store(false, Ordering::SeqCst);
         state.active += 1;
-        if !state.prepared {
-            state.prepared = true;
-            for signal in defaults {
-                // Registered once for the life of the process; they act only
-                // while `IDLE` is true. Failing leaves the signal ignored
-                // between runs, which is no reason to refuse this run.
-                let _ = signal_hook::flag::register_conditional_default(signal, &IDLE);
-            }
-        }
+        guard.counted = true;
         Ok(guard)
     }
 
@@ -141,8 +161,7 @@ impl Drop for SignalGuard {
     fn drop(&mut self) {
         let mut state = STATE.lock().unwrap_or_else(PoisonError::into_inner);
         // A guard whose install failed half-way never counted itself.
-        let counted = self.ids.len() == SIGNALS.len();
-        if counted {
+        if self.counted {
             state.active = state.active.saturating_sub(1);
         }
         // First the default action, then remove ours: a signal in between
