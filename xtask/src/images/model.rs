@@ -33,6 +33,12 @@ pub const OUTSIDE: &[&str] = &[
     "scripts",
 ];
 
+/// Root entries that builds create next to the sources and that no source tree tracks: cargo's
+/// `target`, git's `.git`, and `.cargo-home`, crane's CARGO_HOME inside a Nix build's copy of
+/// the sources (which has no `.git` to tell tracked files from the rest).
+#[allow(dead_code, reason = "read by the classification test")]
+pub const BUILD_STATE: &[&str] = &["target", ".git", ".cargo-home"];
+
 /// Inside the inputs, what neither goes into the Docker context nor counts for the tag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exclude {
@@ -329,6 +335,27 @@ mod tests {
     use std::collections::BTreeSet;
     use std::process::Command;
 
+    /// The root entries of a tree that is no git checkout, minus [`BUILD_STATE`].
+    fn untracked_root_entries(root: &std::path::Path) -> BTreeSet<String> {
+        std::fs::read_dir(root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| !BUILD_STATE.contains(&name.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn build_state_in_a_tree_without_git_is_not_a_root_entry() {
+        // As crane leaves a Nix build's copy of the sources: no .git, a .cargo-home.
+        let tree = tempfile::tempdir().unwrap();
+        for dir in [".cargo-home", "target", "crates"] {
+            std::fs::create_dir(tree.path().join(dir)).unwrap();
+        }
+        std::fs::write(tree.path().join("Cargo.toml"), "").unwrap();
+        let entries: Vec<String> = untracked_root_entries(tree.path()).into_iter().collect();
+        assert_eq!(entries, ["Cargo.toml", "crates"]);
+    }
+
     #[test]
     fn every_tracked_root_entry_is_either_an_image_input_or_declared_outside() {
         let root = project_root();
@@ -348,11 +375,7 @@ mod tests {
                     p.split('/').next().unwrap().to_string()
                 })
                 .collect(),
-            _ => std::fs::read_dir(&root)
-                .unwrap()
-                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .filter(|name| name != "target" && name != ".git")
-                .collect(),
+            _ => untracked_root_entries(&root),
         };
         assert!(tracked.contains("Cargo.toml"), "{tracked:?}");
         for entry in &tracked {
