@@ -2,15 +2,10 @@
   description = "symmem: symmetric GPU memory toolkit (Rust workspace, cargo xtask, ROCm shell)";
 
   # Every input is pinned to a full commit in its URL, so the flake.lock that the first
-  # `nix develop` writes resolves to the same trees everywhere. flake.lock itself could not be
-  # produced where this file was written (no network to GitHub); see README ("Nix").
-  #
-  # Where the commits come from (found in a code index, NOT fetched or evaluated here):
-  # - nixpkgs: a NixOS/nixpkgs master commit at which pkgs/development/rocm-modules/rocshmem
-  #   is at ROCm 7.2.3 (the rocmPackages release the toolkit targets). Not checked to be a
-  #   nixos-unstable channel bump, so part of the closure may build instead of download.
-  # - rust-overlay: the commit that added manifests/stable/1.95.0.nix (pins.toml's toolchain).
-  # - crane: tag v0.24.0.
+  # `nix develop` writes resolves to the same trees everywhere (README, "Nix").
+  # - nixpkgs: a master commit whose rocmPackages is ROCm 7.2.3.
+  # - rust-overlay: a commit that has the stable toolchain pins.toml [rust] names.
+  # - crane: tag v0.24.0 (needs Nix >= 2.31).
   inputs = {
     nixpkgs.url = "github:NixOS/nixpkgs/41e7b6084c65dd58fcadf3cf0531f7b1936af067";
     rust-overlay = {
@@ -107,11 +102,14 @@
 
           # The build-rocshmem end-to-end test needs git, cmake, ninja and c++ (stdenv's). Their
           # setup hooks must not take over crane's phases.
+          # The bindings drift test needs libclang: bindgenHook exports LIBCLANG_PATH and
+          # BINDGEN_EXTRA_CLANG_ARGS (with CI=true the test fails without it, by design).
           testTools = {
             nativeBuildInputs = [
               pkgs.git
               pkgs.cmake
               pkgs.ninja
+              pkgs.rustPlatform.bindgenHook
             ];
             dontUseCmakeConfigure = true;
             dontUseNinjaBuild = true;
@@ -247,7 +245,10 @@
                 [ -d "$dir" ] || continue
                 for tool in "$dir"/*; do
                   name=$(basename "$tool")
-                  [ -e "$out/llvm/bin/$name" ] || ln -s "$tool" "$out/llvm/bin/$name"
+                  # -L too: a dangling link from an earlier dir still counts as taken.
+                  if [ ! -e "$out/llvm/bin/$name" ] && [ ! -L "$out/llvm/bin/$name" ]; then
+                    ln -s "$tool" "$out/llvm/bin/$name"
+                  fi
                 done
               done
               for tool in clang clang++ llvm-link opt; do
@@ -257,7 +258,8 @@
                 fi
               done
               # ROCm >= 6 installs also have lib/llvm.
-              [ -e "$out/lib/llvm" ] || ln -s ../llvm "$out/lib/llvm"
+              # (-f: a dangling link there is replaced, an existing directory kept.)
+              [ -e "$out/lib/llvm" ] || ln -sfn ../llvm "$out/lib/llvm"
 
               if [ ! -e "$out/.info/version" ]; then
                 rm -rf "$out/.info"
