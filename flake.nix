@@ -3,7 +3,8 @@
 
   # Every input is pinned to a full commit in its URL, so the flake.lock that the first
   # `nix develop` writes resolves to the same trees everywhere (README, "Nix").
-  # - nixpkgs: a master commit whose rocmPackages is ROCm 7.2.3.
+  # - nixpkgs: a master commit whose rocmPackages is the ROCm that pins.toml [nix] rocm names
+  #   (the rocm shell refuses another).
   # - rust-overlay: a commit that has the stable toolchain pins.toml [rust] names.
   # - crane: tag v0.24.0 (needs Nix >= 2.31).
   inputs = {
@@ -25,33 +26,12 @@
     let
       inherit (nixpkgs) lib;
 
-      # The single source of truth for what the toolkit builds against. Every pinned version
-      # below is read from it, never repeated here (.ci/nix-check checks that each
-      # `pins.<table>.<field>` used in this file exists in pins.toml).
-      pins = builtins.fromTOML (builtins.readFile ./pins.toml);
-      rustToolchainFile = (builtins.fromTOML (builtins.readFile ./rust-toolchain.toml)).toolchain;
+      # pins.toml and rust-toolchain.toml, read and guarded in plain builtins (nix/pins.nix), so
+      # that CI evaluates this part for real without nixpkgs. No pinned value is repeated here.
+      symmem = import ./nix/pins.nix { };
       cargoToml = builtins.fromTOML (builtins.readFile ./Cargo.toml);
 
-      rustVersion =
-        if pins.rust.toolchain == rustToolchainFile.channel then
-          pins.rust.toolchain
-        else
-          throw "pins.toml [rust] toolchain = \"${pins.rust.toolchain}\" but rust-toolchain.toml channel = \"${rustToolchainFile.channel}\": make them equal";
-
-      rocshmemCommit =
-        if builtins.match "[0-9a-f]{40}" pins.rocshmem.commit != null then
-          pins.rocshmem.commit
-        else
-          throw "pins.toml [rocshmem] commit = \"${pins.rocshmem.commit}\" is not a full 40-hex commit";
-
-      systems = [
-        "x86_64-linux"
-        "aarch64-linux"
-      ];
-      # nixpkgs builds rocmPackages for x86_64-linux only.
-      rocmSystems = [ "x86_64-linux" ];
-
-      perSystem = lib.genAttrs systems (
+      perSystem = lib.genAttrs symmem.systems (
         system:
         let
           pkgs = import nixpkgs {
@@ -63,8 +43,8 @@
           # version pinned in pins.toml; `extra` adds components for the dev shells only.
           rustToolchainFor =
             p: extra:
-            p.rust-bin.stable.${rustVersion}.${rustToolchainFile.profile or "minimal"}.override {
-              extensions = (rustToolchainFile.components or [ ]) ++ extra;
+            p.rust-bin.stable.${symmem.rust.version}.${symmem.rust.profile}.override {
+              extensions = symmem.rust.components ++ extra;
             };
           craneLib = (crane.mkLib pkgs).overrideToolchain (p: rustToolchainFor p [ ]);
 
@@ -200,6 +180,8 @@
           };
 
           rocm = pkgs.rocmPackages;
+          # What pins.toml says the Nix shell provides; evaluation stops if nixpkgs differs.
+          rocmVersion = symmem.checkNixRocm rocm.rocm-core.version;
 
           # Directories whose tools make up ${ROCM_PATH}/llvm/bin, first match wins: clr's own
           # llvm/bin (its HIP clang: rocm-toolchain + LLVM bintools) first, then ROCm's LLVM.
@@ -220,7 +202,7 @@
           # nixpkgs rocm-modules recipes read from source; the build below fails with a message
           # naming the missing tool if llvm/bin lacks one.
           rocmPath = pkgs.symlinkJoin {
-            name = "symmem-rocm-path-${rocm.rocm-core.version}";
+            name = "symmem-rocm-path-${rocmVersion}";
             paths = lib.concatMap (p: [ p ] ++ lib.optional (p ? dev) p.dev) (
               [
                 rocm.clr
@@ -289,13 +271,13 @@
               export ROCM_PATH=${rocmPath}
               export HIPCC=${rocmPath}/bin/hipcc
               export CMAKE_PREFIX_PATH="${rocmPath}''${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-              echo "symmem ROCm shell: ROCm ${rocm.rocm-core.version}, ROCM_PATH=$ROCM_PATH"
-              echo "rocSHMEM pin (pins.toml): ${pins.rocshmem.version} at ${builtins.substring 0 12 rocshmemCommit} of ${pins.rocshmem.repository} (${pins.rocshmem.subdirectory})"
-              echo "build it: cargo xtask build-rocshmem --arch ${pins.images.arch}"
+              echo "symmem ROCm shell: ROCm ${rocmVersion}, ROCM_PATH=$ROCM_PATH"
+              echo "rocSHMEM pin (pins.toml): ${symmem.rocshmem.version} at ${builtins.substring 0 12 symmem.rocshmem.commit} of ${symmem.rocshmem.repository} (${symmem.rocshmem.subdirectory})"
+              echo "build it: cargo xtask build-rocshmem --arch ${symmem.arch}"
             '';
           };
 
-          hasRocm = builtins.elem system rocmSystems;
+          hasRocm = symmem.hasRocm system;
         in
         {
           packages = {
@@ -315,11 +297,25 @@
           formatter = pkgs.nixfmt-tree or pkgs.nixfmt;
         }
       );
+      # The output names nix/pins.nix declares (and CI evaluates) are exactly what is built here.
+      names = attrs: builtins.sort builtins.lessThan (builtins.attrNames attrs);
+      checkedOutputs = lib.mapAttrs (
+        system: s:
+        let
+          want = symmem.outputNames.${system};
+          sorted = builtins.sort builtins.lessThan;
+          same = kind: names s.${kind} == sorted want.${kind};
+        in
+        if same "packages" && same "devShells" && same "checks" then
+          s
+        else
+          throw "flake.nix outputs for ${system} differ from nix/pins.nix outputNames: update one of them"
+      ) perSystem;
     in
     {
-      packages = lib.mapAttrs (_: s: s.packages) perSystem;
-      checks = lib.mapAttrs (_: s: s.checks) perSystem;
-      devShells = lib.mapAttrs (_: s: s.devShells) perSystem;
-      formatter = lib.mapAttrs (_: s: s.formatter) perSystem;
+      packages = lib.mapAttrs (_: s: s.packages) checkedOutputs;
+      checks = lib.mapAttrs (_: s: s.checks) checkedOutputs;
+      devShells = lib.mapAttrs (_: s: s.devShells) checkedOutputs;
+      formatter = lib.mapAttrs (_: s: s.formatter) checkedOutputs;
     };
 }

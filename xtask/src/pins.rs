@@ -43,6 +43,14 @@ impl ImagesPin {
     }
 }
 
+/// What the Nix flake's environments provide (the flake reads it through nix/pins.nix).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NixPin {
+    /// The ROCm release nixpkgs at the flake's pin packages, e.g. `7.2.3`.
+    pub rocm: String,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Pins {
@@ -51,6 +59,9 @@ pub struct Pins {
     /// Optional so that a pins file made for `build-rocshmem --pins` alone needs no images.
     #[serde(default)]
     pub images: Option<ImagesPin>,
+    /// Optional like `images`: only the flake reads it.
+    #[serde(default)]
+    pub nix: Option<NixPin>,
 }
 
 impl Pins {
@@ -101,10 +112,30 @@ impl Pins {
                 self.rust.toolchain
             );
         }
-        match &self.images {
-            Some(images) => images.validate(),
-            None => Ok(()),
+        if let Some(images) = &self.images {
+            images.validate()?;
         }
+        if let Some(nix) = &self.nix {
+            if !is_version(&nix.rocm) {
+                bail!(
+                    "nix.rocm = {:?} must be a ROCm release like 7.2.3: the one nixpkgs at the \
+                     flake's pin packages",
+                    nix.rocm
+                );
+            }
+            // The same rule nix/pins.nix applies when the flake is evaluated.
+            if let Some(images) = &self.images
+                && series(&nix.rocm) != series(&images.rocm)
+            {
+                bail!(
+                    "nix.rocm = {:?} and images.rocm = {:?} are different ROCm series: the Nix \
+                     shell and the images may differ in the patch release only",
+                    nix.rocm,
+                    images.rocm
+                );
+            }
+        }
+        Ok(())
     }
 
     /// The `[images]` table, which the container generator and `--container` need.
@@ -163,6 +194,13 @@ fn is_repository(text: &str) -> bool {
         && text.bytes().all(|b| {
             b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'/' | b'-' | b'_')
         })
+}
+
+/// `7.2.4` -> `7.2`: the release series.
+fn series(version: &str) -> &str {
+    version
+        .rsplit_once('.')
+        .map_or(version, |(series, _)| series)
 }
 
 fn is_version(text: &str) -> bool {
@@ -274,5 +312,33 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
         // The arch error carries build-rocshmem's list of valid targets.
         let e = error(&GOOD.replace("arch = \"gfx942\"", "arch = \"gfx9999\""));
         assert!(e.contains("valid targets"), "{e}");
+    }
+
+    #[test]
+    fn nix_rocm_may_differ_from_the_images_in_the_patch_release_only() {
+        let with_nix = |rocm: &str| format!("{GOOD}[nix]\nrocm = \"{rocm}\"\n");
+        let pins = Pins::parse(&with_nix("7.2.3")).unwrap();
+        assert_eq!(pins.nix.unwrap().rocm, "7.2.3");
+        let e = error(&with_nix("7.1.1"));
+        assert!(
+            e.contains(
+                "nix.rocm = \"7.1.1\" and images.rocm = \"7.2.4\" are different ROCm series"
+            ),
+            "{e}"
+        );
+        let e = error(&with_nix("7.2"));
+        assert!(
+            e.contains("nix.rocm = \"7.2\" must be a ROCm release"),
+            "{e}"
+        );
+    }
+
+    /// pins.toml as committed says what each environment provides, and they agree.
+    #[test]
+    fn the_repository_pins_name_the_rocm_of_every_environment() {
+        let pins = Pins::load(&project_root().join("pins.toml")).unwrap();
+        let images = pins.images().unwrap();
+        let nix = pins.nix.as_ref().expect("pins.toml has a [nix] table");
+        assert_eq!(series(&nix.rocm), series(&images.rocm));
     }
 }

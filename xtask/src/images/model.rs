@@ -30,6 +30,7 @@ pub const OUTSIDE: &[&str] = &[
     "docs",
     "flake.lock",
     "flake.nix",
+    "nix",
     "scripts",
 ];
 
