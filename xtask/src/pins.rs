@@ -84,6 +84,15 @@ impl Pins {
         if r.repository.trim().is_empty() {
             bail!("rocshmem.repository is empty: give the git URL of the rocSHMEM source");
         }
+        if r.repository.trim_start().starts_with('-') {
+            bail!(
+                "rocshmem.repository = {:?} starts with `-`, which git would read as an option: \
+                 give the git URL or path of the rocSHMEM source (e.g. \
+                 \"https://github.com/ROCm/rocm-systems.git\", or \"./-dir\" for a local folder \
+                 whose name starts with `-`)",
+                r.repository
+            );
+        }
         let sub = Path::new(&r.subdirectory);
         if r.subdirectory.is_empty()
             || sub.is_absolute()
@@ -258,6 +267,13 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
         assert!(e.contains("rocshmem.subdirectory"), "{e}");
         let e = error(&GOOD.replace("https://example.org/rocm-systems.git", " "));
         assert!(e.contains("rocshmem.repository"), "{e}");
+        for option in ["--upload-pack=touch /tmp/pwned", "-x", " -x"] {
+            let e = error(&GOOD.replace("https://example.org/rocm-systems.git", option));
+            assert!(
+                e.contains("rocshmem.repository") && e.contains("read as an option"),
+                "{option}: {e}"
+            );
+        }
         let e = error(&GOOD.replace("version = \"3.4.0\"\n", ""));
         assert!(e.contains("missing field `version`"), "{e}");
         assert!(e.contains("rocshmem"), "{e}");

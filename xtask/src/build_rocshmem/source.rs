@@ -29,7 +29,8 @@ pub fn fetch_commands(git: &Path, pin: &RocshmemPin, dest: &Path) -> Vec<Vec<Str
     };
     vec![
         vec![git.clone(), "init".into(), "--quiet".into(), d.clone()],
-        at(&["remote", "add", "origin", &pin.repository]),
+        // `--`: whatever the pins say, git takes it as the URL, never as an option.
+        at(&["remote", "add", "--", "origin", &pin.repository]),
         // Only the library's folder is checked out (the monorepo is large).
         at(&["sparse-checkout", "set", &pin.subdirectory]),
         at(&[
@@ -174,4 +175,53 @@ pub fn ensure_fetched(git: &Path, pin: &RocshmemPin, checkout: &Path) -> anyhow:
     std::fs::rename(&partial, checkout)
         .with_context(|| format!("moving the checkout to {}", checkout.display()))?;
     Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A repository value that looks like an option reaches git as the URL, not as an option
+    /// (the pins refuse such values too; this is the second line of defence).
+    #[test]
+    fn the_repository_is_never_read_as_an_option() {
+        let git = Path::new("git");
+        if Command::new(git).arg("--version").output().is_err() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "this test needs git: CI must install it"
+            );
+            eprintln!("SKIPPED: needs git");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("checkout");
+        let pin = RocshmemPin {
+            repository: "--mirror=fetch".into(),
+            subdirectory: "projects/rocshmem".into(),
+            commit: "006ac1aaa8bfbf04a77a120cfc54db79095f3219".into(),
+            version: "3.4.0".into(),
+        };
+        // `git init`, then `git remote add`.
+        for command in &fetch_commands(git, &pin, &dest)[..2] {
+            let out = Command::new(&command[0])
+                .args(&command[1..])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{command:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert_eq!(
+            git_out(git, &dest, &["remote", "get-url", "origin"]).unwrap(),
+            "--mirror=fetch"
+        );
+        // Taken as an option, it would have made origin a mirror.
+        assert!(
+            git_out(git, &dest, &["config", "--get", "remote.origin.mirror"]).is_err(),
+            "--mirror was taken as an option"
+        );
+    }
 }
