@@ -4,7 +4,8 @@
 
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
-use std::io::Write;
+use std::ffi::OsStr;
+use std::io::{IsTerminal, Write};
 use symmem::Context;
 use symmem_conformance::{Extras, SuiteOutcome, Unavailable, run_suite};
 use symmem_gpu::{Backend, GpuConfig, GpuProvider};
@@ -19,7 +20,8 @@ enum Provider {
 
 /// Runs the symmem conformance checks as one rank of a job.
 ///
-/// Results go to stdout as JSON lines, logs to stderr (RUST_LOG=debug for more). Exit status:
+/// Results go to stdout as JSON lines, logs to stderr (RUST_LOG=debug for more; coloured only on
+/// a terminal and without NO_COLOR). Exit status:
 /// 0 when no check failed, 1 when one did, 75 when this rank stopped because another rank
 /// failed (it is a witness, not the culprit), 2 when the suite could not start.
 #[derive(Parser, Debug)]
@@ -64,9 +66,21 @@ impl Extras<GpuProvider> for NoExtras {
     }
 }
 
+/// Whether logs on a stream get ANSI colours: only on a terminal (under a launcher stderr is a
+/// pipe, and colour codes would end up in log files), and never with `NO_COLOR` set to anything
+/// but the empty string (<https://no-color.org>).
+fn colours(is_terminal: bool, no_color: Option<&OsStr>) -> bool {
+    is_terminal && no_color.is_none_or(OsStr::is_empty)
+}
+
 fn main() -> std::process::ExitCode {
+    let ansi = colours(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -123,4 +137,18 @@ fn run_with<P: symmem::TranslatedOps>(
         ctx.finalize().context("finalizing")?;
     }
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colours_only_on_a_terminal_without_no_color() {
+        assert!(colours(true, None));
+        assert!(colours(true, Some(OsStr::new(""))));
+        assert!(!colours(true, Some(OsStr::new("1"))));
+        assert!(!colours(false, None));
+        assert!(!colours(false, Some(OsStr::new(""))));
+    }
 }

@@ -1,0 +1,36 @@
+//! The rank binary's logs as they reach a log file: under a launcher its stderr is a pipe, so
+//! its warnings must come without ANSI colour codes, even where NO_COLOR is not set.
+
+use std::time::Duration;
+use symmem_conformance::FAULT_ENV;
+use symmem_launch::{LaunchSpec, OutputLine, Stream, launch};
+
+#[test]
+fn warnings_on_a_pipe_have_no_colour_codes() {
+    // Rank 1 leaves before check 3: rank 0 then warns about its allocations never freed.
+    let spec = LaunchSpec::new(env!("CARGO_BIN_EXE_symmem-conformance"), 2)
+        .env(FAULT_ENV, "exit@1:3")
+        .env("SYMMEM_COLLECTIVE_TIMEOUT", "20s")
+        .env("SYMMEM_HOST_HEAP_SIZE", "64M")
+        // Empty means unset (no-color.org): colours would be on, were stderr a terminal.
+        .env("NO_COLOR", "")
+        .env("RUST_LOG", "warn")
+        .timeout(Duration::from_secs(60))
+        .grace(Duration::from_secs(1));
+    let mut stderr = Vec::new();
+    launch(&spec, &mut |line: &OutputLine| {
+        if line.stream == Stream::Stderr {
+            stderr.push(line.text.clone());
+        }
+    })
+    .expect("launch");
+    let text = stderr.join("\n");
+    assert!(
+        stderr.iter().any(|l| l.contains("WARN")),
+        "no warning was logged, so nothing was checked:\n{text}"
+    );
+    assert!(
+        !text.contains('\x1b'),
+        "colour codes in piped logs:\n{text}"
+    );
+}
