@@ -5,8 +5,11 @@ use anyhow::{Context, bail};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use symmem::count_ranks;
 use symmem_gpu::Backend;
-use symmem_launch::{LaunchSpec, OutputLine, Stream, launch, print_line};
+use symmem_launch::{
+    EXIT_INTERRUPTED, LaunchSpec, Outcome, OutputLine, Stream, launch, print_line,
+};
 
 /// Measure a GPU provider: allocate + free latency against the library's raw malloc at each
 /// rank count, and at 2 ranks the translated copy kernel against the runtime's device-to-device
@@ -80,8 +83,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Two 4 GiB buffers per PE for the copy sweep.
     runs.push((2, vec![backend.name(), "--copy"], "9G"));
     let mut failed = false;
+    let mut interrupted = false;
     for (ranks, bench_args, heap) in runs {
-        eprintln!("bench: {ranks} rank(s) {}", bench_args[1..].join(" "));
+        let what = format!("{} {}", count_ranks(ranks), bench_args[1..].join(" "));
+        let what = what.trim_end();
+        eprintln!("bench: {what}");
         let spec = LaunchSpec::new(&binary, ranks)
             .args(bench_args)
             .env("SYMMEM_SHIM_LIB", &shim)
@@ -96,8 +102,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         })?;
         if !report.success() {
-            eprintln!("bench run with {ranks} rank(s) failed: {report}");
+            eprintln!("bench run with {what} failed: {report}");
             failed = true;
+        }
+        if matches!(report.outcome, Outcome::Interrupted { .. }) {
+            eprintln!("interrupted: not running the remaining benches");
+            interrupted = true;
+            break;
         }
     }
     let mut file =
@@ -106,7 +117,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         writeln!(file, "{figure}")?;
     }
     eprintln!("{} figures written to {}", figures.len(), out.display());
-    Ok(if failed {
+    Ok(if interrupted {
+        // As symmem-run and `cargo xtask test`.
+        ExitCode::from(EXIT_INTERRUPTED as u8)
+    } else if failed {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS

@@ -7,12 +7,50 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use symmem::parse_duration;
+use symmem::{count_ranks, parse_duration, parse_timeout};
 use symmem_conformance::{Aggregate, CHECKS, CheckResult, Status};
 use symmem_gpu::Backend;
 use symmem_launch::{
-    LaunchSpec, MAX_RANKS, Outcome, OutputLine, RunReport, Stream, launch, print_line,
+    EXIT_INTERRUPTED, LaunchSpec, MAX_RANKS, Outcome, OutputLine, RunReport, Stream,
+    exit_codes_help, launch, print_line,
 };
+
+/// The exit codes of `cargo xtask test`, as its `--help` lists them; README.md's table is
+/// checked against this list.
+pub const EXIT_CODES: &[(&str, &str)] = &[
+    (
+        "0",
+        "every check passed or was skipped with its reason, at every rank count",
+    ),
+    (
+        "1",
+        "a check failed, a run failed or timed out, or the matrix could not run (the error says \
+         why)",
+    ),
+    (
+        "2",
+        "bad usage: an unknown or malformed option, a rank count outside 1-256, --timeout 0",
+    ),
+    (
+        "130",
+        "interrupted (SIGINT, SIGTERM or SIGHUP): the ranks were stopped and the remaining rank \
+         counts not run",
+    ),
+];
+
+/// `--help`'s sections after the exit codes.
+const HELP_AFTER_EXIT_CODES: &str = "\
+CONTAINERS
+  With --container, the exit code is that of the run inside the image, or the
+  engine's own when the engine fails.
+
+DURATIONS
+  90 or 90s (seconds), 500ms, 2m. --timeout must be above 0; --grace 0 sends
+  SIGKILL right after SIGTERM.";
+
+fn after_help() -> String {
+    format!("{}\n\n{HELP_AFTER_EXIT_CODES}", exit_codes_help(EXIT_CODES))
+}
 
 /// Run the conformance suite at several rank counts and print a checks x ranks matrix.
 ///
@@ -24,7 +62,7 @@ use symmem_launch::{
 ///   cargo xtask test --ranks 8
 ///   cargo xtask test --ranks 1,2,4,8 --provider host
 #[derive(clap::Args, Debug)]
-#[command(verbatim_doc_comment)]
+#[command(verbatim_doc_comment, after_help = after_help())]
 pub struct TestArgs {
     /// Rank counts to run, comma-separated (each 1..=256).
     #[arg(long, default_value = "1,2,4,8", value_parser = parse_ranks)]
@@ -32,10 +70,10 @@ pub struct TestArgs {
     /// Provider under test.
     #[arg(long, value_enum, default_value_t = Provider::Host)]
     provider: Provider,
-    /// Give up on one run after this long and stop its ranks (e.g. 90s, 2m).
-    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    /// Give up on one run after this long and stop its ranks (e.g. 90s, 2m; above 0).
+    #[arg(long, default_value = "120s", value_parser = parse_timeout)]
     timeout: Duration,
-    /// After a failure, how long ranks get between SIGTERM and SIGKILL.
+    /// After a failure, how long ranks get between SIGTERM and SIGKILL (0: SIGKILL right away).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     grace: Duration,
     /// Run the rocSHMEM matrix inside the prebuilt image for this checkout's tag (`cargo xtask
@@ -122,7 +160,10 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let mut runs = Vec::new();
     for (i, &ranks) in args.ranks.0.iter().enumerate() {
-        eprint!("[{}/{}] {ranks} rank(s): ", i + 1, args.ranks.0.len());
+        let mut progress = Progress::new(
+            std::io::stderr(),
+            format!("[{}/{}] {}:", i + 1, args.ranks.0.len(), count_ranks(ranks)),
+        );
         let mut spec = LaunchSpec::new(&binary, ranks)
             .args(["--provider", provider])
             .timeout(args.timeout)
@@ -130,7 +171,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         if let Some(shim) = &shim {
             spec = spec.env("SYMMEM_SHIM_LIB", shim);
         }
-        let run = run_one(spec, ranks)?;
+        let run = run_one(spec, ranks, &mut progress)?;
         let interrupted = matches!(run.report.outcome, Outcome::Interrupted { .. });
         runs.push(run);
         if interrupted {
@@ -155,16 +196,81 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         total.as_secs_f64(),
         spawned.as_secs_f64() * 1e6 / rank_total.max(1) as f64
     );
+    if runs
+        .iter()
+        .any(|r| matches!(r.report.outcome, Outcome::Interrupted { .. }))
+    {
+        // As symmem-run and a shell after Ctrl-C.
+        return Ok(ExitCode::from(EXIT_INTERRUPTED as u8));
+    }
     if count(Status::Fail) > 0 || runs_failed > 0 || runs.len() < args.ranks.0.len() {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn run_one(spec: LaunchSpec, ranks: usize) -> anyhow::Result<Run> {
+/// The progress line of one run (`[2/4] 8 ranks: 1 2 3! 4 ... ok (1.20 s)`), which the ranks'
+/// own lines interrupt: a rank's line ends the progress line and stands on its own line, and the
+/// next check starts the progress line again with its prefix.
+struct Progress<W: Write> {
+    out: W,
+    /// `[2/4] 8 ranks:`.
+    prefix: String,
+    /// Whether the cursor is in the progress line (something was written since its newline).
+    open: bool,
+}
+
+impl<W: Write> Progress<W> {
+    /// Writes the prefix at once, so the run shows as started.
+    fn new(out: W, prefix: String) -> Self {
+        let mut progress = Self {
+            out,
+            prefix,
+            open: false,
+        };
+        progress.resume();
+        progress
+    }
+
+    fn resume(&mut self) {
+        if !self.open {
+            let _ = write!(self.out, "{}", self.prefix);
+            let _ = self.out.flush();
+            self.open = true;
+        }
+    }
+
+    /// A check every rank has reported; `!` marks a failure.
+    fn check(&mut self, id: &str, failed: bool) {
+        self.resume();
+        let _ = write!(self.out, " {id}{}", if failed { "!" } else { "" });
+        let _ = self.out.flush();
+    }
+
+    /// Before a line of a rank: ends the progress line, once.
+    fn interrupt(&mut self) {
+        if self.open {
+            let _ = writeln!(self.out);
+            self.open = false;
+        }
+    }
+
+    /// Ends the progress line with the run's verdict.
+    fn finish(&mut self, verdict: &str) {
+        self.resume();
+        let _ = writeln!(self.out, " {verdict}");
+        self.open = false;
+    }
+}
+
+fn run_one(
+    spec: LaunchSpec,
+    ranks: usize,
+    progress: &mut Progress<impl Write>,
+) -> anyhow::Result<Run> {
     let mut results: Vec<CheckResult> = Vec::new();
     let mut arrived: BTreeMap<String, usize> = BTreeMap::new();
-    let mut sink = |line: &OutputLine| {
+    let launched = launch(&spec, &mut |line: &OutputLine| {
         if line.stream == Stream::Stdout
             && let Some(result) = CheckResult::parse(&line.text)
         {
@@ -177,22 +283,30 @@ fn run_one(spec: LaunchSpec, ranks: usize) -> anyhow::Result<Run> {
                     .chain(std::iter::once(&result))
                     .filter(|r| r.check == result.check)
                     .all(|r| r.status != Status::Fail);
-                eprint!("{}{} ", result.check, if all_pass { "" } else { "!" });
-                let _ = std::io::stderr().flush();
+                progress.check(&result.check, !all_pass);
             }
             results.push(result);
             return;
         }
-        eprintln!();
+        progress.interrupt();
         print_line(line);
+    });
+    let report = match launched {
+        Ok(report) => report,
+        Err(e) => {
+            progress.interrupt();
+            return Err(e.into());
+        }
     };
-    let report = launch(&spec, &mut sink)?;
     let aggregate = Aggregate::new(ranks, &results);
     let failed = aggregate.count(Status::Fail);
     if report.success() && failed == 0 {
-        eprintln!("ok ({:.2} s)", report.elapsed.as_secs_f64());
+        progress.finish(&format!("ok ({:.2} s)", report.elapsed.as_secs_f64()));
     } else {
-        eprintln!("FAILED ({:.2} s): {report}", report.elapsed.as_secs_f64());
+        progress.finish(&format!(
+            "FAILED ({:.2} s): {report}",
+            report.elapsed.as_secs_f64()
+        ));
     }
     Ok(Run {
         ranks,
@@ -206,14 +320,7 @@ fn print_matrix(runs: &[Run]) {
     let mut out = String::new();
     out.push_str(&format!("\n{:<4}{:<NAME$}", "", "check"));
     for run in runs {
-        out.push_str(&format!(
-            "{:>14}",
-            format!(
-                "{} rank{}",
-                run.ranks,
-                if run.ranks == 1 { "" } else { "s" }
-            )
-        ));
+        out.push_str(&format!("{:>14}", count_ranks(run.ranks)));
     }
     out.push('\n');
     for (i, info) in CHECKS.iter().enumerate() {
@@ -236,13 +343,20 @@ fn print_matrix(runs: &[Run]) {
     let mut notes = Vec::new();
     for run in runs {
         if !run.report.success() {
-            notes.push(format!("{} ranks: run failed: {}", run.ranks, run.report));
+            notes.push(format!(
+                "{}: run failed: {}",
+                count_ranks(run.ranks),
+                run.report
+            ));
         }
         for v in &run.aggregate.verdicts {
             if v.status != Status::Pass {
                 notes.push(format!(
-                    "{} ranks, check {} {}: {}",
-                    run.ranks, v.id, v.status, v.detail
+                    "{}, check {} {}: {}",
+                    count_ranks(run.ranks),
+                    v.id,
+                    v.status,
+                    v.detail
                 ));
             }
         }
@@ -267,6 +381,102 @@ fn short_time(micros: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rank_lines_break_the_progress_line_without_blank_lines() {
+        let mut out = Vec::new();
+        let mut p = Progress::new(&mut out, "[1/2] 2 ranks:".into());
+        // Ranks' lines before the first check, then between checks.
+        p.interrupt();
+        p.interrupt();
+        p.check("1", false);
+        p.interrupt();
+        p.interrupt();
+        p.check("2", true);
+        p.check("3", false);
+        p.finish("ok (0.10 s)");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "[1/2] 2 ranks:\n[1/2] 2 ranks: 1\n[1/2] 2 ranks: 2! 3 ok (0.10 s)\n"
+        );
+        // A rank line right before the verdict: the verdict gets its prefix back.
+        let mut out = Vec::new();
+        let mut p = Progress::new(&mut out, "[1/1] 1 rank:".into());
+        p.check("1", false);
+        p.interrupt();
+        p.finish("FAILED");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "[1/1] 1 rank: 1\n[1/1] 1 rank: FAILED\n"
+        );
+    }
+
+    /// README's exit-code table, code and per-command cells, from its `### Exit codes` section.
+    fn readme_exit_codes() -> Vec<(String, String, String)> {
+        let readme = std::fs::read_to_string(crate::project::project_root().join("README.md"))
+            .expect("README.md");
+        const HEADING: &str = "\n### Exit codes\n";
+        let start = readme
+            .find(HEADING)
+            .expect("README.md has a `### Exit codes` section");
+        readme[start + HEADING.len()..]
+            .lines()
+            .take_while(|l| !l.starts_with('#'))
+            .filter(|l| l.starts_with("| `"))
+            .map(|l| {
+                let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
+                assert_eq!(cells.len(), 3, "{l}");
+                (
+                    cells[0].trim_matches('`').to_string(),
+                    cells[1].to_string(),
+                    cells[2].to_string(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn readme_exit_codes_agree_with_both_commands() {
+        let table = readme_exit_codes();
+        let listed = |column: fn(&(String, String, String)) -> &String| -> Vec<String> {
+            let mut codes: Vec<String> = table
+                .iter()
+                .filter(|row| column(row) != "-")
+                .map(|row| row.0.clone())
+                .collect();
+            codes.sort();
+            codes
+        };
+        let codes = |list: &[(&str, &str)]| -> Vec<String> {
+            let mut codes: Vec<String> = list.iter().map(|(c, _)| c.to_string()).collect();
+            codes.sort();
+            codes
+        };
+        assert_eq!(
+            listed(|row| &row.1),
+            codes(symmem_launch::EXIT_CODES),
+            "README.md's symmem-run column and `symmem-run --help` (symmem_launch::EXIT_CODES) \
+             disagree"
+        );
+        assert_eq!(
+            listed(|row| &row.2),
+            codes(EXIT_CODES),
+            "README.md's cargo xtask test column and `cargo xtask test --help` (EXIT_CODES in \
+             xtask/src/test.rs) disagree"
+        );
+    }
+
+    #[test]
+    fn help_has_the_exit_codes() {
+        use clap::CommandFactory;
+        #[derive(clap::Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            args: TestArgs,
+        }
+        let help = Wrapper::command().render_long_help().to_string();
+        assert!(help.contains(&exit_codes_help(EXIT_CODES)), "{help}");
+    }
 
     #[test]
     fn rank_lists() {

@@ -1,7 +1,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
-use symmem::{CollectiveMismatch, CollectiveOp, describe_ranks};
+use symmem::{CollectiveMismatch, CollectiveOp, count_ranks, describe_ranks};
 
 /// Why a collective failed; rank 0 sends the same failure to every rank.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
@@ -95,7 +95,10 @@ pub enum BootstrapError {
     ForeignUid { uid: u32, pid: i32, expected: u32 },
     #[error("rendezvous handshake refused: {0}")]
     Handshake(String),
-    #[error("rank {rank} is out of range for a world of {world_size} ranks")]
+    #[error(
+        "rank {rank} is out of range for a world of {}",
+        count_ranks(*.world_size)
+    )]
     RankOutOfRange { rank: usize, world_size: usize },
     #[error("world size 0: a job has at least one rank")]
     WorldSizeZero,

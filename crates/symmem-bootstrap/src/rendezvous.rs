@@ -457,11 +457,13 @@ fn accept_all(
         };
         let reject = if their_world != world_size {
             Some(format!(
-                "rank 0 has a world of {world_size} ranks, you have {their_world}"
+                "rank 0 has a world of {}, you have {their_world}",
+                symmem::count_ranks(world_size)
             ))
         } else if rank == 0 || rank >= world_size {
             Some(format!(
-                "rank {rank} is not valid in a world of {world_size} ranks"
+                "rank {rank} is not valid in a world of {}",
+                symmem::count_ranks(world_size)
             ))
         } else if slots[rank - 1].is_some() {
             Some(format!(

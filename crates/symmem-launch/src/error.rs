@@ -26,8 +26,10 @@ pub enum LaunchError {
 
     /// `rank_env` was neither empty nor one entry per rank.
     #[error(
-        "rank_env has {entries} entries but there are {ranks} ranks; give one entry per rank \
-         or leave it empty"
+        "rank_env has {entries} entr{} but the run has {}; give one entry per rank or leave \
+         it empty",
+        if *.entries == 1 { "y" } else { "ies" },
+        symmem::count_ranks(*.ranks)
     )]
     RankEnvMismatch {
         /// Entries in `rank_env`.
@@ -137,6 +139,29 @@ pub enum LaunchError {
     },
 }
 
+impl LaunchError {
+    /// Whether the spec itself was wrong (no or too many ranks, a `rank_env` of the wrong
+    /// length, a program that is not there or cannot run): the caller's mistake, which a
+    /// command line reports as bad usage ([`EXIT_USAGE`](crate::EXIT_USAGE)), not a failure
+    /// of the launcher.
+    pub fn is_usage(&self) -> bool {
+        match self {
+            LaunchError::NoRanks
+            | LaunchError::TooManyRanks { .. }
+            | LaunchError::RankEnvMismatch { .. }
+            | LaunchError::ProgramNotFound { .. }
+            | LaunchError::ProgramNotExecutable { .. } => true,
+            LaunchError::Rendezvous { .. }
+            | LaunchError::RendezvousTooLong { .. }
+            | LaunchError::Port(_)
+            | LaunchError::Signals(_)
+            | LaunchError::Spawn { .. }
+            | LaunchError::Wait { .. }
+            | LaunchError::Leftover { .. } => false,
+        }
+    }
+}
+
 fn list(pids: &[i32]) -> String {
     pids.iter()
         .map(i32::to_string)
@@ -147,6 +172,60 @@ fn list(pids: &[i32]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spec_mistakes_are_usage_errors_and_the_rest_are_not() {
+        let usage = [
+            LaunchError::NoRanks,
+            LaunchError::TooManyRanks {
+                ranks: 300,
+                max: 256,
+            },
+            LaunchError::RankEnvMismatch {
+                entries: 1,
+                ranks: 2,
+            },
+            LaunchError::ProgramNotFound {
+                program: "/x".into(),
+                hint: String::new(),
+            },
+            LaunchError::ProgramNotExecutable {
+                path: "/x".into(),
+                reason: String::new(),
+            },
+        ];
+        assert!(usage.iter().all(LaunchError::is_usage));
+        let others = [
+            LaunchError::Port(io::Error::other("x")),
+            LaunchError::Leftover {
+                pgid: 1,
+                pids: vec![2],
+            },
+        ];
+        assert!(!others.iter().any(LaunchError::is_usage));
+    }
+
+    #[test]
+    fn counts_are_singular_for_one() {
+        let e = LaunchError::RankEnvMismatch {
+            entries: 1,
+            ranks: 2,
+        };
+        assert!(
+            e.to_string()
+                .starts_with("rank_env has 1 entry but the run has 2 ranks;"),
+            "{e}"
+        );
+        let e = LaunchError::RankEnvMismatch {
+            entries: 2,
+            ranks: 1,
+        };
+        assert!(
+            e.to_string()
+                .starts_with("rank_env has 2 entries but the run has 1 rank;"),
+            "{e}"
+        );
+    }
 
     /// anyhow's `{:#}` prints the message, then every source: a cause that is
     /// in the message must not be a source too.

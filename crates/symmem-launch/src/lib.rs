@@ -47,8 +47,8 @@ mod spec;
 pub use error::LaunchError;
 pub use output::print_line;
 pub use report::{
-    EXIT_INTERRUPTED, EXIT_PEER_FAILED, EXIT_TIMEOUT, Ended, Lost, Outcome, OutputLine, RankStatus,
-    RunReport, Stream, signal_name,
+    EXIT_CODES, EXIT_INTERRUPTED, EXIT_PEER_FAILED, EXIT_TIMEOUT, EXIT_USAGE, Ended, Lost, Outcome,
+    OutputLine, RankStatus, RunReport, Stream, exit_codes_help, signal_name,
 };
 pub use run::{Started, launch, launch_with};
 pub use spec::{DEFAULT_GRACE, DEFAULT_TIMEOUT, LaunchSpec, MAX_RANKS, RENDEZVOUS_ENV};

@@ -8,10 +8,14 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use symmem::parse_duration;
-use symmem_launch::{LaunchSpec, Started, launch_with, print_line};
+use symmem::{count_ranks, parse_duration, parse_timeout};
+use symmem_launch::{
+    EXIT_CODES, EXIT_USAGE, LaunchError, LaunchSpec, Started, exit_codes_help, launch_with,
+    print_line,
+};
 
-const AFTER_HELP: &str = "\
+/// `--help`'s sections before the exit codes.
+const HELP_BEFORE_EXIT_CODES: &str = "\
 ENVIRONMENT OF EACH RANK
   RANK, LOCAL_RANK, ROLE_RANK                   0 .. N-1
   WORLD_SIZE, LOCAL_WORLD_SIZE, ROLE_WORLD_SIZE N
@@ -35,41 +39,44 @@ FAILURE POLICY
   running (hung?) when the others gave up. All ranks, and any processes they
   started, are in one process group: it gets SIGTERM, then SIGKILL after the
   grace period (at once on a second Ctrl-C), and the launcher checks that
-  nothing is left. Ranks are also killed if symmem-run itself dies.
+  nothing is left. Ranks are also killed if symmem-run itself dies. A signal
+  that symmem-run inherited as ignored (SIGHUP under nohup, SIGINT in a
+  shell's background job) stays ignored: it does not stop the run, and the
+  ranks inherit the ignore.
+  --grace 0 is allowed: SIGKILL follows SIGTERM at once, so ranks get no
+  time to clean up and the culprit is named without the 200 ms wait.";
 
-EXIT CODES
-  0        all ranks exited 0
-  S        the failing rank's exit status S
-  128+N    the failing rank was killed by signal N
-  75       ranks gave up on a peer (status 75) that exited 0 early or hung;
-           the summary names it
-  124      timeout
-  130      interrupted (SIGINT, SIGTERM or SIGHUP)
-  2        bad usage; 1 other launcher errors (e.g. TMPDIR too long for the
-           ranks' socket path: set TMPDIR=/tmp)
-
+/// `--help`'s sections after the exit codes.
+const HELP_AFTER_EXIT_CODES: &str = "\
 CLUSTERS
   symmem-run starts ranks on this host only. On clusters, run the same
   program under torchrun, mpirun or srun instead: it only relies on the
   environment above.
 
 DURATIONS
-  90 or 90s (seconds), 500ms, 2m.";
+  90 or 90s (seconds), 500ms, 2m. --timeout must be above 0.";
+
+fn after_help() -> String {
+    format!(
+        "{HELP_BEFORE_EXIT_CODES}\n\n{}\n\n{HELP_AFTER_EXIT_CODES}",
+        exit_codes_help(EXIT_CODES)
+    )
+}
 
 /// Start N ranks of PROGRAM on this host, stream their output, and stop all of
 /// them on the first failure, the timeout or Ctrl-C.
 #[derive(Debug, Parser)]
-#[command(name = "symmem-run", version, after_help = AFTER_HELP)]
+#[command(name = "symmem-run", version, after_help = after_help())]
 struct Cli {
     /// Number of ranks to start (1 to 256).
     #[arg(long, short = 'n')]
     ranks: usize,
 
-    /// Stop all ranks when the run takes longer than this.
-    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    /// Stop all ranks when the run takes longer than this (above 0).
+    #[arg(long, default_value = "120s", value_parser = parse_timeout)]
     timeout: Duration,
 
-    /// Time between SIGTERM and SIGKILL when ranks are stopped.
+    /// Time between SIGTERM and SIGKILL when ranks are stopped (0: SIGKILL right away).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     grace: Duration,
 
@@ -92,7 +99,11 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(err) => {
             eprintln!("symmem-run: error: {err:#}");
-            ExitCode::FAILURE
+            // A spec the launcher refuses (e.g. `--ranks 0`) is bad usage, as clap's errors are.
+            let usage = err
+                .downcast_ref::<LaunchError>()
+                .is_some_and(LaunchError::is_usage);
+            ExitCode::from(if usage { EXIT_USAGE as u8 } else { 1 })
         }
     }
 }
@@ -109,8 +120,9 @@ fn run(cli: &Cli) -> anyhow::Result<i32> {
         if !quiet {
             let pids: Vec<String> = started.pids.iter().map(u32::to_string).collect();
             eprintln!(
-                "symmem-run: started {} ranks (pids {}) in {} ms",
-                started.pids.len(),
+                "symmem-run: started {} ({} {}) in {} ms",
+                count_ranks(started.pids.len()),
+                if pids.len() == 1 { "pid" } else { "pids" },
                 pids.join(", "),
                 started.spawn_time.as_millis()
             );

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use symmem::{count_ranks, describe_ranks, rank_list};
+
 /// Which pipe a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Stream {
@@ -187,6 +189,66 @@ pub use symmem::EXIT_PEER_FAILED;
 pub const EXIT_TIMEOUT: i32 = 124;
 /// Exit code for an interrupted run (as a shell after Ctrl-C).
 pub const EXIT_INTERRUPTED: i32 = 130;
+/// Exit code for bad usage: a malformed command line (clap's own errors
+/// exit with it too), or a spec that
+/// [`LaunchError::is_usage`](crate::LaunchError::is_usage) refuses.
+pub const EXIT_USAGE: i32 = 2;
+
+/// The exit codes of `symmem-run`, code and meaning, as its `--help` lists
+/// them (rendered by [`exit_codes_help`]); README.md's table is checked
+/// against this list. `S` and `N` stand for a rank's status and signal.
+pub const EXIT_CODES: &[(&str, &str)] = &[
+    ("0", "all ranks exited 0"),
+    (
+        "S",
+        "the failing rank's exit status S (the first rank that failed on its own)",
+    ),
+    ("128+N", "the failing rank was killed by signal N"),
+    (
+        "75",
+        "ranks gave up on a peer (status 75) that exited 0 early or hung; the summary names it",
+    ),
+    ("124", "timeout (--timeout)"),
+    ("130", "interrupted (SIGINT, SIGTERM or SIGHUP)"),
+    (
+        "2",
+        "bad usage: an unknown or malformed option, --ranks outside 1-256, --timeout 0, a \
+         program that is not found or cannot be executed",
+    ),
+    (
+        "1",
+        "other launcher errors (e.g. TMPDIR too long for the ranks' socket path: set \
+         TMPDIR=/tmp)",
+    ),
+];
+
+/// An `EXIT CODES` section for a command's `--help`: one code per line, its
+/// meaning wrapped at 78 columns.
+pub fn exit_codes_help(codes: &[(&str, &str)]) -> String {
+    const INDENT: usize = 11;
+    const WIDTH: usize = 78;
+    let mut out = String::from("EXIT CODES");
+    for (code, meaning) in codes {
+        let mut line = format!("  {code:<width$}", width = INDENT - 2);
+        let mut empty = true;
+        for word in meaning.split_whitespace() {
+            if !empty && line.len() + 1 + word.len() > WIDTH {
+                out.push('\n');
+                out.push_str(line.trim_end());
+                line = " ".repeat(INDENT);
+                empty = true;
+            }
+            if !empty {
+                line.push(' ');
+            }
+            line.push_str(word);
+            empty = false;
+        }
+        out.push('\n');
+        out.push_str(line.trim_end());
+    }
+    out
+}
 
 impl RunReport {
     /// Whether every rank succeeded.
@@ -226,11 +288,12 @@ impl RunReport {
 impl fmt::Display for RunReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.outcome {
-            Outcome::Success => {
-                let n = self.ranks.len();
-                let noun = if n == 1 { "rank" } else { "ranks" };
-                write!(f, "{n} {noun} succeeded in {}", secs(self.elapsed))
-            }
+            Outcome::Success => write!(
+                f,
+                "{} succeeded in {}",
+                count_ranks(self.ranks.len()),
+                secs(self.elapsed)
+            ),
             Outcome::RankFailed { rank, how } => {
                 write!(f, "rank {rank} {how}")?;
                 if *how == Ended::Exited(EXIT_PEER_FAILED) {
@@ -253,19 +316,24 @@ impl fmt::Display for RunReport {
                     .map(|r| r.rank)
                     .collect();
                 let stopped = self.stopped_except(&[*rank]);
+                let (other, was) = if others == 1 {
+                    ("rank", "was")
+                } else {
+                    ("ranks", "were")
+                };
                 if gave_up.is_empty() && stopped.is_empty() {
-                    return f.write_str("; the other ranks had already finished");
+                    return write!(f, "; the other {other} had already finished");
                 }
                 f.write_str(" first")?;
                 if !gave_up.is_empty() {
                     write!(
                         f,
                         "; {} gave up on a lost peer (status {EXIT_PEER_FAILED})",
-                        ranks(&gave_up)
+                        describe_ranks(&gave_up)
                     )?;
                 }
                 if !stopped.is_empty() && gave_up.is_empty() && stopped.len() == others {
-                    f.write_str("; the other ranks were stopped")
+                    write!(f, "; the other {other} {was} stopped")
                 } else {
                     write_stopped(f, &stopped)
                 }
@@ -275,9 +343,9 @@ impl fmt::Display for RunReport {
                 reason,
                 reporters,
             } => {
-                let who = ranks(culprits);
+                let who = describe_ranks(culprits);
                 let it = if culprits.len() == 1 { "it" } else { "them" };
-                let by = ranks(reporters);
+                let by = describe_ranks(reporters);
                 match reason {
                     Lost::ExitedEarly => write!(
                         f,
@@ -316,7 +384,7 @@ impl fmt::Display for RunReport {
                     f,
                     "timed out after {}; {noun} still running: {}",
                     short(self.timeout),
-                    join(still_running)
+                    rank_list(still_running)
                 )
             }
             Outcome::Interrupted { signal } => {
@@ -327,29 +395,13 @@ impl fmt::Display for RunReport {
     }
 }
 
-/// `rank 3` or `ranks 0, 1, 2`.
-fn ranks(list: &[usize]) -> String {
-    match list {
-        [one] => format!("rank {one}"),
-        many => format!("ranks {}", join(many)),
-    }
-}
-
-/// `; rank 3 was stopped`, `; ranks 1, 2 were stopped`, or nothing.
+/// `; rank 3 was stopped`, `; ranks 0-2, 5 were stopped`, or nothing.
 fn write_stopped(f: &mut fmt::Formatter<'_>, stopped: &[usize]) -> fmt::Result {
     match stopped {
         [] => Ok(()),
-        [one] => write!(f, "; rank {one} was stopped"),
-        many => write!(f, "; ranks {} were stopped", join(many)),
+        [_] => write!(f, "; {} was stopped", describe_ranks(stopped)),
+        _ => write!(f, "; {} were stopped", describe_ranks(stopped)),
     }
-}
-
-fn join(ranks: &[usize]) -> String {
-    ranks
-        .iter()
-        .map(usize::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// `1.2s`, or `85ms` under a second: elapsed times.
@@ -449,6 +501,72 @@ mod tests {
         assert_eq!(report(segv, &[], 1).exit_code(), 139);
     }
 
+    #[test]
+    fn exit_codes_are_listed_one_per_line_and_wrapped() {
+        let help = exit_codes_help(&[("0", "fine"), ("128+N", &"word ".repeat(30))]);
+        let lines: Vec<&str> = help.lines().collect();
+        assert_eq!(lines[0], "EXIT CODES");
+        assert_eq!(lines[1], "  0        fine");
+        assert!(lines[2].starts_with("  128+N    word word"), "{help}");
+        assert!(lines[3].starts_with("           word"), "{help}");
+        assert!(lines.iter().all(|l| l.len() <= 78 && l.trim_end() == *l));
+        assert_eq!(help.matches("word").count(), 30);
+        // Every code of symmem-run is on a line of its own.
+        let help = exit_codes_help(EXIT_CODES);
+        for (code, _) in EXIT_CODES {
+            assert!(
+                help.lines().any(|l| l.starts_with(&format!("  {code} "))),
+                "{code}: {help}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_rank_is_singular_and_many_are_ranges() {
+        let r = report(Outcome::Success, &[], 1);
+        assert_eq!(r.to_string(), "1 rank succeeded in 1.2s");
+        let failed = Outcome::RankFailed {
+            rank: 1,
+            how: Ended::Exited(7),
+        };
+        assert_eq!(
+            report(failed.clone(), &[0], 2).to_string(),
+            "rank 1 exited with status 7 first; the other rank was stopped"
+        );
+        assert_eq!(
+            report(failed, &[], 2).to_string(),
+            "rank 1 exited with status 7; the other rank had already finished"
+        );
+        let r = report(
+            Outcome::TimedOut {
+                still_running: vec![5],
+            },
+            &[5],
+            8,
+        );
+        assert_eq!(r.to_string(), "timed out after 3s; rank still running: 5");
+        let all: Vec<usize> = (0..256).collect();
+        let r = report(
+            Outcome::TimedOut {
+                still_running: all.clone(),
+            },
+            &all,
+            256,
+        );
+        assert_eq!(
+            r.to_string(),
+            "timed out after 3s; ranks still running: 0-255"
+        );
+        let failed = Outcome::RankFailed {
+            rank: 4,
+            how: Ended::Exited(1),
+        };
+        assert_eq!(
+            report(failed, &[0, 1, 2, 3, 7], 8).to_string(),
+            "rank 4 exited with status 1 first; ranks 0-3, 7 were stopped"
+        );
+    }
+
     /// A report whose ranks ended as given (`None`: stopped by SIGTERM).
     fn ended_as(outcome: Outcome, ends: &[Option<Ended>]) -> RunReport {
         let mut r = report(outcome, &[], ends.len());
@@ -489,7 +607,7 @@ mod tests {
         let r = ended_as(early, &[PEER, Some(Ended::Exited(0)), PEER, PEER]);
         assert_eq!(
             r.to_string(),
-            "rank 1 exited early with status 0 while the others still needed it: ranks 2, 0, 3 \
+            "rank 1 exited early with status 0 while the others still needed it: ranks 0, 2, 3 \
              gave up on it (status 75)"
         );
         assert_eq!(r.exit_code(), EXIT_PEER_FAILED);

@@ -3,17 +3,38 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{GRACE, MARGIN, eventually, gone};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use symmem_launch::{EXIT_CODES, EXIT_USAGE};
 
 const BIN: &str = env!("CARGO_BIN_EXE_symmem-run");
 
+/// symmem-run with SIGINT, SIGTERM and SIGHUP at their defaults, whatever this test inherited:
+/// a launcher honours signals it inherited as ignored (e.g. SIGINT when `cargo test` runs as a
+/// shell background job), and the tests that signal it must not depend on how they were started.
+fn symmem_run() -> Command {
+    let mut command = Command::new(BIN);
+    // SAFETY: between fork and exec only `signal`, which is async-signal-safe, is called.
+    unsafe {
+        command.pre_exec(|| {
+            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                if libc::signal(signal, libc::SIG_DFL) == libc::SIG_ERR {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    command
+}
+
 fn start(args: &[&str]) -> Child {
-    Command::new(BIN)
+    symmem_run()
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -34,7 +55,10 @@ fn started_pids(child: &mut Child) -> (Vec<i32>, BufReader<std::process::ChildSt
             "no start line"
         );
         if let Some(rest) = line.strip_prefix("symmem-run: started ") {
-            let list = &rest[rest.find("(pids ").expect("pids") + 6..rest.find(')').expect(")")];
+            let open = rest.find('(').expect("(") + 1;
+            let list = rest[open..rest.find(')').expect(")")]
+                .trim_start_matches("pids ")
+                .trim_start_matches("pid ");
             let pids = list.split(", ").map(|p| p.parse().expect("pid")).collect();
             return (pids, stderr);
         }
@@ -90,7 +114,7 @@ fn sigint_stops_every_rank_and_exits_130() {
 fn a_second_sigint_skips_the_grace_period() {
     // The ranks ignore SIGTERM and say so on stdout; a 60 s grace would be
     // waited out in full without the second SIGINT.
-    let mut child = Command::new(BIN)
+    let mut child = symmem_run()
         .args([
             "--ranks",
             "2",
@@ -250,32 +274,55 @@ fn ranks_die_with_a_sigkilled_launcher() {
 }
 
 #[test]
-fn usage_errors_name_the_fix() {
-    let out = Command::new(BIN)
-        .args(["--ranks", "0", "--", "/bin/true"])
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 1"));
-
-    let out = Command::new(BIN)
-        .args(["--ranks", "2", "--", "/nonexistent/prog"])
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+fn usage_errors_name_the_fix_and_exit_2() {
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN).args(args).output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), err)
+    };
+    // Refused by the launcher after parsing, and by clap while parsing: both are bad usage.
+    let (code, err) = run(&["--ranks", "0", "--", "/bin/true"]);
+    assert_eq!(code, Some(EXIT_USAGE), "{err}");
+    assert!(err.contains("at least 1"), "{err}");
+    let (code, err) = run(&["--ranks", "300", "--", "/bin/true"]);
+    assert_eq!(code, Some(EXIT_USAGE), "{err}");
+    assert!(
+        err.contains("at most 256 ranks") && err.contains("torchrun"),
+        "{err}"
+    );
+    let (code, err) = run(&["--ranks", "2", "--", "/nonexistent/prog"]);
+    assert_eq!(code, Some(EXIT_USAGE), "{err}");
     assert!(
         err.contains("/nonexistent/prog") && err.contains("not found"),
         "{err}"
     );
-
+    let (code, err) = run(&["--ranks", "2", "--timeout", "1.5h", "--", "/bin/true"]);
+    assert_eq!(code, Some(EXIT_USAGE), "{err}");
+    assert!(err.contains("500ms"), "{err}");
+    let (code, err) = run(&["--ranks", "2", "--timeout", "0", "--", "/bin/true"]);
+    assert_eq!(code, Some(EXIT_USAGE), "{err}");
+    assert!(
+        err.contains("the moment it starts") && err.contains("e.g. `90s`"),
+        "{err}"
+    );
+    let (code, err) = run(&["--ranks", "2", "--bogus", "--", "/bin/true"]);
+    assert_eq!(code, Some(EXIT_USAGE), "{err}");
+    // A launcher error that is not the user's spec stays 1.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let missing = tmp.path().join("gone");
     let out = Command::new(BIN)
-        .args(["--ranks", "2", "--timeout", "1.5h", "--", "/bin/true"])
+        .args(["--ranks", "1", "--", "/bin/true"])
+        .env("TMPDIR", &missing)
         .output()
         .expect("run");
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("500ms"));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    // --grace 0 is meaningful (SIGKILL right after SIGTERM) and accepted.
+    let (code, err) = run(&["--ranks", "1", "--grace", "0", "--", "/bin/true"]);
+    assert_eq!(code, Some(0), "{err}");
+}
 
+#[test]
+fn help_lists_every_exit_code() {
     let out = Command::new(BIN).arg("--help").output().expect("run");
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
@@ -285,9 +332,42 @@ fn usage_errors_name_the_fix() {
         "EXIT CODES",
         "torchrun",
         "SIGKILL",
+        "--grace 0",
     ] {
         assert!(help.contains(topic), "--help lacks {topic}");
     }
+    let section = &help[help.find("\nEXIT CODES\n").expect("EXIT CODES")..];
+    let section = &section[..section.find("\n\n").unwrap_or(section.len())];
+    let codes: Vec<&str> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("  "))
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let expected: Vec<&str> = EXIT_CODES.iter().map(|(code, _)| *code).collect();
+    assert_eq!(codes, expected, "{section}");
+    for code in ["0", "2", "75", "124", "130"] {
+        assert!(codes.contains(&code), "--help lacks exit code {code}");
+    }
+}
+
+#[test]
+fn one_rank_is_one_rank() {
+    let out = Command::new(BIN)
+        .args(["--ranks", "1", "--", "/bin/true"])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("symmem-run: started 1 rank (pid "), "{err}");
+    assert!(err.contains("symmem-run: 1 rank succeeded in "), "{err}");
+    assert!(!err.contains("1 ranks") && !err.contains("pids"), "{err}");
+    let out = Command::new(BIN)
+        .args(["--ranks", "2", "--", "/bin/true"])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("symmem-run: started 2 ranks (pids "), "{err}");
 }
 
 #[test]

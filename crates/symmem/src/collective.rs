@@ -1,6 +1,7 @@
 //! Descriptions of collective calls, so that providers able to compare them across ranks turn
 //! an out-of-order collective into an error instead of a hang.
 
+use crate::ranks::describe_ranks;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -85,15 +86,6 @@ fn describe(issued: &[(Vec<usize>, CollectiveOp)]) -> String {
          synchronise symmetric memory in the same order",
         parts.join(", ")
     )
-}
-
-/// "rank 3" or "ranks 0, 1, 2".
-pub fn describe_ranks(ranks: &[usize]) -> String {
-    let list: Vec<String> = ranks.iter().map(usize::to_string).collect();
-    match ranks.len() {
-        1 => format!("rank {}", list[0]),
-        _ => format!("ranks {}", list.join(", ")),
-    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,13 @@
 use crate::collective::CollectiveMismatch;
+use crate::ranks::count_ranks;
 
 /// Why a pointer or an operation could not be translated to a peer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TranslateError {
-    #[error("rank {rank} is out of range for a world of {world_size} ranks")]
+    #[error(
+        "rank {rank} is out of range for a world of {}",
+        count_ranks(*.world_size)
+    )]
     RankOutOfRange { rank: usize, world_size: usize },
     #[error(
         "address {addr:#x} (+{len} B) is outside rank {rank}'s copy of the allocation \
@@ -138,5 +142,30 @@ impl Error {
             Self::CollectiveMismatch(m) => Some(m),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_world_of_one_rank_is_singular() {
+        let e = TranslateError::RankOutOfRange {
+            rank: 1,
+            world_size: 1,
+        };
+        assert_eq!(
+            e.to_string(),
+            "rank 1 is out of range for a world of 1 rank"
+        );
+        let e = TranslateError::RankOutOfRange {
+            rank: 4,
+            world_size: 4,
+        };
+        assert_eq!(
+            e.to_string(),
+            "rank 4 is out of range for a world of 4 ranks"
+        );
     }
 }

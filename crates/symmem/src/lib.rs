@@ -14,16 +14,18 @@ mod context;
 mod error;
 mod provider;
 mod rank_env;
+mod ranks;
 mod table;
 mod units;
 
-pub use collective::{CollectiveKind, CollectiveMismatch, CollectiveOp, describe_ranks};
+pub use collective::{CollectiveKind, CollectiveMismatch, CollectiveOp};
 pub use context::{AllocationRecord, Context, ContextId, FinalizeReport, Plain, SymmetricBuffer};
 pub use error::{Error, TranslateError};
 pub use provider::{SymmetricProvider, TranslatedOps};
 pub use rank_env::{Launcher, RankEnvError, RankIdentity};
+pub use ranks::{count_ranks, describe_ranks, rank_list};
 pub use table::{AddressMap, PeerTable};
-pub use units::{MAX_DURATION, parse_bytes, parse_duration};
+pub use units::{MAX_DURATION, parse_bytes, parse_duration, parse_timeout};
 
 /// Environment variable naming the folder where the ranks of one job meet (set by launchers,
 /// read by providers).

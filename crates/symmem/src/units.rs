@@ -52,6 +52,20 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// The longest duration [`parse_duration`] accepts.
 pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// Parses a timeout as [`parse_duration`] does, and refuses zero: a timeout of 0 would end every
+/// run the moment it starts, which nobody means.
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = parse_duration(text)?;
+    if timeout.is_zero() {
+        return Err(format!(
+            "a timeout of `{}` would stop the run the moment it starts; give how long a run \
+             may take, e.g. `90s` or `10m` (at most 7 days)",
+            text.trim()
+        ));
+    }
+    Ok(timeout)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +97,18 @@ mod tests {
             let err = parse_duration(bad).unwrap_err();
             assert!(err.contains("e.g. `90`"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn timeouts_are_never_zero() {
+        assert_eq!(parse_timeout("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_timeout("1ms"), Ok(Duration::from_millis(1)));
+        for zero in ["0", "0s", "0ms", "0m", " 0 "] {
+            let err = parse_timeout(zero).unwrap_err();
+            assert!(err.contains("the moment it starts"), "{zero}: {err}");
+            assert!(err.contains("e.g. `90s`"), "{zero}: {err}");
+        }
+        // Other mistakes keep parse_duration's message.
+        assert!(parse_timeout("1.5h").unwrap_err().contains("e.g. `90`"));
     }
 }

@@ -1,0 +1,213 @@
+//! `cargo xtask test` as a user runs it, over a stand-in rank binary (tests/fixtures/fake-rank):
+//! what it prints, and how it exits.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const XTASK: &str = env!("CARGO_BIN_EXE_xtask");
+/// Scheduling slack on a loaded 2-core machine.
+const MARGIN: Duration = Duration::from_secs(5);
+
+fn fake_rank() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-rank")
+}
+
+/// The ids of every conformance check, as the fake rank reports them.
+fn check_ids() -> String {
+    symmem_conformance::CHECKS
+        .iter()
+        .map(|c| c.id)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `xtask test` over the fake rank, with SIGINT, SIGTERM and SIGHUP at their defaults whatever
+/// this test inherited: the launcher honours signals it inherited as ignored (e.g. SIGINT when
+/// `cargo test` runs as a shell background job), and the test that signals it must not depend
+/// on how it was started.
+fn xtask_test(args: &[&str]) -> Command {
+    let mut command = Command::new(XTASK);
+    command
+        .arg("test")
+        .arg("--rank-binary")
+        .arg(fake_rank())
+        .args(args)
+        .env("FAKE_RANK_CHECKS", check_ids())
+        .env_remove("FAKE_RANK_HANG")
+        .stdin(Stdio::null());
+    // SAFETY: between fork and exec only `signal`, which is async-signal-safe, is called.
+    unsafe {
+        command.pre_exec(|| {
+            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                if libc::signal(signal, libc::SIG_DFL) == libc::SIG_ERR {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    command
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn rank_lines_come_without_blank_lines_around_the_progress() {
+    let out = xtask_test(&["--ranks", "2,1", "--timeout", "60s"])
+        .output()
+        .expect("run xtask");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // The fake ranks talk on stderr between their results: their lines interrupt the progress.
+    assert!(stderr.contains("[rank 1] rank 1 of 2 starting"), "{stderr}");
+    assert!(
+        stderr.lines().all(|l| !l.trim().is_empty()),
+        "blank lines on stderr:\n{stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .filter(|l| l.contains("[rank "))
+            .all(|l| l.starts_with("[rank ")),
+        "a rank line shares a line with the progress:\n{stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("[1/2] 2 ranks:") && l.ends_with(" s)")),
+        "{stderr}"
+    );
+    // One rank is one rank, in the progress and the matrix.
+    assert!(stderr.contains("[2/2] 1 rank:"), "{stderr}");
+    assert!(stdout.contains(" 1 rank"), "{stdout}");
+    assert!(
+        !stdout.contains("1 ranks") && !stderr.contains("1 ranks") && !stderr.contains("rank(s)"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("22 passed, 0 failed, 0 skipped"),
+        "{stdout}"
+    );
+}
+
+/// Lines of the child's stderr as they come, so that a test can wait for one with a deadline.
+fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie counts as gone: it holds nothing, and init reaps it.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z")
+    })
+}
+
+#[test]
+fn sigterm_stops_the_ranks_and_exits_130_as_symmem_run_does() {
+    let mut child = xtask_test(&["--ranks", "2,4", "--grace", "1s", "--timeout", "60s"])
+        .env("FAKE_RANK_HANG", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn xtask");
+    let lines = stderr_lines(&mut child);
+    let mut seen = Vec::new();
+    let mut pids = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pids.len() < 2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => {
+                if let Some((_, pid)) = line.split_once("] ready ") {
+                    pids.push(pid.trim().parse::<i32>().expect("pid"));
+                }
+                seen.push(line);
+            }
+            Err(_) => {
+                let _ = child.kill();
+                panic!("the ranks never said ready:\n{}", seen.join("\n"));
+            }
+        }
+    }
+    let sent = Instant::now();
+    // SAFETY: kill(2) on the pid of our own child, which has not been reaped yet.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if sent.elapsed() > Duration::from_secs(1) + MARGIN {
+            let _ = child.kill();
+            panic!("xtask did not stop within the grace period and margin");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    seen.extend(lines.iter());
+    let stderr = seen.join("\n");
+    assert_eq!(status.code(), Some(130), "{status:?}\n{stderr}");
+    assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
+    assert!(
+        stderr.contains("not running the remaining rank counts"),
+        "{stderr}"
+    );
+    for pid in pids {
+        assert!(!alive(pid), "rank pid {pid} survived");
+    }
+}
+
+#[test]
+fn a_timeout_of_zero_is_refused_with_the_fix() {
+    let out = xtask_test(&["--ranks", "1", "--timeout", "0"])
+        .output()
+        .expect("run xtask");
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--timeout") && stderr.contains("e.g. `90s`"),
+        "{stderr}"
+    );
+    // A grace of 0 is meaningful: SIGKILL right after SIGTERM.
+    let out = xtask_test(&["--ranks", "1", "--grace", "0"])
+        .output()
+        .expect("run xtask");
+    assert!(out.status.success(), "{:?}", text(&out));
+}
+
+#[test]
+fn help_lists_the_exit_codes() {
+    let out = Command::new(XTASK)
+        .args(["test", "--help"])
+        .output()
+        .expect("run xtask");
+    assert!(out.status.success());
+    let (help, _) = text(&out);
+    let section = &help[help.find("\nEXIT CODES\n").expect("EXIT CODES in --help")..];
+    let section = &section[..section.find("\n\n").unwrap_or(section.len())];
+    let codes: Vec<&str> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("  "))
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(codes, ["0", "1", "2", "130"], "{section}");
+}
