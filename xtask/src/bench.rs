@@ -64,7 +64,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let shim = shim_library(args.shim_lib.as_deref(), backend)?;
     let binary = match &args.bench_binary {
         Some(p) => p.clone(),
-        None => build_binary("symmem-gpu", "symmem-gpu-bench")?,
+        None => build_binary("symmem-gpu", "symmem-gpu-bench", "--bench-binary")?,
     };
     let out = args.out.clone().unwrap_or_else(|| {
         target_dir()

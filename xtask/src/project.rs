@@ -1,6 +1,6 @@
 //! Where the workspace is and how to build its binaries.
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use symmem_gpu::Backend;
@@ -22,15 +22,25 @@ pub fn target_dir() -> PathBuf {
 }
 
 /// Builds binary `bin` of package `package` and returns its path, as cargo reports it.
-pub fn build_binary(package: &str, bin: &str) -> anyhow::Result<PathBuf> {
+/// `instead` is the flag that gives a built binary, for the error when cargo is missing.
+pub fn build_binary(package: &str, bin: &str, instead: &str) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    build_binary_with(&cargo, package, bin, instead)
+}
+
+fn build_binary_with(
+    cargo: &std::ffi::OsStr,
+    package: &str,
+    bin: &str,
+    instead: &str,
+) -> anyhow::Result<PathBuf> {
     let output = Command::new(&cargo)
         .current_dir(project_root())
         .args(["build", "--package", package, "--bin", bin])
         .args(["--message-format", "json-render-diagnostics"])
         .stderr(Stdio::inherit())
         .output()
-        .with_context(|| format!("running {} build", Path::new(&cargo).display()))?;
+        .map_err(|err| build_spawn_error(cargo, bin, instead, err))?;
     if !output.status.success() {
         bail!("building {bin} failed (see the compiler output above)");
     }
@@ -48,6 +58,25 @@ pub fn build_binary(package: &str, bin: &str) -> anyhow::Result<PathBuf> {
         }
     }
     bail!("cargo built {bin} but did not report its executable")
+}
+
+/// Why cargo could not be started to build `bin`, and the way around it: inside an image or
+/// a machine with the xtask binary but no cargo, the rank binary can be given directly.
+fn build_spawn_error(
+    cargo: &std::ffi::OsStr,
+    bin: &str,
+    instead: &str,
+    err: std::io::Error,
+) -> anyhow::Error {
+    let cargo = Path::new(cargo).display();
+    if err.kind() == std::io::ErrorKind::NotFound {
+        anyhow::anyhow!(
+            "cannot build {bin}: `{cargo}` was not found (is cargo on PATH?). Without cargo, \
+             pass a built binary instead: {instead} PATH/{bin}"
+        )
+    } else {
+        anyhow::anyhow!("cannot build {bin}: running `{cargo} build` failed: {err}")
+    }
 }
 
 /// The shim library for a GPU provider (`--shim-lib`, else `$SYMMEM_SHIM_LIB`, else what
@@ -72,4 +101,27 @@ pub fn shim_library(given: Option<&Path>, backend: Backend) -> anyhow::Result<Pa
         );
     }
     Ok(std::path::absolute(&path)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_cargo_the_error_names_the_flag_that_gives_a_binary() {
+        let err = build_binary_with(
+            std::ffi::OsStr::new("/nonexistent/cargo"),
+            "symmem-conformance",
+            "symmem-conformance",
+            "--rank-binary",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("`/nonexistent/cargo` was not found")
+                && err.contains("--rank-binary PATH/symmem-conformance"),
+            "{err}"
+        );
+        assert!(!err.contains("No such file or directory"), "{err}");
+    }
 }

@@ -154,7 +154,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         Some(path) => path.clone(),
         None => {
             eprintln!("building the conformance rank binary ...");
-            build_binary("symmem-conformance", "symmem-conformance")?
+            build_binary("symmem-conformance", "symmem-conformance", "--rank-binary")?
         }
     };
     let started = Instant::now();
