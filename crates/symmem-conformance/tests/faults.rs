@@ -259,3 +259,44 @@ fn a_clean_run_passes_with_every_result() {
         .count();
     assert_eq!(results, 2 * symmem_conformance::CHECKS.len());
 }
+
+/// A stale `RANK=0 WORLD_SIZE=1` export inside an Open MPI job of 2 made both processes "rank 0
+/// of 1", and both passed. The rank binary must refuse to start, naming the variables.
+#[test]
+fn contradicting_launcher_variables_stop_a_rank_before_it_runs() {
+    let mut processes = Vec::new();
+    for rank in 0..2 {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_symmem-conformance"));
+        for var in [
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "TORCHELASTIC_RUN_ID",
+            "TORCHELASTIC_RESTART_COUNT",
+            "SLURM_PROCID",
+            "PMI_RANK",
+            "SYMMEM_RANK_FROM",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.env("RANK", "0")
+            .env("WORLD_SIZE", "1")
+            .env("OMPI_COMM_WORLD_RANK", rank.to_string())
+            .env("OMPI_COMM_WORLD_SIZE", "2")
+            .env("SYMMEM_HOST_HEAP_SIZE", "64M")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        processes.push(cmd.spawn().expect("spawn the rank binary"));
+    }
+    for (rank, process) in processes.into_iter().enumerate() {
+        let out = process.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "rank {rank} ran: {stderr}");
+        assert!(
+            stderr.contains("RANK=0 WORLD_SIZE=1 (torchrun)")
+                && stderr.contains(&format!(
+                    "OMPI_COMM_WORLD_RANK={rank} OMPI_COMM_WORLD_SIZE=2 (Open MPI)"
+                )),
+            "rank {rank}: {stderr}"
+        );
+    }
+}

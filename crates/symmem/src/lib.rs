@@ -22,7 +22,7 @@ pub use collective::{CollectiveKind, CollectiveMismatch, CollectiveOp};
 pub use context::{AllocationRecord, Context, ContextId, FinalizeReport, Plain, SymmetricBuffer};
 pub use error::{Error, TranslateError};
 pub use provider::{SymmetricProvider, TranslatedOps};
-pub use rank_env::{Launcher, RankEnvError, RankIdentity};
+pub use rank_env::{Found, Launcher, RANK_FROM_ENV, RankEnvError, RankIdentity};
 pub use ranks::{count_ranks, describe_ranks, rank_list};
 pub use table::{AddressMap, PeerTable};
 pub use units::{MAX_DURATION, parse_bytes, parse_duration, parse_timeout};

@@ -43,6 +43,23 @@ pub enum RankEnvError {
     },
     #[error("{var}=0: a job has at least one rank")]
     WorldSizeZero { var: &'static str },
+    #[error(
+        "the launchers' variables disagree on who this process is: {}; {hint} \
+         (or set {RANK_FROM_ENV}=torchrun|openmpi|slurm|pmi to name the launcher that started \
+         this process)",
+        .found.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(" vs ")
+    )]
+    Conflict {
+        /// Every convention present, innermost first.
+        found: Vec<Found>,
+        /// What most likely happened and what to unset.
+        hint: String,
+    },
+    #[error(
+        "{RANK_FROM_ENV}={value:?} names no launcher whose variables are set here: give one of \
+         torchrun, openmpi, slurm, pmi whose rank and size variables are set, or unset it"
+    )]
+    BadRankFrom { value: String },
     #[error("{rank_var}={rank} but {size_var}={world_size}: the rank must be below the world size")]
     RankOutOfRange {
         rank_var: &'static str,
@@ -50,6 +67,31 @@ pub enum RankEnvError {
         size_var: &'static str,
         world_size: usize,
     },
+}
+
+/// Names the launcher whose variables say who this process is, when several launchers' variables
+/// are set and disagree (a job nested in another, or stale exports): `torchrun`, `openmpi`,
+/// `slurm` or `pmi`.
+pub const RANK_FROM_ENV: &str = "SYMMEM_RANK_FROM";
+
+/// One launcher convention found in the environment: its variables and the values they hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub launcher: Launcher,
+    pub rank_var: &'static str,
+    pub rank: usize,
+    pub size_var: &'static str,
+    pub world_size: usize,
+}
+
+impl fmt::Display for Found {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}={} {}={} ({})",
+            self.rank_var, self.rank, self.size_var, self.world_size, self.launcher
+        )
+    }
 }
 
 /// This process's place in the job.
@@ -67,15 +109,22 @@ pub struct RankIdentity {
 
 struct Convention {
     launcher: Launcher,
+    /// Its name for [`RANK_FROM_ENV`].
+    name: &'static str,
     rank: &'static str,
     size: &'static str,
     local_rank: &'static str,
     local_size: &'static str,
 }
 
+/// Innermost launcher first. The launcher that started this process sets its variables for each
+/// process; launchers around it (a Slurm step around mpirun or torchrun, mpirun around torchrun)
+/// left theirs in the environment, the same in every rank. So when several are set, the
+/// innermost one says who this process is.
 const CONVENTIONS: [Convention; 4] = [
     Convention {
         launcher: Launcher::Torchrun,
+        name: "torchrun",
         rank: "RANK",
         size: "WORLD_SIZE",
         local_rank: "LOCAL_RANK",
@@ -83,25 +132,28 @@ const CONVENTIONS: [Convention; 4] = [
     },
     Convention {
         launcher: Launcher::OpenMpi,
+        name: "openmpi",
         rank: "OMPI_COMM_WORLD_RANK",
         size: "OMPI_COMM_WORLD_SIZE",
         local_rank: "OMPI_COMM_WORLD_LOCAL_RANK",
         local_size: "OMPI_COMM_WORLD_LOCAL_SIZE",
     },
     Convention {
+        launcher: Launcher::Pmi,
+        name: "pmi",
+        rank: "PMI_RANK",
+        size: "PMI_SIZE",
+        local_rank: "MPI_LOCALRANKID",
+        local_size: "MPI_LOCALNRANKS",
+    },
+    Convention {
         launcher: Launcher::Slurm,
+        name: "slurm",
         rank: "SLURM_PROCID",
         size: "SLURM_NTASKS",
         local_rank: "SLURM_LOCALID",
         // Only a plain number here; "4(x2)" forms fall back to the world size on one node.
         local_size: "SLURM_NTASKS_PER_NODE",
-    },
-    Convention {
-        launcher: Launcher::Pmi,
-        rank: "PMI_RANK",
-        size: "PMI_SIZE",
-        local_rank: "MPI_LOCALRANKID",
-        local_size: "MPI_LOCALNRANKS",
     },
 ];
 
@@ -111,7 +163,12 @@ impl RankIdentity {
         Self::from_vars(|name| std::env::var(name).ok())
     }
 
-    /// Reads rank variables through `get` (the first launcher convention present wins).
+    /// Reads rank variables through `get`. When several launchers' variables are set, the
+    /// innermost launcher's win (see [`CONVENTIONS`]), except where they cannot both be right:
+    /// torchrun-style `RANK`/`WORLD_SIZE` without torchrun's own `TORCHELASTIC_*` variables
+    /// (exported by hand, stale) that disagree with another launcher, or Open MPI and PMI
+    /// disagreeing. Those are an error naming every variable, never a guess: a wrong guess runs
+    /// the job with duplicate ranks. [`RANK_FROM_ENV`] settles it by naming the launcher.
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, RankEnvError> {
         let number = |var: &'static str| -> Result<Option<usize>, RankEnvError> {
             match get(var) {
@@ -123,6 +180,7 @@ impl RankIdentity {
                     .map_err(|_| RankEnvError::NotANumber { var, value }),
             }
         };
+        let mut found: Vec<(&Convention, Found)> = Vec::new();
         for c in &CONVENTIONS {
             let Some(rank) = number(c.rank)? else {
                 continue;
@@ -132,48 +190,113 @@ impl RankIdentity {
                 missing: c.size,
                 launcher: c.launcher,
             })?;
-            if world_size == 0 {
-                return Err(RankEnvError::WorldSizeZero { var: c.size });
-            }
-            if rank >= world_size {
-                return Err(RankEnvError::RankOutOfRange {
+            found.push((
+                c,
+                Found {
+                    launcher: c.launcher,
                     rank_var: c.rank,
                     rank,
                     size_var: c.size,
                     world_size,
-                });
+                },
+            ));
+        }
+        let chosen = match get(RANK_FROM_ENV).filter(|v| !v.trim().is_empty()) {
+            Some(name) => found
+                .iter()
+                .find(|(c, _)| c.name == name.trim().to_ascii_lowercase())
+                .ok_or(RankEnvError::BadRankFrom { value: name })?,
+            None => {
+                check_agreement(&found, &get)?;
+                match found.first() {
+                    Some(first) => first,
+                    None => return Ok(Self::singleton()),
+                }
             }
-            let local_rank = number(c.local_rank)?.unwrap_or(rank);
-            // Slurm's per-node count may be "4(x2)": not a number, so not an error.
-            let local_world_size = get(c.local_size)
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(world_size);
-            if local_world_size == 0 || local_rank >= local_world_size {
-                return Err(RankEnvError::RankOutOfRange {
-                    rank_var: c.local_rank,
-                    rank: local_rank,
-                    size_var: c.local_size,
-                    world_size: local_world_size,
-                });
-            }
-            return Ok(Self {
+        };
+        let (c, f) = chosen;
+        let (rank, world_size) = (f.rank, f.world_size);
+        if world_size == 0 {
+            return Err(RankEnvError::WorldSizeZero { var: c.size });
+        }
+        if rank >= world_size {
+            return Err(RankEnvError::RankOutOfRange {
+                rank_var: c.rank,
                 rank,
+                size_var: c.size,
                 world_size,
-                local_rank,
-                local_world_size,
-                launcher: c.launcher,
-                job_key: job_key(c.launcher, &get),
+            });
+        }
+        let local_rank = number(c.local_rank)?.unwrap_or(rank);
+        // Slurm's per-node count may be "4(x2)": not a number, so not an error.
+        let local_world_size = get(c.local_size)
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(world_size);
+        if local_world_size == 0 || local_rank >= local_world_size {
+            return Err(RankEnvError::RankOutOfRange {
+                rank_var: c.local_rank,
+                rank: local_rank,
+                size_var: c.local_size,
+                world_size: local_world_size,
             });
         }
         Ok(Self {
+            rank,
+            world_size,
+            local_rank,
+            local_world_size,
+            launcher: c.launcher,
+            job_key: job_key(c.launcher, &get),
+        })
+    }
+
+    fn singleton() -> Self {
+        Self {
             rank: 0,
             world_size: 1,
             local_rank: 0,
             local_world_size: 1,
             launcher: Launcher::Singleton,
             job_key: None,
-        })
+        }
     }
+}
+
+/// Fails when the conventions present cannot all be right (see [`RankIdentity::from_vars`]).
+fn check_agreement(
+    found: &[(&Convention, Found)],
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<(), RankEnvError> {
+    let agree = |a: &Found, b: &Found| (a.rank, a.world_size) == (b.rank, b.world_size);
+    let find = |l: Launcher| found.iter().map(|(_, f)| f).find(|f| f.launcher == l);
+    let conflict = |hint: String| RankEnvError::Conflict {
+        found: found.iter().map(|(_, f)| f.clone()).collect(),
+        hint,
+    };
+    // torchrun (and symmem-run) set these next to RANK; an export by hand does not.
+    let torchrun_set = ["TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"]
+        .iter()
+        .any(|v| get(v).is_some());
+    if let Some(torch) = find(Launcher::Torchrun)
+        && !torchrun_set
+        && let Some(other) = found.iter().map(|(_, f)| f).find(|f| !agree(torch, f))
+    {
+        return Err(conflict(format!(
+            "RANK and WORLD_SIZE look exported by hand (no TORCHELASTIC_* variables, so torchrun \
+             did not set them) and contradict {}: unset RANK and WORLD_SIZE if they are stale",
+            other.launcher
+        )));
+    }
+    if let (Some(ompi), Some(pmi)) = (find(Launcher::OpenMpi), find(Launcher::Pmi))
+        && !agree(ompi, pmi)
+    {
+        return Err(conflict(
+            "Open MPI and PMI each set their variables for the process they start, so one of \
+             them is stale: unset it"
+                .to_string(),
+        ));
+    }
+    Ok(())
 }
 
 fn job_key(launcher: Launcher, get: &impl Fn(&str) -> Option<String>) -> Option<String> {
@@ -264,6 +387,106 @@ mod tests {
 
         let id = ident(&[("PMI_RANK", "0"), ("PMI_SIZE", "2")]).unwrap();
         assert_eq!((id.rank, id.world_size, id.launcher), (0, 2, Launcher::Pmi));
+    }
+
+    /// The issue-15 case: a stale `RANK=0 WORLD_SIZE=1` in an Open MPI job of 2 made every
+    /// process "rank 0 of 1".
+    #[test]
+    fn stale_torchrun_variables_that_contradict_a_launcher_are_refused() {
+        let err = ident(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+        ])
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, RankEnvError::Conflict { .. }), "{text}");
+        for part in [
+            "RANK=0 WORLD_SIZE=1 (torchrun)",
+            "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 (Open MPI)",
+            "unset RANK and WORLD_SIZE",
+            "SYMMEM_RANK_FROM=",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+        // Naming the launcher settles it.
+        let id = ident(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("SYMMEM_RANK_FROM", "openmpi"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (id.rank, id.world_size, id.launcher),
+            (1, 2, Launcher::OpenMpi)
+        );
+        // Agreeing variables are no conflict.
+        let id = ident(&[
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+        ])
+        .unwrap();
+        assert_eq!((id.rank, id.world_size), (1, 2));
+    }
+
+    #[test]
+    fn nested_launchers_take_the_innermost() {
+        // srun around torchrun: torchrun's workers (8) in Slurm's tasks (2).
+        let id = ident(&[
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("RANK", "6"),
+            ("WORLD_SIZE", "8"),
+            ("TORCHELASTIC_RUN_ID", "job"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (id.rank, id.world_size, id.launcher),
+            (6, 8, Launcher::Torchrun)
+        );
+        // mpiexec (PMI) or mpirun (Open MPI) in a batch step whose SLURM_PROCID=0 every rank
+        // inherited: the MPI launcher's rank, not Slurm's (which made every rank 0).
+        let id = ident(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "4"),
+            ("PMI_RANK", "3"),
+            ("PMI_SIZE", "4"),
+        ])
+        .unwrap();
+        assert_eq!((id.rank, id.launcher), (3, Launcher::Pmi));
+        let id = ident(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "1"),
+            ("OMPI_COMM_WORLD_RANK", "2"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+        ])
+        .unwrap();
+        assert_eq!((id.rank, id.launcher), (2, Launcher::OpenMpi));
+    }
+
+    #[test]
+    fn per_process_launchers_that_disagree_are_refused() {
+        let err = ident(&[
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "2"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("Open MPI and PMI"), "{err}");
+        let err = ident(&[
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "2"),
+            ("SYMMEM_RANK_FROM", "slurm"),
+        ])
+        .unwrap_err();
+        assert!(matches!(err, RankEnvError::BadRankFrom { .. }), "{err}");
     }
 
     #[test]
