@@ -101,6 +101,13 @@ pub enum LaunchError {
     #[error("could not install the signal handlers that stop the ranks on Ctrl-C: {0}")]
     Signals(io::Error),
 
+    /// The watchdog that ends the ranks' children if the launcher dies could not be started.
+    #[error(
+        "could not start the watchdog (/bin/sh) that ends what the ranks started if the \
+         launcher itself is killed: {0}; the launcher needs /bin/sh and /dev/urandom"
+    )]
+    Watchdog(io::Error),
+
     /// A rank could not be started; the ranks already started were stopped.
     #[error(
         "could not start rank {rank} (`{}`): {cause}; the ranks already started were stopped",
@@ -155,6 +162,7 @@ impl LaunchError {
             | LaunchError::RendezvousTooLong { .. }
             | LaunchError::Port(_)
             | LaunchError::Signals(_)
+            | LaunchError::Watchdog(_)
             | LaunchError::Spawn { .. }
             | LaunchError::Wait { .. }
             | LaunchError::Leftover { .. } => false,
@@ -239,6 +247,7 @@ mod tests {
             },
             LaunchError::Port(cause()),
             LaunchError::Signals(cause()),
+            LaunchError::Watchdog(cause()),
             LaunchError::Spawn {
                 rank: 1,
                 program: "/bin/x".into(),

@@ -94,6 +94,75 @@ fn scan_proc(pgid: i32) -> Vec<i32> {
     pids
 }
 
+/// Processes of a run that are not in its process group any more (they called `setsid` or
+/// `setpgid`): every live process other than this one whose environment carries
+/// `SYMMEM_RUN_ID=<run_id>` (inherited from a rank), or that holds one of the ranks' output
+/// pipes (`pipes`: `pipe:[inode]` as `/proc/<pid>/fd/*` shows them). Processes of other users
+/// cannot be read and are not listed.
+pub(crate) fn escaped(run_id: &str, pipes: &[String], pgid: i32) -> Vec<i32> {
+    let me = std::process::id();
+    let marker = format!("{}={run_id}", crate::watchdog::RUN_ID_ENV);
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<i32> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| u32::try_from(pid).ok() != Some(me))
+        .filter(|&pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| parse_stat(&stat))
+                .is_some_and(|(state, pgrp)| pgrp != pgid && !matches!(state, 'Z' | 'X' | 'x'))
+        })
+        .filter(|&pid| carries(pid, marker.as_bytes()) || holds_any(pid, pipes))
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// Whether `/proc/<pid>/environ` has exactly the entry `entry`.
+fn carries(pid: i32, entry: &[u8]) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .is_ok_and(|env| env.split(|&b| b == 0).any(|e| e == entry))
+}
+
+/// Whether one of `pid`'s file descriptors is one of `pipes`.
+fn holds_any(pid: i32, pipes: &[String]) -> bool {
+    if pipes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|target| pipes.iter().any(|p| target.as_os_str() == p.as_str()))
+    })
+}
+
+/// The command name of `pid` (`/proc/<pid>/comm`), or `?` once it is gone.
+pub(crate) fn command_name(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim_end().to_string())
+        .unwrap_or_else(|_| "?".to_string())
+}
+
+/// Whether `pid` is gone or a zombie (which holds nothing any more).
+pub(crate) fn gone(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| parse_stat(&stat))
+        .is_none_or(|(state, _)| matches!(state, 'Z' | 'X' | 'x'))
+}
+
+/// What `/proc/self/fd/<fd>` names for one of our pipe ends: `pipe:[inode]`, which every
+/// process holding either end of that pipe shows too.
+pub(crate) fn pipe_id(fd: std::os::fd::RawFd) -> Option<String> {
+    let target = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+    let text = target.to_str()?;
+    text.starts_with("pipe:").then(|| text.to_string())
+}
+
 /// The kernel's `PF_EXITING` task flag: set when a process enters its exit,
 /// before it closes its files; it becomes a zombie moments later.
 const PF_EXITING: u64 = 0x4;

@@ -43,12 +43,14 @@ mod report;
 mod run;
 mod signals;
 mod spec;
+mod watchdog;
 
 pub use error::LaunchError;
 pub use output::print_line;
 pub use report::{
-    EXIT_CODES, EXIT_INTERRUPTED, EXIT_PEER_FAILED, EXIT_TIMEOUT, EXIT_USAGE, Ended, Lost, Outcome,
-    OutputLine, RankStatus, RunReport, Stream, exit_codes_help, signal_name,
+    EXIT_CODES, EXIT_INTERRUPTED, EXIT_PEER_FAILED, EXIT_TIMEOUT, EXIT_USAGE, Ended, Escaped, Lost,
+    Outcome, OutputLine, RankStatus, RunReport, Stream, exit_codes_help, signal_name,
 };
 pub use run::{Started, launch, launch_with};
 pub use spec::{DEFAULT_GRACE, DEFAULT_TIMEOUT, LaunchSpec, MAX_RANKS, RENDEZVOUS_ENV};
+pub use watchdog::RUN_ID_ENV;

@@ -24,6 +24,8 @@ ENVIRONMENT OF EACH RANK
   MASTER_ADDR=127.0.0.1
   MASTER_PORT        a TCP port that was free when the run started
   SYMMEM_RENDEZVOUS  a fresh private (0700) directory, removed after the run
+  SYMMEM_RUN_ID      a random id of the run: processes that carry it belong
+                     to the run
   Stdin is /dev/null; each output line is printed as `[rank R] text` on the
   stream it was written to.
 
@@ -39,10 +41,13 @@ FAILURE POLICY
   running (hung?) when the others gave up. All ranks, and any processes they
   started, are in one process group: it gets SIGTERM, then SIGKILL after the
   grace period (at once on a second Ctrl-C), and the launcher checks that
-  nothing is left. Ranks are also killed if symmem-run itself dies. A signal
-  that symmem-run inherited as ignored (SIGHUP under nohup, SIGINT in a
-  shell's background job) stays ignored: it does not stop the run, and the
-  ranks inherit the ignore.
+  nothing is left. Processes the ranks started that left the group (setsid)
+  are found by SYMMEM_RUN_ID or by the output pipes they hold, ended the same
+  way and named in the summary. If symmem-run itself dies (even by kill -9),
+  the ranks die with it and a watchdog ends everything else of the run and
+  removes the rendezvous directory. A signal that symmem-run inherited as
+  ignored (SIGHUP under nohup, SIGINT in a shell's background job) stays
+  ignored: it does not stop the run, and the ranks inherit the ignore.
   --grace 0 is allowed: SIGKILL follows SIGTERM at once, so ranks get no
   time to clean up and the culprit is named without the 200 ms wait.";
 

@@ -176,6 +176,21 @@ pub struct RunReport {
     pub pgid: i32,
     /// The timeout the run had.
     pub timeout: Duration,
+    /// Processes the ranks started that had left the ranks' process group (`setsid`) and were
+    /// still running when the ranks were done: the launcher ended them.
+    pub escaped: Vec<Escaped>,
+    /// How long the launcher waited at the end for the ranks' output pipes to close, when
+    /// something it could not find (another user's process) still held them; else zero.
+    pub output_wait: Duration,
+}
+
+/// A process of the run found outside the ranks' process group after the ranks ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Escaped {
+    /// Its process id.
+    pub pid: i32,
+    /// Its command name (`/proc/<pid>/comm`).
+    pub command: String,
 }
 
 /// A rank exits with this status when it stops because ANOTHER rank failed (a
@@ -286,7 +301,42 @@ impl RunReport {
 }
 
 impl fmt::Display for RunReport {
+    /// The outcome, then what the launcher had to clean up or wait for.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_outcome(f)?;
+        if !self.escaped.is_empty() {
+            let list: Vec<String> = self
+                .escaped
+                .iter()
+                .map(|e| format!("{} ({})", e.pid, e.command))
+                .collect();
+            let (noun, were) = if list.len() == 1 {
+                ("process", "was")
+            } else {
+                ("processes", "were")
+            };
+            write!(
+                f,
+                "; {} {noun} started by the ranks had left their process group (setsid?) and \
+                 {were} ended: pid {}",
+                list.len(),
+                list.join(", ")
+            )?;
+        }
+        if !self.output_wait.is_zero() {
+            write!(
+                f,
+                "; waited {} for the ranks' output: a process the launcher cannot see (another \
+                 user's?) still holds their pipes",
+                secs(self.output_wait)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl RunReport {
+    fn write_outcome(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.outcome {
             Outcome::Success => write!(
                 f,
@@ -444,7 +494,37 @@ mod tests {
             spawn_time: Duration::from_millis(3),
             pgid: 1000,
             timeout: Duration::from_secs(3),
+            escaped: Vec::new(),
+            output_wait: Duration::ZERO,
         }
+    }
+
+    #[test]
+    fn escaped_processes_and_waits_are_told() {
+        let mut r = report(Outcome::Success, &[], 2);
+        r.escaped = vec![
+            Escaped {
+                pid: 4242,
+                command: "sleep".into(),
+            },
+            Escaped {
+                pid: 4243,
+                command: "daemon".into(),
+            },
+        ];
+        assert_eq!(
+            r.to_string(),
+            "2 ranks succeeded in 1.2s; 2 processes started by the ranks had left their process \
+             group (setsid?) and were ended: pid 4242 (sleep), 4243 (daemon)"
+        );
+        r.escaped.truncate(1);
+        r.output_wait = Duration::from_secs(2);
+        assert_eq!(
+            r.to_string(),
+            "2 ranks succeeded in 1.2s; 1 process started by the ranks had left their process \
+             group (setsid?) and was ended: pid 4242 (sleep); waited 2.0s for the ranks' \
+             output: a process the launcher cannot see (another user's?) still holds their pipes"
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::ffi::OsString;
 use std::net::{Ipv4Addr, TcpListener};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -15,11 +16,14 @@ use nix::sys::signal::Signal;
 
 use crate::culprit::blame;
 use crate::error::LaunchError;
-use crate::group::{exiting, join_group, live_members, signal_group};
+use crate::group::{
+    command_name, escaped, exiting, gone, join_group, live_members, pipe_id, signal_group,
+};
 use crate::output::spawn_reader;
-use crate::report::{Ended, Outcome, OutputLine, RankStatus, RunReport, Stream};
+use crate::report::{Ended, Escaped, Outcome, OutputLine, RankStatus, RunReport, Stream};
 use crate::signals::SignalGuard;
 use crate::spec::{LaunchSpec, RENDEZVOUS_ENV};
+use crate::watchdog::{RUN_ID_ENV, Watchdog, new_run_id};
 
 /// How often children are polled (and the longest a line waits in the channel).
 const POLL: Duration = Duration::from_millis(10);
@@ -83,6 +87,7 @@ pub struct Started<'a> {
 /// | `MASTER_ADDR` | `127.0.0.1` |
 /// | `MASTER_PORT` | a TCP port free when the run started |
 /// | `SYMMEM_RENDEZVOUS` | a fresh private (0700) directory, removed after the run; unless `spec.env` sets it |
+/// | `SYMMEM_RUN_ID` | a random id of this run: what carries it belongs to the run |
 ///
 /// The run ends when every rank exited 0 ([`Outcome::Success`]), when a rank
 /// exits non-zero or by a signal, when `spec.timeout` elapses
@@ -94,8 +99,13 @@ pub struct Started<'a> {
 /// should exit with [`EXIT_PEER_FAILED`](crate::EXIT_PEER_FAILED) so that it is
 /// not taken for the culprit). Then the whole group gets `SIGTERM`,
 /// `spec.grace` later `SIGKILL`, every rank is reaped and the group is
-/// verified empty (grandchildren included) before this returns. Ranks also
-/// get `SIGKILL` if the launcher dies, even by `SIGKILL`.
+/// verified empty (grandchildren included) before this returns. Processes
+/// the ranks started that left the group (`setsid`) are found by the
+/// `SYMMEM_RUN_ID` they inherited (or by the ranks' output pipes they hold),
+/// ended the same way and named in [`RunReport::escaped`]. If the launcher
+/// dies, even by `SIGKILL`, the ranks get `SIGKILL` from the kernel, and a
+/// watchdog process kills the rest of the group and every process carrying
+/// the run's id, and removes the rendezvous directory it made.
 ///
 /// While this runs, SIGINT, SIGTERM and SIGHUP of the calling process only
 /// stop the run; one received while the ranks are in their grace period (a
@@ -124,15 +134,23 @@ pub fn launch_with(
     // Before spawning: a Ctrl-C while ranks start must still stop them.
     let signals = SignalGuard::install()?;
     let master_port = free_port()?;
-    // `_owned_dir` removes the directory when this function returns, however
-    // it returns (including unwinding out of `sink`).
-    let (rendezvous, _owned_dir) = rendezvous(spec)?;
+    let run_id = new_run_id()?;
+    // The watchdog owns the directory we make: it removes it when this
+    // function returns, however it returns (including unwinding out of
+    // `sink`), after the run (declared before it) is cleaned up; and if this
+    // process is killed, it removes it itself.
+    let (rendezvous, owned_dir) = rendezvous(spec)?;
+    let mut watchdog = Watchdog::start(&run_id, owned_dir)?;
 
     let (tx, rx) = mpsc::sync_channel(CHANNEL_LINES);
     let mut run = Run {
         ranks: Vec::with_capacity(spec.ranks),
         polls: 0,
         pgid: 0,
+        run_id: run_id.clone(),
+        pipes: Vec::with_capacity(2 * spec.ranks),
+        escaped: Vec::new(),
+        output_wait: Duration::ZERO,
         readers: Vec::with_capacity(2 * spec.ranks),
         tx: Some(tx),
         rx,
@@ -141,7 +159,12 @@ pub fn launch_with(
     let start = Instant::now();
     for rank in 0..spec.ranks {
         let mut cmd = command(spec, &program, rank, master_port, &rendezvous);
-        if let Err(cause) = run.spawn(rank, &mut cmd) {
+        cmd.env(RUN_ID_ENV, &run_id);
+        let spawned = run.spawn(rank, &mut cmd);
+        if rank == 0 && run.pgid > 0 {
+            watchdog.guard_group(run.pgid);
+        }
+        if let Err(cause) = spawned {
             // Stop whatever already started; a leftover is the worse news.
             let stopped = run.stop(Duration::ZERO, &signals);
             run.drain_rest();
@@ -186,6 +209,8 @@ pub fn launch_with(
         spawn_time,
         pgid: run.pgid,
         timeout: spec.timeout,
+        escaped: std::mem::take(&mut run.escaped),
+        output_wait: run.output_wait,
     })
 }
 
@@ -280,6 +305,14 @@ struct Run<'s> {
     polls: u64,
     /// 0 until rank 0 is spawned. Never signal pgid 0: that is our own group.
     pgid: i32,
+    /// The run's `SYMMEM_RUN_ID`.
+    run_id: String,
+    /// The ranks' output pipes as `/proc/*/fd` names them (`pipe:[inode]`).
+    pipes: Vec<String>,
+    /// Processes of the run found outside the group, and ended.
+    escaped: Vec<Escaped>,
+    /// How long the final drain waited for pipes held by processes we cannot see.
+    output_wait: Duration,
     readers: Vec<JoinHandle<()>>,
     /// Kept until the final drain so that `recv_timeout` waits instead of
     /// reporting a disconnect while readers come and go.
@@ -298,6 +331,15 @@ impl Run<'_> {
         }
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
+        self.pipes.extend(
+            [
+                stdout.as_ref().map(AsRawFd::as_raw_fd),
+                stderr.as_ref().map(AsRawFd::as_raw_fd),
+            ]
+            .into_iter()
+            .flatten()
+            .filter_map(pipe_id),
+        );
         // Registered before anything else can fail, so that `stop` sees it.
         self.ranks.push(Rank {
             rank,
@@ -457,10 +499,73 @@ impl Run<'_> {
         self.ranks.iter().all(|r| r.ended.is_some()) && live_members(self.pgid).is_empty()
     }
 
-    /// SIGTERM, `grace`, SIGKILL, reap, verify the group is empty. A signal
-    /// to the launcher during the grace period (a second Ctrl-C) cuts it
-    /// short.
+    /// Stops the group, then what escaped it. In both, a signal to the
+    /// launcher during the grace period (a second Ctrl-C) cuts it short.
     fn stop(&mut self, grace: Duration, signals: &SignalGuard) -> Result<(), LaunchError> {
+        let group = self.stop_group(grace, signals);
+        // Also after a leftover in the group: what escaped it must not outlive the run either.
+        let escaped = self.end_escaped(grace, signals);
+        group.and(escaped)
+    }
+
+    /// Ends the processes of the run that left its group (see [`escaped`]): `SIGTERM`,
+    /// `grace`, `SIGKILL`, as for the group, and records them for the report. Found before
+    /// the final drain, so that the drain does not wait on the pipes they hold.
+    fn end_escaped(&mut self, grace: Duration, signals: &SignalGuard) -> Result<(), LaunchError> {
+        if self.pgid <= 0 {
+            return Ok(());
+        }
+        let mut found = escaped(&self.run_id, &self.pipes, self.pgid);
+        if found.is_empty() {
+            return Ok(());
+        }
+        self.escaped.extend(found.iter().map(|&pid| Escaped {
+            pid,
+            command: command_name(pid),
+        }));
+        let signal = |pids: &[i32], sig: Signal| {
+            for &pid in pids {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+            }
+        };
+        signal(&found, Signal::SIGTERM);
+        let signals_before = signals.count();
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline && signals.count() == signals_before {
+            if found.iter().all(|&pid| gone(pid)) {
+                break;
+            }
+            self.pump(POLL);
+        }
+        let deadline = Instant::now() + KILL_SETTLE;
+        loop {
+            found.retain(|&pid| !gone(pid));
+            // What they started while being stopped carries the run's id too.
+            for pid in escaped(&self.run_id, &self.pipes, self.pgid) {
+                if !found.contains(&pid) {
+                    self.escaped.push(Escaped {
+                        pid,
+                        command: command_name(pid),
+                    });
+                    found.push(pid);
+                }
+            }
+            if found.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(LaunchError::Leftover {
+                    pgid: self.pgid,
+                    pids: found,
+                });
+            }
+            signal(&found, Signal::SIGKILL);
+            self.pump(POLL);
+        }
+    }
+
+    /// SIGTERM, `grace`, SIGKILL to the ranks' group, reap, verify it is empty.
+    fn stop_group(&mut self, grace: Duration, signals: &SignalGuard) -> Result<(), LaunchError> {
         if self.pgid <= 0 {
             return Ok(());
         }
@@ -520,12 +625,18 @@ impl Run<'_> {
     /// [`DRAIN_LIMIT`].
     fn drain_rest(&mut self) {
         drop(self.tx.take());
-        let deadline = Instant::now() + DRAIN_LIMIT;
+        let start = Instant::now();
+        let deadline = start + DRAIN_LIMIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.rx.recv_timeout(left) {
                 Ok(line) => (self.sink)(&line),
-                Err(RecvTimeoutError::Disconnected | RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => {
+                    // Said in the report: the run took this much longer, and why.
+                    self.output_wait = start.elapsed();
+                    break;
+                }
             }
         }
         for reader in self.readers.drain(..) {

@@ -394,3 +394,51 @@ fn success_prints_output_with_rank_prefixes() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `kill -9` of symmem-run: the ranks die with it (PDEATHSIG), and so must everything they
+/// started, in their group or out of it (setsid), and the rendezvous folder it made.
+#[test]
+fn nothing_of_the_run_survives_kill_9_of_the_launcher() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let script = r#"
+        echo "$SYMMEM_RENDEZVOUS" > "$OUT/folder"
+        sleep 100 & echo $! > "$OUT/child$RANK"
+        setsid sleep 100 & echo $! > "$OUT/escaped$RANK"
+        touch "$OUT/ready$RANK"
+        wait"#;
+    let mut child = symmem_run()
+        .args(["--ranks", "2", "--", "/bin/sh", "-c", script])
+        .env("OUT", out.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn symmem-run");
+    let (ranks, _stderr) = started_pids(&mut child);
+    let ready = |rank: usize| out.path().join(format!("ready{rank}")).exists();
+    assert!(
+        eventually(MARGIN, || ready(0) && ready(1)),
+        "the ranks did not start their children"
+    );
+    let read = |name: &str| std::fs::read_to_string(out.path().join(name)).expect(name);
+    let folder = std::path::PathBuf::from(read("folder").trim());
+    assert!(folder.is_dir(), "{}", folder.display());
+    let mut pids: Vec<i32> = ranks;
+    for name in ["child0", "child1", "escaped0", "escaped1"] {
+        pids.push(read(name).trim().parse().expect("a pid"));
+    }
+
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).expect("SIGKILL");
+    let _ = child.wait();
+
+    assert!(
+        eventually(MARGIN, || pids.iter().all(|&pid| gone(pid))),
+        "survived kill -9 of the launcher: {:?}",
+        pids.iter().filter(|&&pid| !gone(pid)).collect::<Vec<_>>()
+    );
+    assert!(
+        eventually(MARGIN, || !folder.exists()),
+        "the rendezvous folder {} survived kill -9 of the launcher",
+        folder.display()
+    );
+}

@@ -436,6 +436,55 @@ fn background_processes_left_by_successful_ranks_are_stopped() {
 }
 
 #[test]
+fn processes_that_leave_the_group_are_named_and_ended() {
+    // Each rank starts a `sleep` in a session of its own, out of the ranks' process group,
+    // that keeps the rank's stdout. Rank 1 starts two more: one that let go of the pipes (found
+    // by the run id it inherited) and one with an empty environment (found by the pipe).
+    // Each prints the pid once `sleep` runs (so `setsid` has happened: it comes before the exec).
+    let script = r#"
+        running() {
+          until [ "$(cat /proc/$1/comm 2>/dev/null)" = sleep ]; do sleep 0.01; done
+          echo $1
+        }
+        setsid sleep 100 & running $!
+        if [ "$RANK" = 1 ]; then
+          setsid sleep 101 >/dev/null 2>&1 </dev/null & running $!
+          env -i setsid sleep 102 & running $!
+        fi"#;
+    let (report, lines, elapsed) = run(&sh(script, 2));
+    let report = report.expect("launch");
+    assert_eq!(report.outcome, Outcome::Success, "{report}");
+    let mut started: Vec<i32> = (0..2)
+        .flat_map(|rank| {
+            lines_of(&lines, rank)
+                .into_iter()
+                .map(|l| l.parse::<i32>().expect("a pid"))
+        })
+        .collect();
+    started.sort_unstable();
+    let mut named: Vec<i32> = report.escaped.iter().map(|e| e.pid).collect();
+    named.sort_unstable();
+    assert_eq!(named, started, "{report}");
+    assert!(
+        report.escaped.iter().all(|e| e.command == "sleep"),
+        "{:?}",
+        report.escaped
+    );
+    for pid in started {
+        assert!(gone(pid), "escaped process {pid} survived the run");
+    }
+    let summary = report.to_string();
+    assert!(
+        summary.contains("4 processes started by the ranks had left their process group (setsid?) and were ended: pid "),
+        "{summary}"
+    );
+    // They were ended, not waited for: no silent 2 s wait on their pipes.
+    assert_eq!(report.output_wait, Duration::ZERO, "{summary}");
+    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
+    assert_all_gone(&report);
+}
+
+#[test]
 fn spawn_time_and_pids_are_reported() {
     let (report, _, _) = run(&sh("exit 0", 8));
     let report = report.expect("launch");
