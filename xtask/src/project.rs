@@ -34,7 +34,7 @@ fn build_binary_with(
     bin: &str,
     instead: &str,
 ) -> anyhow::Result<PathBuf> {
-    let output = Command::new(&cargo)
+    let output = Command::new(cargo)
         .current_dir(project_root())
         .args(["build", "--package", package, "--bin", bin])
         .args(["--message-format", "json-render-diagnostics"])
