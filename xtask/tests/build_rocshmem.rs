@@ -93,6 +93,15 @@ fn fixture() -> Option<Fixture> {
         "#define ROCM_VERSION_MAJOR 7\n#define ROCM_VERSION_MINOR 2\n#define ROCM_VERSION_PATCH 4\n",
     )
     .unwrap();
+    // ROCm's LLVM tools, which build-rocshmem requires for rocSHMEM's device bitcode (the
+    // fake rocSHMEM does not run them).
+    std::fs::create_dir_all(rocm.join("llvm/bin")).unwrap();
+    for tool in ["clang++", "llvm-link", "opt"] {
+        let path = rocm.join("llvm/bin").join(tool);
+        std::fs::write(&path, "#!/bin/sh\nexit 0\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     let hipcc = rocm.join("bin/hipcc");
     std::fs::write(
         &hipcc,

@@ -6,6 +6,7 @@ mod install;
 mod plan;
 mod runner;
 mod source;
+mod stale;
 mod tools;
 
 use arch::TargetId;
@@ -15,7 +16,7 @@ pub use tools::which;
 pub fn tools_cmake() -> anyhow::Result<std::path::PathBuf> {
     tools::cmake()
 }
-use plan::{Plan, PlanInputs, Source};
+use plan::{CmakeDefine, Plan, PlanInputs, Source};
 
 use crate::pins::Pins;
 use crate::project::{project_root, target_dir};
@@ -29,8 +30,11 @@ use std::time::Instant;
 /// the version, commit, targets and a hash of every input; a second identical run does nothing.
 /// At the end it prints what to export (ROCSHMEM_HOME, CMAKE_PREFIX_PATH).
 ///
-/// Needs: git (unless --source), CMake >= 3.20, Ninja (or Make), and ROCm with hipcc
-/// (ROCM_PATH, default /opt/rocm). Inside `nix develop .#rocm` all of these are present.
+/// Needs: git (unless --source), CMake >= 3.20, Ninja (or Make), and ROCm with hipcc. ROCm is
+/// --rocm-path, else $ROCM_PATH, else what `hipconfig --rocmpath` says (the hipconfig next to
+/// hipcc on PATH: finds Debian's /usr), else /opt/rocm; the plan says which and how. The device
+/// bitcode needs clang++, llvm-link and opt from <rocm>/llvm/bin or `hipconfig --hipclangpath`.
+/// Inside `nix develop .#rocm` all of these are present.
 ///
 /// Examples:
 ///   cargo xtask build-rocshmem --arch gfx942
@@ -38,6 +42,8 @@ use std::time::Instant;
 ///   cargo xtask build-rocshmem --arch gfx942 --dry-run
 ///   export ROCSHMEM_HOME=$(cargo xtask build-rocshmem --arch gfx942 --print-prefix)
 ///   cargo xtask build-rocshmem --arch gfx942 --source ~/src/rocm-systems   # offline
+///   cargo xtask build-rocshmem --arch gfx942 --cmake-arg -DUSE_THREADS=ON
+///   cargo xtask build-rocshmem --arch gfx942 --clean-stale   # drop other inputs' builds
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -48,20 +54,38 @@ pub struct Args {
     /// Build from this local checkout of the pinned repository instead of fetching.
     #[arg(long, value_name = "DIR")]
     source: Option<PathBuf>,
-    /// Accept a --source checkout at another commit or with local changes (it gets its own
-    /// prefix, recorded as differing from the pin).
+    /// Accept a --source checkout at another commit or with local changes: its HEAD (and a
+    /// digest of its changes) is what the prefix, the messages and the stamp name.
     #[arg(long, requires = "source")]
     allow_source_mismatch: bool,
     /// Parallel build jobs (default: the number of CPUs).
     #[arg(long, short)]
     jobs: Option<usize>,
-    /// Print the whole plan (commands, defines, prefix) and run nothing.
+    /// Print the whole plan (where each tool was found, commands, defines, prefix) and run
+    /// nothing. With --clean-stale: list what it would remove.
     #[arg(long)]
     dry_run: bool,
     /// Print only the install prefix (for scripts) and build nothing.
     #[arg(long, conflicts_with = "dry_run")]
     print_prefix: bool,
-    /// The ROCm install (default: $ROCM_PATH, else /opt/rocm).
+    /// An extra CMake define for rocSHMEM, -DNAME=VALUE or -DNAME:TYPE=VALUE; repeatable.
+    /// Overrides the plan's own define of that name, and is part of the hash and the stamp.
+    /// GPU_TARGETS, ROCM_PATH, CMAKE_CXX_COMPILER, CMAKE_INSTALL_PREFIX and USE_IPC are
+    /// refused: they have their own flags, or symmem depends on them.
+    #[arg(
+        long = "cmake-arg",
+        value_name = "-DNAME=VALUE",
+        allow_hyphen_values = true,
+        value_parser = CmakeDefine::parse
+    )]
+    cmake_args: Vec<CmakeDefine>,
+    /// Remove the build trees and prefixes of other inputs under the out folder (other
+    /// targets, ROCm, defines or pins), keeping this plan's; build nothing. Not while another
+    /// build-rocshmem runs in the same out folder.
+    #[arg(long, conflicts_with = "print_prefix")]
+    clean_stale: bool,
+    /// The ROCm install (default: $ROCM_PATH, else the ROCm `hipconfig --rocmpath` reports,
+    /// else /opt/rocm). Debian/Ubuntu: /usr (found by hipconfig; never export ROCM_PATH there).
     #[arg(long, value_name = "DIR")]
     rocm_path: Option<PathBuf>,
     /// The HIP compiler (default: $HIPCC, else <rocm>/bin/hipcc, else hipcc on PATH).
@@ -95,7 +119,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| project_root().join("pins.toml"));
     let pin = Pins::load(&pins_path)?.rocshmem;
-    let toolchain = tools::toolchain(args.rocm_path.as_deref(), args.hipcc.as_deref())?;
+    CmakeDefine::check_unique(&args.cmake_args)?;
+    let toolchain = tools::toolchain(
+        args.rocm_path.as_deref(),
+        args.hipcc.as_deref(),
+        &args.cmake_args,
+    )?;
     let out_dir = absolute(
         &args
             .out_dir
@@ -114,13 +143,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let state = source::LocalState::read(&git, &root)?;
             let mismatch = match state.mismatch(&pin) {
                 None => None,
-                Some(why) if args.allow_source_mismatch => Some(state.digest(&git, &root)?)
-                    .inspect(|_| {
+                Some(why) if args.allow_source_mismatch => {
+                    let details = state.mismatch_details(&git, &root, &pin.subdirectory)?;
+                    if !args.print_prefix {
                         eprintln!(
-                            "warning: --source {} differs from the pin ({why}); building it anyway",
+                            "warning: --source {} differs from the pin ({why}); building it \
+                             anyway, under its own prefix",
                             root.display()
                         );
-                    }),
+                    }
+                    Some(details)
+                }
                 Some(why) => bail!(
                     "--source {} is not the pinned rocSHMEM: {why}. Check out the pin \
                      (git -C {} checkout {}) and commit or stash local changes, or pass \
@@ -144,8 +177,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         source,
         out_dir: &out_dir,
         jobs,
+        cmake_args: &args.cmake_args,
     });
 
+    if args.clean_stale {
+        return clean_stale(&out_dir, &plan, args.dry_run);
+    }
     if args.print_prefix {
         println!("{}", plan.prefix.display());
         return Ok(());
@@ -157,8 +194,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     if install::up_to_date(&plan, &targets) {
         eprintln!(
-            "rocSHMEM {} for {} is up to date in {} (nothing to do, {} ms)",
-            pin.version,
+            "{} for {} is up to date in {} (nothing to do, {} ms)",
+            plan.built,
             targets
                 .iter()
                 .map(ToString::to_string)
@@ -171,6 +208,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
 
+    for (what, line) in &plan.toolchain_lines {
+        eprintln!("{what:<7} {line}");
+    }
     let interrupt = runner::Interrupt::install()?;
     std::fs::create_dir_all(&plan.build_dir)
         .with_context(|| format!("creating {}", plan.build_dir.display()))?;
@@ -196,7 +236,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 &pin.commit[..12]
             );
         }
-        Source::Local { root, .. } => eprintln!("      using {}", root.display()),
+        Source::Local { root, .. } => {
+            eprintln!("      using {}: {}", root.display(), plan.built);
+        }
     }
     if !plan.source_dir.join("CMakeLists.txt").is_file() {
         bail!(
@@ -229,12 +271,57 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // The build tree only serves a resumed build; the install is complete.
     let _ = std::fs::remove_dir_all(&plan.build_dir);
     eprintln!(
-        "rocSHMEM {} installed in {} ({:.1} s)",
-        pin.version,
+        "{} installed in {} ({:.1} s)",
+        plan.built,
         plan.prefix.display(),
         started.elapsed().as_secs_f64()
     );
+    let stale = stale::find(&out_dir, &keep(&plan));
+    if !stale.is_empty() {
+        eprintln!(
+            "note: {} of other inputs under {}: run this command again with --clean-stale to \
+             remove them (this install stays)",
+            stale::summary(&stale),
+            out_dir.display()
+        );
+    }
     print_exports(&plan.prefix);
+    Ok(())
+}
+
+/// What `--clean-stale` never removes: this plan's build tree, prefix and staging folder.
+fn keep(plan: &Plan) -> [&Path; 3] {
+    [&plan.build_dir, &plan.prefix, &plan.staging]
+}
+
+/// `--clean-stale`: removes (or with `dry_run`, lists) the other inputs' entries.
+fn clean_stale(out_dir: &Path, plan: &Plan, dry_run: bool) -> anyhow::Result<()> {
+    let stale = stale::find(out_dir, &keep(plan));
+    if stale.is_empty() {
+        eprintln!(
+            "nothing stale under {} (keeping {})",
+            out_dir.display(),
+            plan.prefix.display()
+        );
+        return Ok(());
+    }
+    for entry in &stale {
+        eprintln!(
+            "{} {} ({})",
+            if dry_run { "would remove" } else { "removing" },
+            entry.path.display(),
+            stale::human_bytes(entry.bytes)
+        );
+    }
+    if !dry_run {
+        stale::remove(&stale)?;
+    }
+    eprintln!(
+        "{} {}; kept {}",
+        if dry_run { "would free" } else { "removed" },
+        stale::summary(&stale),
+        plan.prefix.display()
+    );
     Ok(())
 }
 
@@ -250,7 +337,8 @@ fn print_exports(prefix: &Path) {
 mod tests {
     use super::*;
     use crate::pins::RocshmemPin;
-    use plan::{Generator, Toolchain};
+    use clap::Parser as _;
+    use plan::{Generator, LlvmTools, Mismatch, RocmVersion, Toolchain, VersionSource};
 
     fn pin() -> RocshmemPin {
         RocshmemPin {
@@ -261,29 +349,71 @@ mod tests {
         }
     }
 
-    fn toolchain(version_file: bool) -> Toolchain {
+    /// AMD's /opt/rocm: `.info/version` (or only rocm_version.h) and llvm/bin.
+    fn amd(version_file: bool) -> Toolchain {
         Toolchain {
             rocm_path: "/opt/rocm".into(),
-            rocm_version: "7.2.4".into(),
-            rocm_version_file: version_file,
+            rocm_found: "from $ROCM_PATH".into(),
+            rocm_version: RocmVersion {
+                version: "7.2.4".into(),
+                source: if version_file {
+                    VersionSource::InfoFile
+                } else {
+                    VersionSource::RocmVersionHeader("include/rocm-core/rocm_version.h".into())
+                },
+            },
             hipcc: "/opt/rocm/bin/hipcc".into(),
+            hipcc_found: "in the ROCm folder".into(),
+            llvm: LlvmTools::InRocm("/opt/rocm/llvm/bin".into()),
             cmake: "/usr/bin/cmake".into(),
             generator: Generator::Ninja,
         }
     }
 
-    fn plan(targets: &str, version_file: bool, source: Source) -> (Plan, String) {
+    /// Debian's /usr: hip_version.h only, HIP's clang in /usr/lib/llvm-21/bin.
+    fn debian() -> Toolchain {
+        Toolchain {
+            rocm_path: "/usr".into(),
+            rocm_found: "from `/usr/bin/hipconfig --rocmpath`".into(),
+            rocm_version: RocmVersion {
+                version: "6.4.0".into(),
+                source: VersionSource::HipVersionHeader {
+                    hip: "6.4.43484".into(),
+                },
+            },
+            hipcc: "/usr/bin/hipcc".into(),
+            hipcc_found: "in the ROCm folder".into(),
+            llvm: LlvmTools::FromHipconfig {
+                dir: "/usr/lib/llvm-21/bin".into(),
+                hipconfig: "/usr/bin/hipconfig".into(),
+                why: "/usr has no llvm/bin".into(),
+            },
+            cmake: "/usr/bin/cmake".into(),
+            generator: Generator::Ninja,
+        }
+    }
+
+    fn plan_with(
+        targets: &str,
+        toolchain: &Toolchain,
+        source: Source,
+        cmake_args: &[&str],
+    ) -> (Plan, String) {
         let pin = pin();
         let targets = TargetId::parse_list(targets).unwrap();
-        let toolchain = toolchain(version_file);
+        let cmake_args: Vec<CmakeDefine> = cmake_args
+            .iter()
+            .map(|a| CmakeDefine::parse(a).unwrap())
+            .collect();
         let out = Path::new("/work/target/rocshmem");
         let plan = Plan::new(&PlanInputs {
             pin: &pin,
             targets: &targets,
-            toolchain: &toolchain,
+            toolchain,
             source,
             out_dir: out,
             jobs: 8,
+            cmake_args: &cmake_args,
         });
         let fetch = source::fetch_commands(
             Path::new("/usr/bin/git"),
@@ -292,6 +422,21 @@ mod tests {
         );
         let text = plan.render(&pin, &fetch);
         (plan, text)
+    }
+
+    fn plan(targets: &str, version_file: bool, source: Source) -> (Plan, String) {
+        plan_with(targets, &amd(version_file), source, &[])
+    }
+
+    fn mismatch(head: &str, changes: Option<&str>) -> Source {
+        Source::Local {
+            root: "/src/rocm-systems".into(),
+            mismatch: Some(Mismatch {
+                head: head.into(),
+                version: "3.5.0".into(),
+                changes: changes.map(Into::into),
+            }),
+        }
     }
 
     #[test]
@@ -314,6 +459,228 @@ mod tests {
     }
 
     #[test]
+    fn plan_for_debian_rocm_in_usr() {
+        insta::assert_snapshot!(plan_with("gfx942", &debian(), Source::Fetch, &[]).1);
+    }
+
+    #[test]
+    fn plan_for_an_accepted_checkout_with_local_changes_and_cmake_args() {
+        let source = mismatch(
+            "1111111111111111111111111111111111111111",
+            Some("0123abcd0123abcd"),
+        );
+        let args = [
+            "-DUSE_THREADS=ON",
+            "-DCMAKE_BUILD_TYPE:STRING=RelWithDebInfo",
+        ];
+        insta::assert_snapshot!(plan_with("gfx942", &amd(true), source, &args).1);
+    }
+
+    /// rocSHMEM 3.4 links MPI and looks for amd_smi when the machine has them: both are
+    /// pinned off, so the install depends on the inputs only.
+    #[test]
+    fn machine_dependent_lookups_are_pinned_off() {
+        for toolchain in [amd(true), debian()] {
+            let defines = plan_with("gfx942", &toolchain, Source::Fetch, &[])
+                .0
+                .defines;
+            for (k, v) in [
+                ("USE_EXTERNAL_MPI", "OFF"),
+                ("CMAKE_DISABLE_FIND_PACKAGE_amd_smi", "ON"),
+            ] {
+                assert!(
+                    defines.contains(&(k.into(), v.into())),
+                    "{k}={v} missing: {defines:?}"
+                );
+            }
+        }
+    }
+
+    /// Without ${ROCM_PATH}/llvm/bin, rocSHMEM would skip the device bitcode: the tools from
+    /// `hipconfig --hipclangpath` are passed (and hashed); with it, nothing is passed.
+    #[test]
+    fn llvm_tools_are_passed_only_when_rocm_lacks_llvm_bin() {
+        let (debian_plan, text) = plan_with("gfx942", &debian(), Source::Fetch, &[]);
+        for (k, v) in [
+            ("LLVM_CLANG", "/usr/lib/llvm-21/bin/clang++"),
+            ("LLVM_LINK", "/usr/lib/llvm-21/bin/llvm-link"),
+            ("LLVM_OPT", "/usr/lib/llvm-21/bin/opt"),
+            ("EXPLICIT_ROCM_VERSION", "6.4.0"),
+        ] {
+            assert!(
+                debian_plan.defines.contains(&(k.into(), v.into())),
+                "{k}={v}: {text}"
+            );
+        }
+        assert!(
+            text.contains("rocm    /usr (from `/usr/bin/hipconfig --rocmpath`)"),
+            "{text}"
+        );
+        let amd_plan = plan("gfx942", true, Source::Fetch).0;
+        assert!(
+            !amd_plan.defines.iter().any(|(k, _)| k.starts_with("LLVM_")),
+            "{:?}",
+            amd_plan.defines
+        );
+        // Another clang folder is another build.
+        let mut other = debian();
+        if let LlvmTools::FromHipconfig { dir, .. } = &mut other.llvm {
+            *dir = "/usr/lib/llvm-20/bin".into();
+        }
+        assert_ne!(
+            debian_plan.hash,
+            plan_with("gfx942", &other, Source::Fetch, &[]).0.hash
+        );
+        // So is another HIP release of the same ROCm series.
+        let mut newer = debian();
+        newer.rocm_version.source = VersionSource::HipVersionHeader {
+            hip: "6.4.43485".into(),
+        };
+        assert_ne!(
+            debian_plan.hash,
+            plan_with("gfx942", &newer, Source::Fetch, &[]).0.hash
+        );
+    }
+
+    /// An accepted mismatching checkout is named after what is built: its HEAD, its version,
+    /// and "+ local changes" only when it has some.
+    #[test]
+    fn a_mismatching_checkout_is_named_after_what_is_built() {
+        let head = "1111111111111111111111111111111111111111";
+        let (clean, text) = plan_with("gfx942", &amd(true), mismatch(head, None), &[]);
+        let name = clean
+            .prefix
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            name.starts_with("rocshmem-3.5.0-111111111111-gfx942-"),
+            "{name}"
+        );
+        assert!(
+            !name.contains("006ac1aaa8bf") && !name.contains("+local"),
+            "{name}"
+        );
+        let first = text.lines().next().unwrap();
+        assert_eq!(
+            first,
+            format!("rocSHMEM 3.5.0 at {head} (not the pin {})", pin().commit)
+        );
+        assert!(!text.contains("changes"), "{text}");
+        let stamp = clean.stamp();
+        assert!(
+            stamp.contains(&format!("commit = \"{head}\""))
+                && stamp.contains(&format!("pinned_commit = \"{}\"", pin().commit))
+                && !stamp.contains("local_changes"),
+            "{stamp}"
+        );
+
+        let (changed, text) = plan_with(
+            "gfx942",
+            &amd(true),
+            mismatch(head, Some("0123abcd0123abcd")),
+            &[],
+        );
+        let name = changed
+            .prefix
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            name.starts_with("rocshmem-3.5.0-111111111111+local-gfx942-"),
+            "{name}"
+        );
+        assert!(text.contains("+ local changes 0123abcd0123abcd"), "{text}");
+        assert!(
+            changed
+                .stamp()
+                .contains("local_changes = \"0123abcd0123abcd\"")
+        );
+        assert_ne!(clean.prefix, changed.prefix);
+    }
+
+    #[test]
+    fn cmake_args_override_join_the_hash_and_the_stamp() {
+        let base = plan("gfx942", true, Source::Fetch).0;
+        let (with, text) = plan_with(
+            "gfx942",
+            &amd(true),
+            Source::Fetch,
+            &["-DUSE_THREADS=ON", "-DUSE_EXTERNAL_MPI=ON"],
+        );
+        assert_ne!(base.hash, with.hash);
+        assert!(
+            with.configure.contains(&"-DUSE_THREADS=ON".to_string()),
+            "{text}"
+        );
+        // The user's value replaces the plan's own, never both on one command line.
+        let mpi: Vec<_> = with
+            .defines
+            .iter()
+            .filter(|(k, _)| k == "USE_EXTERNAL_MPI")
+            .collect();
+        assert_eq!(mpi, [&("USE_EXTERNAL_MPI".to_string(), "ON".to_string())]);
+        let stamp = with.stamp();
+        assert!(
+            stamp.contains("cmake_args = \"-DUSE_THREADS=ON -DUSE_EXTERNAL_MPI=ON\"")
+                && stamp.contains("\"define.USE_THREADS\" = \"ON\""),
+            "{stamp}"
+        );
+    }
+
+    /// `--cmake-arg` as the command line takes it: repeatable, -D form only, with the fix.
+    #[test]
+    fn cmake_arg_flag_is_validated() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let parse = |extra: &[&str]| {
+            Cli::try_parse_from(["xtask", "--arch", "gfx942"].iter().chain(extra))
+                .map(|c| c.args)
+                .map_err(|e| e.to_string())
+        };
+        let args = parse(&[
+            "--cmake-arg",
+            "-DUSE_THREADS=ON",
+            "--cmake-arg=-DNAME:BOOL=",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.cmake_args
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["-DUSE_THREADS=ON", "-DNAME:BOOL="]
+        );
+        for (bad, says) in [
+            ("USE_THREADS=ON", "not a -DNAME=VALUE define"),
+            ("-DUSE_THREADS", "has no `=VALUE`"),
+            ("-D=ON", "not a CMake variable name"),
+            ("-DA B=1", "not a CMake variable name"),
+            ("-DX:bool=1", "not a CMake variable name"),
+            ("-DGPU_TARGETS=gfx90a", "use --arch"),
+            ("-DROCM_PATH=/usr", "use --rocm-path"),
+            ("-DUSE_IPC=OFF", "symmem needs the IPC backend"),
+            ("-DCMAKE_INSTALL_PREFIX=/x", "--out-dir"),
+        ] {
+            let e = parse(&["--cmake-arg", bad]).unwrap_err();
+            assert!(e.contains(says) && e.contains(bad), "{bad}: {e}");
+        }
+        let twice = [
+            CmakeDefine::parse("-DA=1").unwrap(),
+            CmakeDefine::parse("-DA:BOOL=2").unwrap(),
+        ];
+        let e = CmakeDefine::check_unique(&twice).unwrap_err().to_string();
+        assert!(e.contains("sets A twice"), "{e}");
+        assert!(parse(&["--clean-stale", "--print-prefix"]).is_err());
+        assert!(parse(&["--clean-stale", "--dry-run"]).unwrap().clean_stale);
+    }
+
+    #[test]
     fn every_input_changes_the_prefix_and_nothing_else_does() {
         let base = plan("gfx942", true, Source::Fetch).0;
         assert_eq!(base.prefix, plan("gfx942", true, Source::Fetch).0.prefix);
@@ -322,17 +689,31 @@ mod tests {
             plan("gfx942,gfx950", true, Source::Fetch).0.prefix
         );
         assert_ne!(base.prefix, plan("gfx942", false, Source::Fetch).0.prefix);
-        let mismatch = Source::Local {
-            root: "/src".into(),
-            mismatch: Some("abc + changes 1234".into()),
-        };
-        assert_ne!(base.prefix, plan("gfx942", true, mismatch).0.prefix);
-        // The same pin from a local checkout builds the same thing.
+        assert_ne!(
+            base.prefix,
+            plan("gfx942", true, mismatch(&pin().commit, Some("1234")))
+                .0
+                .prefix
+        );
+        assert_ne!(
+            base.prefix,
+            plan_with("gfx942", &amd(true), Source::Fetch, &["-DUSE_THREADS=ON"])
+                .0
+                .prefix
+        );
+        // The same pin from a local checkout builds the same thing, wherever hipcc was found.
         let local = Source::Local {
             root: "/src".into(),
             mismatch: None,
         };
         assert_eq!(base.prefix, plan("gfx942", true, local).0.prefix);
+        let mut elsewhere = amd(true);
+        elsewhere.rocm_found = "the default".into();
+        elsewhere.hipcc_found = "on PATH".into();
+        assert_eq!(
+            base.prefix,
+            plan_with("gfx942", &elsewhere, Source::Fetch, &[]).0.prefix
+        );
         // The stamp round-trips its hash.
         assert_eq!(
             Plan::stamped_hash(&base.stamp()).as_deref(),

@@ -23,16 +23,189 @@ impl Generator {
     }
 }
 
-/// The tools found on this machine.
+/// The tools found on this machine, with how each was found (printed in the plan, so that a
+/// wrong pick shows before minutes of building).
 #[derive(Clone, Debug)]
 pub struct Toolchain {
     pub rocm_path: PathBuf,
-    pub rocm_version: String,
-    /// `${ROCM_PATH}/.info/version` exists, so rocSHMEM reads the version itself.
-    pub rocm_version_file: bool,
+    /// How `rocm_path` was found, e.g. "from `/usr/bin/hipconfig --rocmpath`".
+    pub rocm_found: String,
+    pub rocm_version: RocmVersion,
     pub hipcc: PathBuf,
+    /// How `hipcc` was found, e.g. "<rocm>/bin/hipcc".
+    pub hipcc_found: String,
+    pub llvm: LlvmTools,
     pub cmake: PathBuf,
     pub generator: Generator,
+}
+
+/// The ROCm version, as rocSHMEM needs it (`x.y.z`; it only compares the major version).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RocmVersion {
+    pub version: String,
+    pub source: VersionSource,
+}
+
+/// Where the ROCm version was read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VersionSource {
+    /// `${ROCM_PATH}/.info/version` (AMD's packages): rocSHMEM reads it itself.
+    InfoFile,
+    /// `rocm-core/rocm_version.h` (ROCM_VERSION_MAJOR/MINOR/PATCH): that header, relative to
+    /// the ROCm folder.
+    RocmVersionHeader(String),
+    /// `include/hip/hip_version.h` only (Debian's and Ubuntu's packages). HIP's major and minor
+    /// versions are the ROCm series (HIP 6.4 ships with ROCm 6.4), but HIP_VERSION_PATCH is a
+    /// build number (43484), not ROCm's patch release, so the version is `major.minor.0` and
+    /// the full HIP version goes into the stamp and the hash.
+    HipVersionHeader { hip: String },
+    /// None of those, but `--cmake-arg -DEXPLICIT_ROCM_VERSION=` says it.
+    Given,
+}
+
+impl RocmVersion {
+    /// rocSHMEM finds the version by itself only in `.info/version`.
+    pub fn needs_explicit(&self) -> bool {
+        self.source != VersionSource::InfoFile
+    }
+
+    fn describe(&self, rocm: &Path) -> String {
+        match &self.source {
+            VersionSource::InfoFile => {
+                format!(
+                    "{} (from {})",
+                    self.version,
+                    rocm.join(".info/version").display()
+                )
+            }
+            VersionSource::RocmVersionHeader(header) => {
+                format!("{} (from {})", self.version, rocm.join(header).display())
+            }
+            VersionSource::HipVersionHeader { hip } => format!(
+                "{}: the ROCm {} series, from {} (HIP {hip}; its patch number is a build \
+                 number, not ROCm's patch release)",
+                self.version,
+                self.version
+                    .rsplit_once('.')
+                    .map_or(self.version.as_str(), |(s, _)| s),
+                rocm.join("include/hip/hip_version.h").display()
+            ),
+            VersionSource::Given => format!(
+                "{} (given with --cmake-arg -DEXPLICIT_ROCM_VERSION)",
+                self.version
+            ),
+        }
+    }
+}
+
+/// clang++, llvm-link and opt, which rocSHMEM's cmake/DeviceBitcode.cmake needs for the
+/// device bitcode. It looks only in `${ROCM_PATH}/llvm/bin` and, when they are not there,
+/// merely warns and installs no bitcode, which fails verification minutes later: so they are
+/// found before the build, and passed explicitly when they live elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LlvmTools {
+    /// All three in `${ROCM_PATH}/llvm/bin` (AMD's /opt/rocm, the Nix ROCm path): rocSHMEM
+    /// finds them itself.
+    InRocm(PathBuf),
+    /// In HIP's clang folder, as `hipconfig --hipclangpath` reports it (Debian's
+    /// /usr/lib/llvm-21/bin): passed as LLVM_CLANG, LLVM_LINK and LLVM_OPT.
+    FromHipconfig {
+        dir: PathBuf,
+        hipconfig: PathBuf,
+        /// Why `${ROCM_PATH}/llvm/bin` was not used, e.g. "/usr/llvm/bin has no opt".
+        why: String,
+    },
+    /// All three given with `--cmake-arg -DLLVM_...=`.
+    Given,
+}
+
+/// The CMake variables rocSHMEM's DeviceBitcode.cmake reads, and the tool each names.
+pub const LLVM_TOOLS: [(&str, &str); 3] = [
+    ("LLVM_CLANG", "clang++"),
+    ("LLVM_LINK", "llvm-link"),
+    ("LLVM_OPT", "opt"),
+];
+
+/// One `--cmake-arg -DNAME[:TYPE]=VALUE`, added to the configure step (and so to the hash).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CmakeDefine {
+    /// `NAME` or `NAME:TYPE`, as given.
+    pub name: String,
+    pub value: String,
+}
+
+/// Defines the toolkit owns: each has its own flag, or the build depends on it.
+const OWNED_DEFINES: &[(&str, &str)] = &[
+    (
+        "CMAKE_INSTALL_PREFIX",
+        "the prefix is content-addressed; use --out-dir",
+    ),
+    ("GPU_TARGETS", "use --arch"),
+    ("ROCM_PATH", "use --rocm-path"),
+    ("CMAKE_CXX_COMPILER", "use --hipcc"),
+    ("USE_IPC", "symmem needs the IPC backend"),
+];
+
+impl CmakeDefine {
+    /// Parses `-DNAME=VALUE` or `-DNAME:TYPE=VALUE`.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let usage = "use one --cmake-arg per define, in CMake's -DNAME=VALUE form \
+                     (e.g. --cmake-arg -DUSE_THREADS=ON)";
+        let Some(rest) = text.strip_prefix("-D") else {
+            anyhow::bail!("--cmake-arg {text:?} is not a -DNAME=VALUE define: {usage}");
+        };
+        let Some((name, value)) = rest.split_once('=') else {
+            anyhow::bail!("--cmake-arg {text:?} has no `=VALUE`: {usage}");
+        };
+        let (var, kind) = name.split_once(':').unwrap_or((name, ""));
+        let var_ok = var
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let kind_ok =
+            !name.contains(':') || kind.chars().all(|c| c.is_ascii_uppercase()) && !kind.is_empty();
+        if !var_ok || !kind_ok {
+            anyhow::bail!(
+                "--cmake-arg {text:?}: `{name}` is not a CMake variable name (letters, digits \
+                 and _, optionally :TYPE such as :BOOL): {usage}"
+            );
+        }
+        if let Some((_, why)) = OWNED_DEFINES.iter().find(|(owned, _)| *owned == var) {
+            anyhow::bail!("--cmake-arg cannot set {var}: {why}");
+        }
+        Ok(Self {
+            name: name.to_string(),
+            value: value.to_string(),
+        })
+    }
+
+    /// The variable's name without its `:TYPE`.
+    pub fn var(&self) -> &str {
+        self.name
+            .split_once(':')
+            .map_or(self.name.as_str(), |(v, _)| v)
+    }
+
+    /// Refuses a variable given twice (which one wins would be a guess).
+    pub fn check_unique(defines: &[Self]) -> anyhow::Result<()> {
+        for (i, d) in defines.iter().enumerate() {
+            if defines[..i].iter().any(|e| e.var() == d.var()) {
+                anyhow::bail!(
+                    "--cmake-arg sets {} twice: keep one -D{}=VALUE",
+                    d.var(),
+                    d.var()
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for CmakeDefine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "-D{}={}", self.name, self.value)
+    }
 }
 
 /// Where the sources come from.
@@ -43,10 +216,44 @@ pub enum Source {
     /// A checkout the user gave with `--source`.
     Local {
         root: PathBuf,
-        /// Set when the user accepted a checkout that differs from the pin: its HEAD and a
-        /// digest of its local changes (they change what is built, so they change the prefix).
-        mismatch: Option<String>,
+        /// Set when the user accepted a checkout that differs from the pin: what it holds
+        /// instead (it changes what is built, so it changes the prefix).
+        mismatch: Option<Mismatch>,
     },
+}
+
+/// What an accepted `--source` checkout holds instead of the pin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The checkout's HEAD: the commit actually built.
+    pub head: String,
+    /// The version its CMakeLists.txt declares (the pin's version is about another commit).
+    pub version: String,
+    /// A digest of its local changes (diff against HEAD, untracked files), when it has any.
+    pub changes: Option<String>,
+}
+
+/// What is really built: the pin, or an accepted mismatching checkout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Built {
+    pub version: String,
+    pub commit: String,
+    pub changes: Option<String>,
+    /// The pinned commit when this is not it (or has local changes).
+    pub instead_of: Option<String>,
+}
+
+impl std::fmt::Display for Built {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rocSHMEM {} at {}", self.version, self.commit)?;
+        if let Some(changes) = &self.changes {
+            write!(f, " + local changes {changes}")?;
+        }
+        if let Some(pin) = &self.instead_of {
+            write!(f, " (not the pin {pin})")?;
+        }
+        Ok(())
+    }
 }
 
 pub struct PlanInputs<'a> {
@@ -57,12 +264,16 @@ pub struct PlanInputs<'a> {
     /// Folder holding sources, build trees and prefixes (`target/rocshmem`).
     pub out_dir: &'a Path,
     pub jobs: usize,
+    /// `--cmake-arg` defines; they override the plan's own (except those the toolkit owns).
+    pub cmake_args: &'a [CmakeDefine],
 }
 
 #[derive(Clone, Debug)]
 pub struct Plan {
     /// Hash over every input that changes the install.
     pub hash: String,
+    /// What is built (the pin, or the `--source` checkout accepted in its place).
+    pub built: Built,
     pub prefix: PathBuf,
     /// Where `cmake --install` writes before verification; renamed to `prefix` on success.
     pub staging: PathBuf,
@@ -76,6 +287,8 @@ pub struct Plan {
     pub configure: Vec<String>,
     pub build: Vec<String>,
     pub install: Vec<String>,
+    /// How the tools were found, for the plan and the build's first lines.
+    pub toolchain_lines: Vec<(&'static str, String)>,
 }
 
 /// File in the prefix recording every input of the build.
@@ -99,26 +312,71 @@ impl Plan {
             ("USE_IPC".into(), "ON".into()),
             ("USE_RO".into(), "OFF".into()),
             ("USE_SINGLE_NODE".into(), "ON".into()),
+            // rocSHMEM 3.4 links MPI whenever one is installed (AUTO): the install would then
+            // depend on the machine, not on these inputs. The shim bootstraps with a unique id
+            // and needs no MPI.
+            ("USE_EXTERNAL_MPI".into(), "OFF".into()),
+            // rocSHMEM 3.4 has no option for its `find_package(amd_smi QUIET)` (pod detection
+            // and the vmm_fabric heap, both multi-node); CMake's own switch keeps a machine's
+            // amd_smi out of a single-node build.
+            ("CMAKE_DISABLE_FIND_PACKAGE_amd_smi".into(), "ON".into()),
         ];
-        if !t.rocm_version_file {
+        if t.rocm_version.needs_explicit() {
             // rocSHMEM's setup reads ${ROCM_PATH}/.info/version and fails without it.
-            defines.push(("EXPLICIT_ROCM_VERSION".into(), t.rocm_version.clone()));
+            defines.push((
+                "EXPLICIT_ROCM_VERSION".into(),
+                t.rocm_version.version.clone(),
+            ));
+        }
+        if let LlvmTools::FromHipconfig { dir, .. } = &t.llvm {
+            for (var, tool) in LLVM_TOOLS {
+                defines.push((var.into(), dir.join(tool).display().to_string()));
+            }
+        }
+        for arg in i.cmake_args {
+            defines.retain(|(k, _)| k != arg.var());
+            defines.push((arg.name.clone(), arg.value.clone()));
         }
         defines.sort();
 
+        let built = match &i.source {
+            Source::Local {
+                mismatch: Some(m), ..
+            } => Built {
+                version: m.version.clone(),
+                commit: m.head.clone(),
+                changes: m.changes.clone(),
+                instead_of: Some(i.pin.commit.clone()),
+            },
+            _ => Built {
+                version: i.pin.version.clone(),
+                commit: i.pin.commit.clone(),
+                changes: None,
+                instead_of: None,
+            },
+        };
         let mut inputs: Vec<(String, String)> = vec![
             ("repository".into(), i.pin.repository.clone()),
             ("subdirectory".into(), i.pin.subdirectory.clone()),
-            ("commit".into(), i.pin.commit.clone()),
-            ("version".into(), i.pin.version.clone()),
+            ("commit".into(), built.commit.clone()),
+            ("version".into(), built.version.clone()),
             ("targets".into(), targets.join(",")),
-            ("rocm_version".into(), t.rocm_version.clone()),
+            ("rocm_version".into(), t.rocm_version.version.clone()),
         ];
-        if let Source::Local {
-            mismatch: Some(m), ..
-        } = &i.source
-        {
-            inputs.push(("source_mismatch".into(), m.clone()));
+        if let VersionSource::HipVersionHeader { hip } = &t.rocm_version.source {
+            // The ROCm version is only major.minor here; HIP's build number tells releases
+            // of one series apart.
+            inputs.push(("hip_version".into(), hip.clone()));
+        }
+        if let Some(changes) = &built.changes {
+            inputs.push(("local_changes".into(), changes.clone()));
+        }
+        if let Some(pin) = &built.instead_of {
+            inputs.push(("pinned_commit".into(), pin.clone()));
+        }
+        if !i.cmake_args.is_empty() {
+            let args: Vec<String> = i.cmake_args.iter().map(ToString::to_string).collect();
+            inputs.push(("cmake_args".into(), args.join(" ")));
         }
         inputs.extend(
             defines
@@ -135,10 +393,16 @@ impl Plan {
             .map(|b| format!("{b:02x}"))
             .collect();
 
+        // What is built, never the pin when it is not: `+local` marks local changes.
         let name = format!(
-            "rocshmem-{}-{}-{}-{}",
-            i.pin.version,
-            &i.pin.commit[..12],
+            "rocshmem-{}-{}{}-{}-{}",
+            built.version,
+            &built.commit[..built.commit.len().min(12)],
+            if built.changes.is_some() {
+                "+local"
+            } else {
+                ""
+            },
             i.targets
                 .iter()
                 .map(TargetId::path_safe)
@@ -183,8 +447,10 @@ impl Plan {
             "--prefix".into(),
             staging.display().to_string(),
         ];
+        let toolchain_lines = toolchain_lines(t);
         Self {
             hash,
+            built,
             prefix,
             staging,
             checkout,
@@ -196,6 +462,7 @@ impl Plan {
             configure,
             build,
             install,
+            toolchain_lines,
         }
     }
 
@@ -227,8 +494,11 @@ impl Plan {
     /// The whole plan, for `--dry-run`.
     pub fn render(&self, pin: &RocshmemPin, fetch: &[Vec<String>]) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "rocSHMEM {} at {}", pin.version, pin.commit);
+        let _ = writeln!(out, "{}", self.built);
         let _ = writeln!(out, "  from {} ({})", pin.repository, pin.subdirectory);
+        for (what, line) in &self.toolchain_lines {
+            let _ = writeln!(out, "{what:<7} {line}");
+        }
         let _ = writeln!(out, "prefix  {}", self.prefix.display());
         let _ = writeln!(out, "hash    {}", self.hash);
         out.push_str("steps\n");
@@ -245,10 +515,12 @@ impl Plan {
                 );
             }
             Source::Local { root, mismatch } => {
-                let _ = writeln!(out, "  source     {} (local checkout)", root.display());
-                if let Some(m) = mismatch {
-                    let _ = writeln!(out, "             differs from the pin: {m}");
-                }
+                let what = if mismatch.is_some() {
+                    "local checkout, not the pin: accepted with --allow-source-mismatch"
+                } else {
+                    "local checkout"
+                };
+                let _ = writeln!(out, "  source     {} ({what})", root.display());
             }
         }
         let _ = writeln!(out, "  configure  {}", shell_words(&self.configure));
@@ -266,6 +538,38 @@ impl Plan {
         }
         out
     }
+}
+
+/// One line per tool: where it is and how it was found.
+fn toolchain_lines(t: &Toolchain) -> Vec<(&'static str, String)> {
+    let llvm = match &t.llvm {
+        LlvmTools::InRocm(dir) => format!(
+            "{} (clang++, llvm-link, opt for the device bitcode; rocSHMEM finds them there)",
+            dir.display()
+        ),
+        LlvmTools::FromHipconfig {
+            dir,
+            hipconfig,
+            why,
+        } => format!(
+            "{} (from `{} --hipclangpath`, as {why}), passed as LLVM_CLANG, LLVM_LINK, LLVM_OPT",
+            dir.display(),
+            hipconfig.display()
+        ),
+        LlvmTools::Given => "LLVM_CLANG, LLVM_LINK, LLVM_OPT given with --cmake-arg".into(),
+    };
+    vec![
+        (
+            "rocm",
+            format!("{} ({})", t.rocm_path.display(), t.rocm_found),
+        ),
+        ("version", t.rocm_version.describe(&t.rocm_path)),
+        (
+            "hipcc",
+            format!("{} ({})", t.hipcc.display(), t.hipcc_found),
+        ),
+        ("llvm", llvm),
+    ]
 }
 
 /// Shell-style rendering of a command for humans (single quotes where needed).

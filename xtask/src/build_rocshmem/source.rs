@@ -1,6 +1,7 @@
 //! The rocSHMEM source: a shallow, sparse fetch of exactly the pinned commit, or a local
 //! checkout checked against the pin.
 
+use super::plan::Mismatch;
 use crate::pins::RocshmemPin;
 use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
@@ -105,21 +106,74 @@ impl LocalState {
         (!why.is_empty()).then(|| why.join("; "))
     }
 
-    /// A digest of HEAD and the local changes, so that a modified tree gets its own prefix.
-    pub fn digest(&self, git: &Path, root: &Path) -> anyhow::Result<String> {
-        let diff = git_out(git, root, &["diff", "HEAD"])?;
-        let mut h = Sha256::new();
-        h.update(&self.head);
-        h.update(&self.changes);
-        h.update(diff);
-        let hex: String = h
-            .finalize()
-            .iter()
-            .take(8)
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        Ok(format!("{} + changes {hex}", self.head))
+    /// What this checkout builds instead of the pin: its HEAD, the version its CMakeLists.txt
+    /// declares, and a digest of its local changes when it has any (they change what is
+    /// built, so they change the prefix; a clean checkout needs no digest, its HEAD says all).
+    pub fn mismatch_details(
+        &self,
+        git: &Path,
+        root: &Path,
+        subdirectory: &str,
+    ) -> anyhow::Result<Mismatch> {
+        let changes = if self.changes.is_empty() {
+            None
+        } else {
+            let mut h = Sha256::new();
+            h.update(&self.changes);
+            h.update(git_out(git, root, &["diff", "HEAD", "--binary"])?);
+            // `git diff` leaves untracked files out: their contents count too.
+            let untracked = git_out(git, root, &["ls-files", "--others", "--exclude-standard"])?;
+            for file in untracked.lines() {
+                h.update(file);
+                h.update(std::fs::read(root.join(file)).unwrap_or_default());
+            }
+            Some(
+                h.finalize()
+                    .iter()
+                    .take(8)
+                    .map(|b| format!("{b:02x}"))
+                    .collect(),
+            )
+        };
+        let cmakelists = root.join(subdirectory).join("CMakeLists.txt");
+        let version = std::fs::read_to_string(&cmakelists)
+            .ok()
+            .and_then(|text| declared_version(&text))
+            .unwrap_or_else(|| "unknown".into());
+        Ok(Mismatch {
+            head: self.head.clone(),
+            version,
+            changes,
+        })
     }
+}
+
+/// The version a rocSHMEM CMakeLists.txt declares: `set(VERSION_STRING x.y.z)` (rocSHMEM's
+/// own), else `project(... VERSION x.y.z ...)`.
+pub fn declared_version(cmakelists: &str) -> Option<String> {
+    let is_version =
+        |w: &&str| w.split('.').count() >= 2 && w.split('.').all(|p| p.parse::<u32>().is_ok());
+    for line in cmakelists.lines() {
+        let line = line.trim();
+        let lower = line.to_ascii_lowercase();
+        let args = if lower.starts_with("set(version_string") {
+            &line["set(VERSION_STRING".len()..]
+        } else if let Some((_, after)) = line
+            .split_once("VERSION")
+            .filter(|_| lower.starts_with("project("))
+        {
+            after
+        } else {
+            continue;
+        };
+        let word = args
+            .split(|c: char| c.is_whitespace() || c == ')' || c == '"')
+            .find(|w| !w.is_empty());
+        if let Some(w) = word.filter(is_version) {
+            return Some(w.to_string());
+        }
+    }
+    None
 }
 
 /// Makes `checkout` hold exactly the pinned commit, reusing it when it already does.
@@ -222,6 +276,86 @@ mod tests {
         assert!(
             git_out(git, &dest, &["config", "--get", "remote.origin.mirror"]).is_err(),
             "--mirror was taken as an option"
+        );
+    }
+
+    #[test]
+    fn declared_versions() {
+        assert_eq!(
+            declared_version("include(x)\nset(VERSION_STRING 3.4.0)\nproject(rocshmem VERSION ${VERSION_STRING} LANGUAGES CXX)\n")
+                .as_deref(),
+            Some("3.4.0")
+        );
+        assert_eq!(
+            declared_version(
+                "project(rocshmem LANGUAGES CXX)\nproject(rocshmem VERSION 3.5.1 LANGUAGES CXX)\n"
+            )
+            .as_deref(),
+            Some("3.5.1")
+        );
+        assert_eq!(declared_version("project(rocshmem LANGUAGES CXX)\n"), None);
+    }
+
+    /// A mismatching checkout is described by its HEAD and version; the changes digest is there
+    /// only when it has changes, and it covers untracked files' contents too.
+    #[test]
+    fn mismatch_details_name_head_and_only_real_changes() {
+        let git = Path::new("git");
+        if Command::new(git).arg("--version").output().is_err() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "this test needs git: CI must install it"
+            );
+            eprintln!("SKIPPED: needs git");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let run = |args: &[&str]| {
+            let out = Command::new(git)
+                .arg("-C")
+                .arg(root)
+                .args(args)
+                .env("GIT_AUTHOR_NAME", "fixture")
+                .env("GIT_AUTHOR_EMAIL", "fixture@example.org")
+                .env("GIT_COMMITTER_NAME", "fixture")
+                .env("GIT_COMMITTER_EMAIL", "fixture@example.org")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}");
+        };
+        std::fs::create_dir_all(root.join("projects/rocshmem")).unwrap();
+        std::fs::write(
+            root.join("projects/rocshmem/CMakeLists.txt"),
+            "set(VERSION_STRING 3.5.0)\n",
+        )
+        .unwrap();
+        run(&["init", "--quiet"]);
+        run(&["add", "."]);
+        run(&["commit", "--quiet", "-m", "fixture"]);
+        let details = |root: &Path| {
+            LocalState::read(git, root)
+                .unwrap()
+                .mismatch_details(git, root, "projects/rocshmem")
+                .unwrap()
+        };
+        let clean = details(root);
+        assert_eq!(
+            clean.head,
+            git_out(git, root, &["rev-parse", "HEAD"]).unwrap()
+        );
+        assert_eq!(clean.version, "3.5.0");
+        assert_eq!(clean.changes, None);
+
+        std::fs::write(root.join("projects/rocshmem/new.cpp"), "one\n").unwrap();
+        let first = details(root)
+            .changes
+            .expect("an untracked file is a change");
+        std::fs::write(root.join("projects/rocshmem/new.cpp"), "two\n").unwrap();
+        let second = details(root).changes.unwrap();
+        assert_ne!(
+            first, second,
+            "an untracked file's contents change the digest"
         );
     }
 }
