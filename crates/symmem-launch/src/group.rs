@@ -95,24 +95,28 @@ fn scan_proc(pgid: i32) -> Vec<i32> {
 }
 
 /// Processes of a run that are not in its process group any more (they called `setsid` or
-/// `setpgid`): every live process other than this one whose environment carries
-/// `SYMMEM_RUN_ID=<run_id>` (inherited from a rank), or that holds one of the ranks' output
-/// pipes (`pipes`: `pipe:[inode]` as `/proc/<pid>/fd/*` shows them). Processes of other users
-/// cannot be read and are not listed.
+/// `setpgid`): every live process whose environment carries `SYMMEM_RUN_ID=<run_id>`
+/// (inherited from a rank), or that holds one of the ranks' output pipes open for writing
+/// (`pipes`: `pipe:[inode]` as `/proc/<pid>/fd/*` shows them). Never this process nor its own
+/// children: a child this process is starting holds copies of all its descriptors (the read
+/// ends of the pipes among them) until it executes its program, and that child may be a rank
+/// of another run of this process. Processes of other users cannot be read and are not listed.
 pub(crate) fn escaped(run_id: &str, pipes: &[String], pgid: i32) -> Vec<i32> {
-    let me = std::process::id();
+    let me = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
     let marker = format!("{}={run_id}", crate::watchdog::RUN_ID_ENV);
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     let mut pids: Vec<i32> = entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| u32::try_from(pid).ok() != Some(me))
+        .filter(|&pid| pid != me)
         .filter(|&pid| {
             std::fs::read_to_string(format!("/proc/{pid}/stat"))
                 .ok()
-                .and_then(|stat| parse_stat(&stat))
-                .is_some_and(|(state, pgrp)| pgrp != pgid && !matches!(state, 'Z' | 'X' | 'x'))
+                .and_then(|stat| parse_stat_parent(&stat))
+                .is_some_and(|(state, ppid, pgrp)| {
+                    pgrp != pgid && ppid != me && !matches!(state, 'Z' | 'X' | 'x')
+                })
         })
         .filter(|&pid| carries(pid, marker.as_bytes()) || holds_any(pid, pipes))
         .collect();
@@ -126,7 +130,8 @@ fn carries(pid: i32, entry: &[u8]) -> bool {
         .is_ok_and(|env| env.split(|&b| b == 0).any(|e| e == entry))
 }
 
-/// Whether one of `pid`'s file descriptors is one of `pipes`.
+/// Whether `pid` holds one of `pipes` open for writing (the ranks' end; the launcher holds
+/// the read ends).
 fn holds_any(pid: i32, pipes: &[String]) -> bool {
     if pipes.is_empty() {
         return false;
@@ -135,9 +140,34 @@ fn holds_any(pid: i32, pipes: &[String]) -> bool {
         return false;
     };
     fds.flatten().any(|fd| {
-        std::fs::read_link(fd.path())
-            .is_ok_and(|target| pipes.iter().any(|p| target.as_os_str() == p.as_str()))
+        let ours = std::fs::read_link(fd.path())
+            .is_ok_and(|target| pipes.iter().any(|p| target.as_os_str() == p.as_str()));
+        ours && std::fs::read_to_string(format!(
+            "/proc/{pid}/fdinfo/{}",
+            fd.file_name().to_string_lossy()
+        ))
+        .is_ok_and(|info| opened_for_writing(&info))
     })
+}
+
+/// Whether `/proc/<pid>/fdinfo/<fd>` says the descriptor was opened for writing (its
+/// `flags:` are octal; the access mode is the low two bits: 1 write-only, 2 read-write).
+fn opened_for_writing(fdinfo: &str) -> bool {
+    fdinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+        .is_some_and(|flags| matches!(flags & 0o3, 1 | 2))
+}
+
+/// Parses `(state, ppid, pgrp)` from `/proc/<pid>/stat`.
+fn parse_stat_parent(stat: &str) -> Option<(char, i32, i32)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some((state, ppid, pgrp))
 }
 
 /// The command name of `pid` (`/proc/<pid>/comm`), or `?` once it is gone.
@@ -209,6 +239,18 @@ mod tests {
         assert_eq!(parse_stat("garbage"), None);
         assert_eq!(parse_flags(stat), Some(('S', 4194560)));
         assert_eq!(parse_flags("1 (x) R 1 2"), None);
+    }
+
+    #[test]
+    fn only_descriptors_open_for_writing_count() {
+        assert!(opened_for_writing("pos:\t0\nflags:\t01\nmnt_id:\t15\n"));
+        assert!(opened_for_writing("pos:\t0\nflags:\t02000002\n"));
+        assert!(!opened_for_writing("pos:\t0\nflags:\t02000000\n"));
+        assert!(!opened_for_writing("garbage"));
+        assert_eq!(
+            parse_stat_parent("4242 (a) b (c) S 1 4200 4200 0"),
+            Some(('S', 1, 4200))
+        );
     }
 
     #[test]
