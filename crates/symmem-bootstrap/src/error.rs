@@ -58,11 +58,61 @@ pub enum BootstrapError {
     )]
     RendezvousNotWritable { dir: PathBuf, cause: std::io::Error },
     #[error(
-        "rendezvous socket path {path} is longer than the 107 bytes a Unix socket allows; set \
-         {}=<a shorter folder>",
+        "{path} ({what}) belongs to uid {uid} (mode {mode:04o}), not to this job's uid {me}: its \
+         owner could redirect the ranks or replace their socket, so it is refused. Have its \
+         owner (or root) remove it if it is stale, or set {}=<a folder only you can write, \
+         e.g. `mkdir -m 700 ~/.symmem-rendezvous`>",
         crate::RENDEZVOUS_ENV
     )]
-    PathTooLong { path: PathBuf },
+    RendezvousForeign {
+        /// "the rendezvous folder", or what lies on the way to it.
+        what: &'static str,
+        path: PathBuf,
+        uid: u32,
+        mode: u32,
+        me: u32,
+    },
+    #[error(
+        "{dir} ({what}) is writable by other users (mode {mode:04o}): any of them could replace \
+         what the ranks rely on in it, so it is refused. Run `chmod go-w {dir}`, or set {}=<a \
+         folder only you can write>",
+        crate::RENDEZVOUS_ENV
+    )]
+    RendezvousWritable {
+        /// "the rendezvous folder", or what lies on the way to it.
+        what: &'static str,
+        dir: PathBuf,
+        mode: u32,
+    },
+    #[error(
+        "rendezvous folder {dir} is a symbolic link (to {target}, owned by uid {uid}): whoever \
+         can write the folder it is in could re-point it, so it is refused. Set {}=<the real \
+         folder> (if {target} is yours and private, use that)",
+        crate::RENDEZVOUS_ENV
+    )]
+    RendezvousSymlink {
+        dir: PathBuf,
+        target: PathBuf,
+        uid: u32,
+    },
+    #[error(
+        "rendezvous folder {dir} is {what}, not a folder; remove it, or set {}=<another folder>",
+        crate::RENDEZVOUS_ENV
+    )]
+    RendezvousNotAFolder { dir: PathBuf, what: String },
+    #[error(
+        "{path} is {what}, not a socket left by a symmem job, so rank 0 neither removes it nor \
+         binds there; remove it yourself if it is stale, or give this job its own folder with \
+         {}",
+        crate::RENDEZVOUS_ENV
+    )]
+    RendezvousOccupied { path: PathBuf, what: String },
+    #[error(
+        "cannot reach the rendezvous folder {dir} through /proc/self/fd ({cause}): the ranks \
+         bind and connect inside the checked folder by its descriptor, which needs /proc; \
+         mount it (`mount -t proc proc /proc`)"
+    )]
+    NoProcFd { dir: PathBuf, cause: std::io::Error },
     #[error(
         "rendezvous {path} is in use by another running job; give this job its own folder \
          with {}",

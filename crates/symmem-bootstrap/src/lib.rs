@@ -4,10 +4,13 @@
 //!
 //! Topology: a star. Rank 0 binds `<rendezvous>/rank0.sock`; every other rank connects, both
 //! sides check the other's uid (SO_PEERCRED), and rank 0 removes the socket file once every
-//! rank is in, so nothing stays on disk. Each collective: every rank sends its call to rank 0,
+//! rank is in, so nothing stays on disk. The rendezvous folder must be private to the job's
+//! user, and is used through its descriptor once checked (see `folder.rs`): another local user
+//! can neither steer where rank 0 binds nor make it remove anything. Each collective: every rank sends its call to rank 0,
 //! rank 0 compares them and answers every rank with the gathered payloads or one failure.
 
 mod error;
+mod folder;
 mod rendezvous;
 mod wire;
 

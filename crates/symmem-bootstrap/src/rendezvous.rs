@@ -1,16 +1,15 @@
+use crate::folder::{Create, Folder, OpenError, SOCKET_NAME};
 use crate::wire::{self, Message, Received};
 use crate::{BootstrapError, CollectiveFailure};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use std::io::ErrorKind;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use symmem::{CollectiveMismatch, CollectiveOp, RankIdentity};
 
 pub use symmem::RENDEZVOUS_ENV;
-const SOCKET_NAME: &str = "rank0.sock";
 /// Extra wait of the other ranks beyond rank 0's timeout, so rank 0's explanation of a
 /// failed collective reaches them before their own timeout fires.
 const ANSWER_MARGIN: Duration = Duration::from_secs(5);
@@ -39,8 +38,16 @@ pub struct Bootstrap {
     links: Links,
 }
 
-/// The rendezvous folder for this job: `$SYMMEM_RENDEZVOUS`, or a folder derived from the
-/// launcher's job id under `$XDG_RUNTIME_DIR` (else the temp folder).
+/// The rendezvous folder for this job: `$SYMMEM_RENDEZVOUS`, or
+/// `symmem-<uid>/<job id>` under `$XDG_RUNTIME_DIR` (else the temp folder), the job id being
+/// the launcher's (torchrun's `MASTER_ADDR-MASTER_PORT`, Slurm's job and step, Open MPI's or
+/// PMI's namespace).
+///
+/// The name is derived, not random: the ranks share no secret to derive it from. Anyone can
+/// guess it, so [`Bootstrap::connect`] refuses the folder unless the job folder is this user's
+/// own and private and nothing on the way (`symmem-<uid>` included) belongs to another user or
+/// is writable by everyone: a name taken first by someone else is detected and refused, never
+/// used.
 pub fn default_rendezvous(identity: &RankIdentity) -> Result<PathBuf, BootstrapError> {
     if let Some(dir) = std::env::var_os(RENDEZVOUS_ENV).filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(dir));
@@ -59,6 +66,11 @@ pub fn default_rendezvous(identity: &RankIdentity) -> Result<PathBuf, BootstrapE
 impl Bootstrap {
     /// Joins the job's rendezvous in `dir`: rank 0 waits for every other rank, the others
     /// connect to rank 0; both sides refuse a peer running as another user.
+    ///
+    /// `dir` (created by rank 0 if missing, removed again once everyone is in if it created
+    /// it) must be a folder of this user that no one else can write, reached without a folder
+    /// or link of another user on the way; rank 0 binds and the others connect through its
+    /// descriptor, so its path may be of any length and cannot be swapped after the check.
     pub fn connect(
         rank: usize,
         world_size: usize,
@@ -73,17 +85,10 @@ impl Bootstrap {
         }
         let links = if world_size == 1 {
             Links::Alone
+        } else if rank == 0 {
+            Links::Root(accept_all(dir, world_size, timeout)?)
         } else {
-            let path = dir.join(SOCKET_NAME);
-            // sun_path holds 108 bytes including the terminating NUL.
-            if path.as_os_str().len() > 107 {
-                return Err(BootstrapError::PathTooLong { path });
-            }
-            if rank == 0 {
-                Links::Root(accept_all(dir, &path, world_size, timeout)?)
-            } else {
-                Links::Leaf(connect_root(rank, world_size, &path, timeout)?)
-            }
+            Links::Leaf(connect_root(rank, world_size, dir, timeout)?)
         };
         Ok(Self {
             rank,
@@ -365,48 +370,26 @@ fn leaf_exchange(
 
 fn accept_all(
     dir: &Path,
-    path: &Path,
     world_size: usize,
     timeout: Duration,
 ) -> Result<Vec<UnixStream>, BootstrapError> {
-    let not_writable = |cause| BootstrapError::RendezvousNotWritable {
-        dir: dir.to_path_buf(),
-        cause,
-    };
-    // Folders this rank creates are removed again once everyone is in (innermost first).
-    let created: Vec<PathBuf> = dir
-        .ancestors()
-        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
-        .map(Path::to_path_buf)
-        .collect();
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(not_writable)?;
-    let _remove_created = RemoveDirsOnDrop(created);
-    {
-        use std::os::unix::fs::MetadataExt;
-        let owner = std::fs::metadata(dir).map_err(not_writable)?.uid();
-        if owner != nix::unistd::getuid().as_raw() {
-            return Err(not_writable(std::io::Error::new(
-                ErrorKind::PermissionDenied,
-                format!("it belongs to uid {owner}, not to this user"),
-            )));
-        }
-    }
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(BootstrapError::RendezvousInUse {
-                path: path.to_path_buf(),
+    // Folders this rank creates are removed again once everyone is in (innermost first), as
+    // the folder drops.
+    let folder = match Folder::open(dir, Create::Yes) {
+        Ok(folder) => folder,
+        Err(OpenError::Refused(e)) => return Err(e),
+        Err(OpenError::Missing) => {
+            return Err(BootstrapError::RendezvousNotWritable {
+                dir: dir.to_path_buf(),
+                cause: ErrorKind::NotFound.into(),
             });
         }
-        // Left behind by a crashed job: nobody listens any more.
-        std::fs::remove_file(path).map_err(not_writable)?;
-    }
-    let listener = UnixListener::bind(path).map_err(not_writable)?;
-    // The socket file is only needed until everyone is in; remove it on every exit path.
-    let _unlink = RemoveOnDrop(path);
+    };
+    let path = folder.socket_display();
+    // The socket file is only needed until everyone is in; it is removed on every exit path,
+    // as `bound` drops (before `folder`).
+    let bound = folder.bind()?;
+    let listener = &bound.listener;
     listener
         .set_nonblocking(true)
         .map_err(|e| BootstrapError::io("configuring the rendezvous socket", e))?;
@@ -421,7 +404,7 @@ fn accept_all(
                     let missing = (1..world_size).filter(|r| slots[r - 1].is_none()).collect();
                     return Err(BootstrapError::AcceptTimeout {
                         missing,
-                        path: path.to_path_buf(),
+                        path,
                         waited: timeout,
                     });
                 }
@@ -489,19 +472,27 @@ fn accept_all(
 fn connect_root(
     rank: usize,
     world_size: usize,
-    path: &Path,
+    dir: &Path,
     timeout: Duration,
 ) -> Result<UnixStream, BootstrapError> {
     let deadline = deadline_in(timeout);
+    let path = dir.join(SOCKET_NAME);
     let stream = loop {
-        match UnixStream::connect(path) {
+        // Opened anew each time: rank 0 may not have created it yet, or a previous job of
+        // the same name may just be removing it.
+        let attempt = match Folder::open(dir, Create::No) {
+            Ok(folder) => folder.connect()?,
+            Err(OpenError::Missing) => Err(ErrorKind::NotFound.into()),
+            Err(OpenError::Refused(e)) => return Err(e),
+        };
+        match attempt {
             Ok(stream) => break stream,
             // Rank 0 has not bound yet, or a stale socket awaits its replacement.
             Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused) => {
                 if Instant::now() >= deadline {
                     return Err(BootstrapError::ConnectTimeout {
                         rank,
-                        path: path.to_path_buf(),
+                        path,
                         waited: timeout,
                     });
                 }
@@ -509,7 +500,7 @@ fn connect_root(
             }
             Err(e) if e.kind() == ErrorKind::PermissionDenied => {
                 return Err(BootstrapError::RendezvousNotWritable {
-                    dir: path.parent().unwrap_or(path).to_path_buf(),
+                    dir: dir.to_path_buf(),
                     cause: e,
                 });
             }
@@ -551,24 +542,5 @@ fn connect_root(
             "rank 0 accepted the connection but sent no welcome within {} s; is it hung?",
             timeout.as_secs()
         ))),
-    }
-}
-
-struct RemoveDirsOnDrop(Vec<PathBuf>);
-
-impl Drop for RemoveDirsOnDrop {
-    fn drop(&mut self) {
-        for dir in &self.0 {
-            // Only empty folders go; one still in use by a sub-rendezvous stays.
-            let _ = std::fs::remove_dir(dir);
-        }
-    }
-}
-
-struct RemoveOnDrop<'a>(&'a Path);
-
-impl Drop for RemoveOnDrop<'_> {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.0);
     }
 }

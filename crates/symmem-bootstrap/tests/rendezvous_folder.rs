@@ -1,0 +1,316 @@
+//! The rendezvous folder against other local users, with real rank processes and real folders:
+//! another user's folder, symbolic link or world-writable folder on the way is refused before
+//! anything is removed or bound, and the ordinary cases (private runtime folder, sticky temp
+//! folder, a stale socket, a long path) still work.
+//!
+//! The test binary re-executes itself as each rank (the ignored test `rank_process`). Tests
+//! that need another user start a shell as uid [`OTHER_UID`]; they need root and print
+//! "SKIPPED: ..." otherwise.
+
+use std::ffi::OsString;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use symmem::{CollectiveKind, CollectiveOp, RankIdentity};
+use symmem_bootstrap::{Bootstrap, default_rendezvous};
+
+const CHILD_ENV: &str = "SYMMEM_BOOTSTRAP_TEST_CHILD";
+/// Another local user: no account needed, only a uid that is not ours.
+const OTHER_UID: u32 = 4242;
+
+#[test]
+#[ignore = "one rank of the tests below, which start it in a child process"]
+fn rank_process() {
+    if std::env::var_os(CHILD_ENV).is_none() {
+        eprintln!("rank_process only runs as a child of the rendezvous folder tests");
+        return;
+    }
+    let identity = RankIdentity::from_env().expect("rank variables");
+    let rank = identity.rank;
+    let op = CollectiveOp {
+        seq: 0,
+        kind: CollectiveKind::Barrier,
+    };
+    let result = default_rendezvous(&identity).and_then(|dir| {
+        let mut bootstrap =
+            Bootstrap::connect(rank, identity.world_size, &dir, Duration::from_secs(4))?;
+        bootstrap.barrier(&op)
+    });
+    match result {
+        Ok(()) => println!("rank {rank} ok"),
+        Err(e) => {
+            println!("rank {rank} error: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// What one rank process did: whether it exited 0, and what it printed.
+struct Outcome {
+    ok: bool,
+    output: String,
+}
+
+/// A port number no other test of this binary uses, for a distinct job id.
+fn fresh_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    (20000 + (std::process::id() % 20000) + n * 7) as u16
+}
+
+/// Runs `world` ranks as torchrun would start them (`MASTER_PORT` = `port`), in a clean
+/// environment plus `env`.
+fn run_ranks(world: usize, port: u16, env: &[(&str, &Path)]) -> Vec<Outcome> {
+    let exe = std::env::current_exe().expect("own path");
+    let children: Vec<_> = (0..world)
+        .map(|rank| {
+            let mut cmd = Command::new(&exe);
+            cmd.args([
+                "rank_process",
+                "--exact",
+                "--include-ignored",
+                "--nocapture",
+            ])
+            .env_clear()
+            .env(CHILD_ENV, "1")
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("RANK", rank.to_string())
+            .env("WORLD_SIZE", world.to_string())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+            for (key, value) in env {
+                cmd.env(key, value);
+            }
+            cmd.spawn().expect("spawn rank")
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    children
+        .into_iter()
+        .map(|mut child| {
+            while child.try_wait().expect("wait").is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("rank output");
+            Outcome {
+                ok: out.status.success(),
+                output: String::from_utf8_lossy(&out.stdout).into_owned()
+                    + &String::from_utf8_lossy(&out.stderr),
+            }
+        })
+        .collect()
+}
+
+fn assert_all_ok(outcomes: &[Outcome]) {
+    for (rank, o) in outcomes.iter().enumerate() {
+        assert!(
+            o.ok && o.output.contains(&format!("rank {rank} ok")),
+            "rank {rank} failed: {}",
+            o.output
+        );
+    }
+}
+
+/// The error line a failed rank printed.
+fn error_of(outcome: &Outcome) -> &str {
+    outcome
+        .output
+        .lines()
+        .find(|l| l.contains(" error: "))
+        .unwrap_or(&outcome.output)
+}
+
+/// A temp folder like /tmp: every user may create entries, only their owner may remove them.
+fn shared_tmp() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777))
+        .expect("chmod 1777");
+    dir
+}
+
+/// Runs `script` as another user, or says why it cannot (not root).
+fn as_other_user(script: &str) -> Result<(), String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err("needs root to act as another user".into());
+    }
+    let status = Command::new("/bin/sh")
+        .args(["-c", script])
+        .uid(OTHER_UID)
+        .gid(OTHER_UID)
+        .status()
+        .map_err(|e| format!("cannot start a shell as uid {OTHER_UID}: {e}"))?;
+    if !status.success() {
+        return Err(format!("`{script}` as uid {OTHER_UID} failed: {status}"));
+    }
+    Ok(())
+}
+
+fn quoted(path: &Path) -> String {
+    format!("'{}'", path.display())
+}
+
+fn me() -> u32 {
+    nix::unistd::getuid().as_raw()
+}
+
+/// The attack: with `XDG_RUNTIME_DIR` unset, another user pre-creates
+/// `$TMPDIR/symmem-<uid>` holding a symbolic link named after the job, pointing into a folder
+/// of ours with a file named `rank0.sock`. Rank 0 used to remove that file and bind there.
+#[test]
+fn another_users_folder_with_a_link_is_refused_and_the_target_is_untouched() {
+    let tmp = shared_tmp();
+    let victim = tempfile::tempdir().expect("victim folder");
+    let precious = victim.path().join("rank0.sock");
+    std::fs::write(&precious, "precious").unwrap();
+    let port = fresh_port();
+    let planted = tmp.path().join(format!("symmem-{}", me()));
+    let script = format!(
+        "mkdir -m 777 {planted} && ln -s {victim} {planted}/127.0.0.1-{port}",
+        planted = quoted(&planted),
+        victim = quoted(victim.path()),
+    );
+    if let Err(why) = as_other_user(&script) {
+        println!("SKIPPED: {why}");
+        return;
+    }
+    let outcomes = run_ranks(2, port, &[("TMPDIR", tmp.path())]);
+    assert_eq!(
+        std::fs::read_to_string(&precious).ok().as_deref(),
+        Some("precious"),
+        "the file in the link's target was removed or replaced"
+    );
+    let entries: Vec<_> = std::fs::read_dir(victim.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(entries, [OsString::from("rank0.sock")], "{entries:?}");
+    for (rank, o) in outcomes.iter().enumerate() {
+        assert!(!o.ok, "rank {rank} went ahead: {}", o.output);
+        let e = error_of(o);
+        assert!(e.contains(&planted.display().to_string()), "{e}");
+        assert!(e.contains(&format!("uid {OTHER_UID}")), "{e}");
+        assert!(e.contains("SYMMEM_RENDEZVOUS"), "{e}");
+    }
+}
+
+/// Another user's (empty, world-writable) `symmem-<uid>` is detected even without a link in it:
+/// they could swap the job's folder at any time.
+#[test]
+fn another_users_folder_on_the_way_is_refused_naming_owner_and_mode() {
+    let tmp = shared_tmp();
+    let planted = tmp.path().join(format!("symmem-{}", me()));
+    if let Err(why) = as_other_user(&format!("mkdir -m 777 {}", quoted(&planted))) {
+        println!("SKIPPED: {why}");
+        return;
+    }
+    let outcomes = run_ranks(2, fresh_port(), &[("TMPDIR", tmp.path())]);
+    let e = error_of(&outcomes[0]);
+    assert!(!outcomes[0].ok, "rank 0 went ahead: {}", outcomes[0].output);
+    assert!(e.contains(&planted.display().to_string()), "{e}");
+    assert!(e.contains(&format!("uid {OTHER_UID}")), "{e}");
+    assert!(e.contains("mode 0777"), "{e}");
+    assert!(e.contains("SYMMEM_RENDEZVOUS"), "{e}");
+    // Nothing of ours was created inside it.
+    assert_eq!(std::fs::read_dir(&planted).unwrap().count(), 0);
+}
+
+#[test]
+fn a_world_writable_folder_of_ones_own_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let outcomes = run_ranks(2, fresh_port(), &[("SYMMEM_RENDEZVOUS", dir.path())]);
+    for (rank, o) in outcomes.iter().enumerate() {
+        assert!(!o.ok, "rank {rank} went ahead: {}", o.output);
+        let e = error_of(o);
+        assert!(e.contains(&dir.path().display().to_string()), "{e}");
+        assert!(e.contains("mode 0777"), "{e}");
+        assert!(e.contains("chmod go-w"), "{e}");
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn a_symbolic_link_as_the_folder_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let real = tmp.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let outcomes = run_ranks(2, fresh_port(), &[("SYMMEM_RENDEZVOUS", &link)]);
+    for (rank, o) in outcomes.iter().enumerate() {
+        assert!(!o.ok, "rank {rank} went ahead: {}", o.output);
+        let e = error_of(o);
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(e.contains(&real.display().to_string()), "{e}");
+    }
+    assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0);
+}
+
+/// The default folders: under a private `XDG_RUNTIME_DIR`, and under a sticky shared temp
+/// folder when it is unset; both are removed again once every rank is in.
+#[test]
+fn default_folders_work_and_are_removed() {
+    let runtime = tempfile::tempdir().unwrap();
+    assert_all_ok(&run_ranks(
+        3,
+        fresh_port(),
+        &[("XDG_RUNTIME_DIR", runtime.path())],
+    ));
+    assert_eq!(std::fs::read_dir(runtime.path()).unwrap().count(), 0);
+
+    let tmp = shared_tmp();
+    assert_all_ok(&run_ranks(3, fresh_port(), &[("TMPDIR", tmp.path())]));
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
+
+/// A socket left by a crashed job is replaced; anything else named like it is left alone.
+#[test]
+fn a_stale_socket_is_replaced_but_another_file_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("rank0.sock");
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    assert!(
+        std::fs::symlink_metadata(&socket)
+            .unwrap()
+            .file_type()
+            .is_socket()
+    );
+    assert_all_ok(&run_ranks(
+        2,
+        fresh_port(),
+        &[("SYMMEM_RENDEZVOUS", dir.path())],
+    ));
+    assert!(
+        !socket.exists(),
+        "the socket is removed once every rank is in"
+    );
+
+    std::fs::write(&socket, "not a socket").unwrap();
+    let outcomes = run_ranks(2, fresh_port(), &[("SYMMEM_RENDEZVOUS", dir.path())]);
+    let e = error_of(&outcomes[0]);
+    assert!(!outcomes[0].ok, "{}", outcomes[0].output);
+    assert!(e.contains(&socket.display().to_string()), "{e}");
+    assert!(e.contains("a regular file"), "{e}");
+    assert_eq!(std::fs::read_to_string(&socket).unwrap(), "not a socket");
+}
+
+/// The socket is reached through the folder's descriptor, so the folder's path may exceed the
+/// 107 bytes of a Unix socket address.
+#[test]
+fn a_folder_path_longer_than_a_socket_address_works() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut long: PathBuf = tmp.path().to_path_buf();
+    while long.as_os_str().len() < 120 {
+        long.push("a-rather-long-folder-name");
+    }
+    let outcomes = run_ranks(2, fresh_port(), &[("SYMMEM_RENDEZVOUS", &long)]);
+    assert_all_ok(&outcomes);
+    // The folders rank 0 created are gone again.
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
