@@ -1,21 +1,31 @@
+use symmem::describe_ranks;
 use symmem_bootstrap::BootstrapError;
 
 /// Errors of the host provider. Each says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
+    /// Every rank learnt it and undid its part: the context stays usable.
     #[error(
-        "symmetric heap exhausted on rank {rank}: {requested} B requested, largest free block \
-         {largest_free} B of a {heap_bytes} B heap; raise {} (e.g. {}=4G) or free buffers \
-         first",
+        "symmetric heap exhausted on {}: {requested} B requested, largest free block \
+         {largest_free} B of a {heap_bytes} B heap; nothing was allocated on any rank and the \
+         context stays usable: free buffers first, or raise {} (e.g. {}=4G)",
+        describe_ranks(.ranks),
         crate::HEAP_SIZE_ENV,
         crate::HEAP_SIZE_ENV
     )]
     HeapExhausted {
-        rank: usize,
+        ranks: Vec<usize>,
         requested: u64,
         largest_free: u64,
         heap_bytes: u64,
     },
+    #[error(
+        "the ranks' heaps diverged: the same allocation landed at offsets {offsets:?} (by \
+         rank), so tables would point at the wrong memory; every rank must issue the same \
+         allocations and frees in the same order: check for a rank that freed or allocated \
+         on its own, then restart the job"
+    )]
+    HeapsDiverged { offsets: Vec<String> },
     #[error(
         "rank {rank} has a {bytes} B heap but rank {reference} has {expected} B; give every \
          rank the same {}",

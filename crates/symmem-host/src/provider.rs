@@ -186,19 +186,60 @@ impl SymmetricProvider for HostProvider {
     }
 
     fn malloc(&mut self, bytes: u64, op: &CollectiveOp) -> Result<u64, Error> {
-        // The order check doubles as the allocation's synchronisation; the allocator is
-        // deterministic, so every rank reaches the same offset (or the same exhaustion).
-        self.sync(op)?;
-        let offset = self
-            .allocator
-            .alloc(bytes)
-            .ok_or_else(|| HostError::HeapExhausted {
-                rank: self.rank,
-                requested: bytes,
-                largest_free: self.allocator.largest_free(),
-                heap_bytes: self.allocator.size(),
-            })?;
-        Ok(self.local().base() + offset)
+        // Every rank allocates, then all compare outcomes in the order-checked exchange. Out of
+        // heap on any rank is then known to every rank, which all undo their part: a failure
+        // they agree on, after which the context stays usable. (The allocator is
+        // deterministic, so ranks normally reach the same offset or the same exhaustion; the
+        // comparison makes that a checked fact rather than an assumption.)
+        let local = self.allocator.alloc(bytes);
+        let outcome = local.map_or_else(|| "full".to_string(), |offset| offset.to_string());
+        let exchanged = self
+            .bootstrap
+            .exchange(op, outcome.as_bytes(), None, 0)
+            .map_err(|e| symmem::Error::from(HostError::from(e)));
+        let gathered = match exchanged {
+            Ok(gathered) => gathered,
+            Err(e) => {
+                // The collective did not happen: nothing stays allocated.
+                if let Some(offset) = local {
+                    self.allocator.free(offset);
+                }
+                return Err(e);
+            }
+        };
+        fence(Ordering::SeqCst);
+        let outcomes: Vec<&[u8]> = gathered.payloads.iter().map(Vec::as_slice).collect();
+        let full: Vec<usize> = (0..self.world_size)
+            .filter(|&r| outcomes[r] == b"full")
+            .collect();
+        if let Some(offset) = local
+            && (!full.is_empty() || outcomes.iter().any(|o| *o != outcome.as_bytes()))
+        {
+            self.allocator.free(offset);
+        }
+        if !full.is_empty() {
+            return Err(symmem::Error::refused_by_all(
+                "host",
+                HostError::HeapExhausted {
+                    ranks: full,
+                    requested: bytes,
+                    largest_free: self.allocator.largest_free(),
+                    heap_bytes: self.allocator.size(),
+                },
+            ));
+        }
+        match local {
+            Some(offset) if outcomes.iter().all(|o| *o == outcome.as_bytes()) => {
+                Ok(self.local().base() + offset)
+            }
+            _ => Err(HostError::HeapsDiverged {
+                offsets: outcomes
+                    .iter()
+                    .map(|o| String::from_utf8_lossy(o).into_owned())
+                    .collect(),
+            }
+            .into()),
+        }
     }
 
     fn free(&mut self, addr: u64, op: &CollectiveOp) -> Result<(), Error> {

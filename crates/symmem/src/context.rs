@@ -141,6 +141,8 @@ pub struct Context<P: SymmetricProvider> {
     offsets: Option<Vec<Option<i64>>>,
     ptr_sweeps: u32,
     registry: Arc<Mutex<Registry>>,
+    /// The first collective failure that may have left ranks out of step; every later
+    /// collective is refused after it.
     poisoned: Option<String>,
     finalized: bool,
 }
@@ -329,8 +331,11 @@ impl<P: SymmetricProvider> Context<P> {
         Ok(op)
     }
 
+    /// Refuses every later collective after `error`, unless every rank saw the collective
+    /// fail alike ([`Error::leaves_ranks_in_step`]): then they are still in step (each rank
+    /// issued it, so sequence numbers still agree) and may go on.
     fn poison(&mut self, error: Error) -> Error {
-        if self.poisoned.is_none() {
+        if self.poisoned.is_none() && !error.leaves_ranks_in_step() {
             self.poisoned = Some(error.to_string());
         }
         error

@@ -60,6 +60,15 @@ pub enum Error {
          out of step, so no further collective is attempted: finish every rank and restart"
     )]
     Poisoned { first: String },
+    /// A collective that every rank reached and that failed on every rank alike, each rank
+    /// knowing that all of them failed (e.g. out of heap on any rank: every rank undid its
+    /// part). The ranks are still in step, so the context stays usable.
+    #[error("{provider}: {source}")]
+    RefusedByAll {
+        provider: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
     #[error(
         "provider {provider} says all {world_size} ranks share one node, yet no peer is \
          load/store reachable: the provider was likely built without IPC (rocSHMEM: rebuild \
@@ -129,6 +138,26 @@ impl Error {
             provider,
             source: Box::new(source),
         }
+    }
+
+    /// Wraps a provider's error for a collective that failed on every rank alike, every rank
+    /// knowing it (see [`Error::RefusedByAll`]): the context stays usable after it.
+    pub fn refused_by_all(
+        provider: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::RefusedByAll {
+            provider,
+            source: Box::new(source),
+        }
+    }
+
+    /// True when every rank saw this collective fail alike, so the ranks are still in step and
+    /// later collectives may go ahead. Anything else a collective returns may leave ranks in
+    /// disagreement (a peer lost, a mismatch, a timeout, a failure on one rank only), and the
+    /// context refuses further collectives after it.
+    pub fn leaves_ranks_in_step(&self) -> bool {
+        matches!(self, Self::RefusedByAll { .. })
     }
 
     /// True when this rank stopped because another rank failed.

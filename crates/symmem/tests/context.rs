@@ -14,7 +14,21 @@ struct ModelProvider {
     next: u64,
     ptr_calls: Cell<usize>,
     ops: Vec<CollectiveOp>,
+    /// The next malloc fails: on every rank alike (`Some(true)`), or on this one (`Some(false)`).
+    fail_next_malloc: Cell<Option<bool>>,
 }
+
+/// The model's failure.
+#[derive(Debug)]
+struct ModelFailure;
+
+impl std::fmt::Display for ModelFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("out of model heap")
+    }
+}
+
+impl std::error::Error for ModelFailure {}
 
 impl ModelProvider {
     fn new(rank: usize, world_size: usize) -> Self {
@@ -26,6 +40,7 @@ impl ModelProvider {
             next: 0,
             ptr_calls: Cell::new(0),
             ops: Vec::new(),
+            fail_next_malloc: Cell::new(None),
         }
     }
     /// Heaps of different ranks sit at unrelated addresses, in a non-monotonic order.
@@ -52,6 +67,11 @@ impl SymmetricProvider for ModelProvider {
     }
     fn malloc(&mut self, bytes: u64, op: &CollectiveOp) -> Result<u64, Error> {
         self.ops.push(op.clone());
+        match self.fail_next_malloc.take() {
+            Some(true) => return Err(Error::refused_by_all("model", ModelFailure)),
+            Some(false) => return Err(Error::provider("model", ModelFailure)),
+            None => {}
+        }
         let addr = Self::heap_base(self.rank) + self.next;
         self.next += bytes.div_ceil(256) * 256;
         Ok(addr)
@@ -213,4 +233,27 @@ fn buffers_and_tables_of_another_context_are_refused() {
     assert_eq!(one.outstanding().len(), 1);
     let (b2, _) = two.allocate_symmetric::<u8>(8).unwrap();
     two.free(b2).unwrap();
+}
+
+#[test]
+fn a_failure_every_rank_shares_leaves_the_context_usable_any_other_poisons_it() {
+    let mut ctx = Context::new(ModelProvider::new(0, 2));
+    let (kept, _) = ctx.allocate_symmetric::<u64>(4).unwrap();
+    ctx.provider().fail_next_malloc.set(Some(true));
+    let err = ctx.allocate_symmetric::<u64>(4).unwrap_err();
+    assert!(err.leaves_ranks_in_step(), "{err}");
+    assert_eq!(err.to_string(), "model: out of model heap");
+    // Still in step: the next collectives go ahead with the following sequence numbers.
+    ctx.barrier().unwrap();
+    let (again, _) = ctx.allocate_symmetric::<u64>(4).unwrap();
+    assert_eq!(again.id(), 3);
+    ctx.free(again).unwrap();
+
+    ctx.provider().fail_next_malloc.set(Some(false));
+    let err = ctx.allocate_symmetric::<u64>(4).unwrap_err();
+    assert!(!err.leaves_ranks_in_step(), "{err}");
+    let after = ctx.barrier().unwrap_err();
+    assert!(matches!(after, Error::Poisoned { .. }), "{after}");
+    assert!(after.to_string().contains("out of model heap"), "{after}");
+    std::mem::forget(kept);
 }
