@@ -81,11 +81,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             bail!(
                 "the image inputs here hash to {tag}, but the image is being built as \
                  {expected}: what was copied into the image differs from the checkout the tag \
-                 was computed on. Regenerate the container files (`cargo xtask images`), \
-                 commit, and pass SYMMEM_IMAGE_TAG=\"$(cargo xtask images --tag)\" from that \
-                 checkout"
+                 was computed on (uncommitted edits, or files git does not track: `cargo \
+                 xtask images --tag` there lists those). Regenerate the container files \
+                 (`cargo xtask images`), commit, and build from a clean checkout with \
+                 SYMMEM_IMAGE_TAG=\"$(cargo xtask images --tag)\""
             );
         }
+        warn_strays(&root)?;
         println!("{tag}");
         return Ok(());
     }
@@ -113,6 +115,36 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         eprintln!("{path}: written");
     }
     eprintln!("image tag: {}", tag::compute(&root)?);
+    Ok(())
+}
+
+/// Says on stderr which untracked files a Docker or Apptainer build from this tree would copy
+/// beyond the tag's inputs (the build's tag check would then fail).
+fn warn_strays(root: &Path) -> anyhow::Result<()> {
+    let strays = tag::stray_files(root)?;
+    if strays.is_empty() {
+        return Ok(());
+    }
+    const SHOWN: usize = 10;
+    let mut list = strays
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if strays.len() > SHOWN {
+        list.push_str(&format!(" and {} more", strays.len() - SHOWN));
+    }
+    eprintln!(
+        "note: the tag leaves out {} file{} that git does not track, but an image build from \
+         this tree would copy {} and fail its tag check: {list}. Delete {}, `git add` {}, or \
+         build from a clean checkout",
+        strays.len(),
+        if strays.len() == 1 { "" } else { "s" },
+        if strays.len() == 1 { "it" } else { "them" },
+        if strays.len() == 1 { "it" } else { "them" },
+        if strays.len() == 1 { "it" } else { "them" },
+    );
     Ok(())
 }
 
