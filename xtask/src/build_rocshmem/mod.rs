@@ -16,7 +16,7 @@ pub use tools::which;
 pub fn tools_cmake() -> anyhow::Result<std::path::PathBuf> {
     tools::cmake()
 }
-use plan::{CmakeDefine, Plan, PlanInputs, Source};
+use plan::{CmakeDefine, Plan, PlanInputs, Source, Toolchain};
 
 use crate::pins::Pins;
 use crate::project::{project_root, target_dir};
@@ -120,11 +120,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .unwrap_or_else(|| project_root().join("pins.toml"));
     let pin = Pins::load(&pins_path)?.rocshmem;
     CmakeDefine::check_unique(&args.cmake_args)?;
-    let toolchain = tools::toolchain(
+    let toolchain = match tools::toolchain(
         args.rocm_path.as_deref(),
         args.hipcc.as_deref(),
         &args.cmake_args,
-    )?;
+    ) {
+        Ok(toolchain) => toolchain,
+        // A plan to review before installing ROCm: everything else is known.
+        Err(err) if args.dry_run && !args.clean_stale => {
+            eprintln!("warning: {err:#}\nthe plan below shows <unknown> where it depends on ROCm");
+            Toolchain::unknown(
+                "not found: see the warning above".into(),
+                tools::cmake().unwrap_or_else(|_| PathBuf::from("cmake")),
+                tools::generator().unwrap_or(plan::Generator::Ninja),
+            )
+        }
+        Err(err) => return Err(err),
+    };
     let out_dir = absolute(
         &args
             .out_dir
@@ -338,7 +350,7 @@ mod tests {
     use super::*;
     use crate::pins::RocshmemPin;
     use clap::Parser as _;
-    use plan::{Generator, LlvmTools, Mismatch, RocmVersion, Toolchain, VersionSource};
+    use plan::{Generator, LlvmTools, Mismatch, RocmVersion, VersionSource};
 
     fn pin() -> RocshmemPin {
         RocshmemPin {

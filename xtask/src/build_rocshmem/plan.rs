@@ -39,6 +39,31 @@ pub struct Toolchain {
     pub generator: Generator,
 }
 
+impl Toolchain {
+    /// Stands in for ROCm when none is found, so that `--dry-run` can still show the plan
+    /// (pin, fetch, steps, defines) with `<unknown>` where ROCm decides. Never built.
+    pub fn unknown(why: String, cmake: PathBuf, generator: Generator) -> Self {
+        Self {
+            rocm_path: PathBuf::from("<unknown ROCm>"),
+            rocm_found: why,
+            rocm_version: RocmVersion {
+                version: "<unknown>".into(),
+                source: VersionSource::Unknown,
+            },
+            hipcc: PathBuf::from("<unknown hipcc>"),
+            hipcc_found: "<ROCm>/bin/hipcc, else hipcc on PATH".into(),
+            llvm: LlvmTools::Unknown,
+            cmake,
+            generator,
+        }
+    }
+
+    /// Whether this is [`Toolchain::unknown`].
+    pub fn is_unknown(&self) -> bool {
+        self.rocm_version.source == VersionSource::Unknown
+    }
+}
+
 /// The ROCm version, as rocSHMEM needs it (`x.y.z`; it only compares the major version).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RocmVersion {
@@ -61,6 +86,8 @@ pub enum VersionSource {
     HipVersionHeader { hip: String },
     /// None of those, but `--cmake-arg -DEXPLICIT_ROCM_VERSION=` says it.
     Given,
+    /// No ROCm was found: a `--dry-run` shows the rest of the plan.
+    Unknown,
 }
 
 impl RocmVersion {
@@ -94,6 +121,11 @@ impl RocmVersion {
                 "{} (given with --cmake-arg -DEXPLICIT_ROCM_VERSION)",
                 self.version
             ),
+            VersionSource::Unknown => format!(
+                "{} (read from the ROCm install: .info/version, rocm-core/rocm_version.h or \
+                 hip/hip_version.h)",
+                self.version
+            ),
         }
     }
 }
@@ -117,6 +149,8 @@ pub enum LlvmTools {
     },
     /// All three given with `--cmake-arg -DLLVM_...=`.
     Given,
+    /// No ROCm was found: a `--dry-run` shows the rest of the plan.
+    Unknown,
 }
 
 /// The CMake variables rocSHMEM's DeviceBitcode.cmake reads, and the tool each names.
@@ -289,6 +323,8 @@ pub struct Plan {
     pub install: Vec<String>,
     /// How the tools were found, for the plan and the build's first lines.
     pub toolchain_lines: Vec<(&'static str, String)>,
+    /// Made over [`Toolchain::unknown`]: only to be shown, never built.
+    pub rocm_unknown: bool,
 }
 
 /// File in the prefix recording every input of the build.
@@ -393,6 +429,12 @@ impl Plan {
             .map(|b| format!("{b:02x}"))
             .collect();
 
+        // A plan over an unknown ROCm has no real hash: say so wherever it would appear.
+        let short = if t.is_unknown() {
+            "<hash>".to_string()
+        } else {
+            hash[..12].to_string()
+        };
         // What is built, never the pin when it is not: `+local` marks local changes.
         let name = format!(
             "rocshmem-{}-{}{}-{}-{}",
@@ -408,7 +450,7 @@ impl Plan {
                 .map(TargetId::path_safe)
                 .collect::<Vec<_>>()
                 .join(","),
-            &hash[..12]
+            short
         );
         let prefix = i.out_dir.join("prefix").join(&name);
         let staging = i.out_dir.join("prefix").join(format!(".{name}.partial"));
@@ -417,7 +459,7 @@ impl Plan {
             Source::Local { root, .. } => root.clone(),
         };
         let source_dir = checkout.join(&i.pin.subdirectory);
-        let build_dir = i.out_dir.join("build").join(&hash[..12]);
+        let build_dir = i.out_dir.join("build").join(&short);
         // The header records the final prefix; installing elsewhere first only stages files.
         let mut all_defines = defines.clone();
         all_defines.push(("CMAKE_INSTALL_PREFIX".into(), prefix.display().to_string()));
@@ -463,6 +505,7 @@ impl Plan {
             build,
             install,
             toolchain_lines,
+            rocm_unknown: t.is_unknown(),
         }
     }
 
@@ -499,8 +542,17 @@ impl Plan {
         for (what, line) in &self.toolchain_lines {
             let _ = writeln!(out, "{what:<7} {line}");
         }
-        let _ = writeln!(out, "prefix  {}", self.prefix.display());
-        let _ = writeln!(out, "hash    {}", self.hash);
+        if self.rocm_unknown {
+            let _ = writeln!(
+                out,
+                "prefix  <unknown> (under {}; its name hashes what is read from ROCm)",
+                self.prefix.parent().unwrap_or(&self.prefix).display()
+            );
+            let _ = writeln!(out, "hash    <unknown>");
+        } else {
+            let _ = writeln!(out, "prefix  {}", self.prefix.display());
+            let _ = writeln!(out, "hash    {}", self.hash);
+        }
         out.push_str("steps\n");
         match &self.source {
             Source::Fetch => {
@@ -557,6 +609,9 @@ fn toolchain_lines(t: &Toolchain) -> Vec<(&'static str, String)> {
             hipconfig.display()
         ),
         LlvmTools::Given => "LLVM_CLANG, LLVM_LINK, LLVM_OPT given with --cmake-arg".into(),
+        LlvmTools::Unknown => "<unknown> (ROCm's llvm/bin, else `hipconfig --hipclangpath`, \
+                               then passed as LLVM_CLANG, LLVM_LINK, LLVM_OPT)"
+            .into(),
     };
     vec![
         (
