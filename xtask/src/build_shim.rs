@@ -1,9 +1,18 @@
 //! `cargo xtask build-shim`: the GPU shim (one C ABI over NVSHMEM or rocSHMEM) as a shared
-//! library that carries its own device link, built by CMake through the `cmake` crate.
+//! library that carries its own device link, built by CMake run as plain processes.
+//!
+//! CMake is driven with `std::process::Command`, as build-rocshmem drives it, rather than
+//! through the `cmake` crate: that crate is made for build scripts (it panics on failure, prints
+//! `cargo:` lines on stdout and adds compiler flags of its own), so its panic text ended up in
+//! this command's output.
 
 use crate::project::{project_root, target_dir};
 use anyhow::{Context, bail};
+use std::ffi::OsString;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 use symmem_gpu::Backend;
 
 /// Build the GPU shim library for one backend.
@@ -12,22 +21,28 @@ use symmem_gpu::Backend;
 /// and libnvshmem_device.a); no GPU is needed to build. The pip wheels work:
 ///   pip install nvidia-cuda-nvcc==13.0.* nvidia-cuda-runtime==13.0.* nvidia-cuda-crt==13.0.*
 ///               nvidia-cuda-cccl==13.0.* nvidia-nvvm==13.0.* nvidia-nvshmem-cu13==3.4.5
-/// rocSHMEM: needs ROCm (hipcc, CMake's HIP support) and the install made by
-/// `cargo xtask build-rocshmem` (found through ROCSHMEM_HOME).
+/// rocSHMEM: needs ROCm (HIP's clang and CMake packages), CMake >= 3.24, and the install made by
+/// `cargo xtask build-rocshmem` (found through ROCSHMEM_HOME). ROCm is --rocm-path, else
+/// $ROCM_PATH, else what `hipconfig --rocmpath` says (Debian/Ubuntu: /usr), else /opt/rocm; it
+/// reaches CMake as -D definitions only (never export ROCM_PATH=/usr: Debian's clang then
+/// looks for its device libraries there and fails).
 ///
-/// The library lands in target/shim/<backend>/lib/ where `cargo xtask test --provider <backend>`
-/// finds it; the path is printed at the end.
+/// The library exports only the functions of symmem_shim.h. It lands in
+/// target/shim/<backend>/lib/ where `cargo xtask test --provider <backend>` finds it; its path
+/// is the only line on stdout.
 ///
 /// Examples:
 ///   NVSHMEM_HOME=.../nvidia/nvshmem cargo xtask build-shim --backend nvshmem --nvcc .../bin/nvcc
-///   eval "$(cargo xtask build-rocshmem --arch gfx942)"; cargo xtask build-shim --backend rocshmem --arch gfx942
+///   exports=$(cargo xtask build-rocshmem --arch gfx942) && eval "$exports"; cargo xtask build-shim --backend rocshmem --arch gfx942
+///   lib=$(cargo xtask build-shim --backend rocshmem --arch gfx942,gfx90a --rocm-path /usr)
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
     /// Which SHMEM library to build against.
     #[arg(long, value_enum)]
     backend: ShimBackend,
-    /// GPU architectures: CUDA compute capabilities (default 90) or HIP targets (default gfx942).
+    /// GPU architectures, comma-separated: CUDA compute capabilities (default 90) or HIP
+    /// targets (default gfx942).
     #[arg(long)]
     arch: Option<String>,
     /// nvcc to use (default: $CUDACXX, else nvcc on PATH, else $CUDA_HOME/bin/nvcc).
@@ -39,6 +54,11 @@ pub struct Args {
     /// rocSHMEM install prefix (default: $ROCSHMEM_HOME, as build-rocshmem prints).
     #[arg(long, value_name = "DIR")]
     rocshmem_home: Option<PathBuf>,
+    /// The ROCm install (default: $ROCM_PATH, else `hipconfig --rocmpath`, else /opt/rocm).
+    /// Given to CMake as -DROCM_PATH, -DCMAKE_HIP_COMPILER_ROCM_ROOT and on
+    /// -DCMAKE_PREFIX_PATH; never exported to the compilers.
+    #[arg(long, value_name = "DIR")]
+    rocm_path: Option<PathBuf>,
     /// Where to build and install (default: target/shim/<backend>).
     #[arg(long, value_name = "DIR")]
     out_dir: Option<PathBuf>,
@@ -63,7 +83,7 @@ fn nvcc(given: Option<&Path>) -> anyhow::Result<PathBuf> {
         .or_else(|| crate::build_rocshmem::which("nvcc"))
         .or_else(|| from_env(None, &["CUDA_HOME", "CUDA_PATH"]).map(|h| h.join("bin/nvcc")));
     match found {
-        Some(p) if p.is_file() => Ok(p),
+        Some(p) if p.is_file() => Ok(std::path::absolute(&p).unwrap_or(p)),
         _ => bail!(
             "nvcc not found: install the CUDA toolkit (or `pip install nvidia-cuda-nvcc==13.0.* \
              nvidia-cuda-runtime==13.0.* nvidia-cuda-crt==13.0.* nvidia-cuda-cccl==13.0.* \
@@ -72,7 +92,195 @@ fn nvcc(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     }
 }
 
+/// Where ROCm is and how that was decided (for the log).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Rocm {
+    root: PathBuf,
+    found: String,
+    /// HIP's clang++ (`hipconfig --hipclangpath`, else `<root>/llvm/bin`), when found: CMake
+    /// looks for it only through the hipconfig on PATH.
+    hip_clang: Option<PathBuf>,
+}
+
+/// Runs `hipconfig <flag>` and returns what it prints, if that is an existing folder.
+fn hipconfig_dir(hipconfig: &Path, flag: &str) -> Option<PathBuf> {
+    let out = Command::new(hipconfig)
+        .arg(flag)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !text.is_empty() && Path::new(&text).is_dir())
+        .then(|| PathBuf::from(text))
+}
+
+/// The ROCm install for a rocSHMEM build: `--rocm-path`, else `$ROCM_PATH`, else what the
+/// hipconfig on PATH reports, else /opt/rocm. `None` when none of those exists: CMake then
+/// looks on its own, and says what it could not find.
+fn rocm(given: Option<&Path>) -> anyhow::Result<Option<Rocm>> {
+    let hipconfig_on_path = crate::build_rocshmem::which("hipconfig");
+    // (root, how it was found, the hipconfig that named it)
+    let (root, found, named_by) = if let Some(dir) = given {
+        if !dir.is_dir() {
+            bail!(
+                "--rocm-path {} is not a folder: pass the ROCm install (the folder with \
+                 bin/hipconfig; Debian/Ubuntu: /usr, AMD's packages: /opt/rocm)",
+                dir.display()
+            );
+        }
+        (dir.to_path_buf(), "from --rocm-path".to_string(), None)
+    } else if let Some(dir) = from_env(None, &["ROCM_PATH"]) {
+        if !dir.is_dir() {
+            bail!(
+                "ROCM_PATH={} is not a folder: unset it or point it at the ROCm install, or pass \
+                 --rocm-path",
+                dir.display()
+            );
+        }
+        (dir, "from $ROCM_PATH".to_string(), None)
+    } else if let Some(dir) = hipconfig_on_path
+        .as_deref()
+        .and_then(|h| hipconfig_dir(h, "--rocmpath"))
+    {
+        let hipconfig = hipconfig_on_path.clone();
+        let how = format!(
+            "from `{} --rocmpath`",
+            hipconfig.as_deref().unwrap_or(Path::new("")).display()
+        );
+        (dir, how, hipconfig)
+    } else if Path::new("/opt/rocm").is_dir() {
+        (
+            PathBuf::from("/opt/rocm"),
+            "the default /opt/rocm".to_string(),
+            None,
+        )
+    } else {
+        return Ok(None);
+    };
+    let root = std::path::absolute(&root).unwrap_or(root);
+    // This ROCm's own hipconfig, or the one that named it: another one on PATH may belong to
+    // another install.
+    let hip_clang = Some(root.join("bin/hipconfig"))
+        .filter(|p| p.is_file())
+        .into_iter()
+        .chain(named_by)
+        .find_map(|h| hipconfig_dir(&h, "--hipclangpath"))
+        .map(|dir| dir.join("clang++"))
+        .filter(|p| p.is_file())
+        .or_else(|| Some(root.join("llvm/bin/clang++")).filter(|p| p.is_file()));
+    Ok(Some(Rocm {
+        root,
+        found,
+        hip_clang,
+    }))
+}
+
+/// Checks that `home` is a rocSHMEM install that CMake can find.
+fn check_rocshmem_home(home: &Path) -> anyhow::Result<()> {
+    let config = ["lib/cmake/rocshmem", "lib64/cmake/rocshmem"]
+        .iter()
+        .any(|d| home.join(d).join("rocshmem-config.cmake").is_file());
+    if !config {
+        bail!(
+            "{} is not a rocSHMEM install (no lib/cmake/rocshmem/rocshmem-config.cmake): build \
+             one with `cargo xtask build-rocshmem --arch <arch>` and pass the prefix it prints \
+             (--rocshmem-home, or ROCSHMEM_HOME)",
+            home.display()
+        );
+    }
+    Ok(())
+}
+
+/// CMake definitions for the rocSHMEM backend. The ROCm location travels only here: a
+/// definition reaches CMake's package lookups and its HIP compiler check, whereas an exported
+/// ROCM_PATH also reaches clang, and Debian's clang then looks for its device libraries under
+/// it (they are in /usr/lib/llvm-<N>/lib/clang/<N>/amdgcn/bitcode) and fails.
+fn rocshmem_defines(home: &Path, rocm: Option<&Rocm>) -> Vec<(String, OsString)> {
+    let mut prefix_path = home.as_os_str().to_os_string();
+    let mut defines = Vec::new();
+    if let Some(rocm) = rocm {
+        prefix_path.push(";");
+        prefix_path.push(&rocm.root);
+        defines.push(("ROCM_PATH".into(), rocm.root.clone().into_os_string()));
+        defines.push((
+            "CMAKE_HIP_COMPILER_ROCM_ROOT".into(),
+            rocm.root.clone().into_os_string(),
+        ));
+        if let Some(clang) = &rocm.hip_clang {
+            defines.push(("CMAKE_HIP_COMPILER".into(), clang.clone().into_os_string()));
+        }
+    }
+    defines.insert(0, ("CMAKE_PREFIX_PATH".into(), prefix_path));
+    defines
+}
+
+/// The three CMake steps, each one command line.
+struct Steps {
+    configure: Command,
+    build: Command,
+    install: Command,
+}
+
+fn steps(
+    cmake: &Path,
+    source: &Path,
+    build_dir: &Path,
+    out: &Path,
+    generator: &str,
+    defines: &[(String, OsString)],
+) -> Steps {
+    let mut configure = Command::new(cmake);
+    configure
+        .arg("-S")
+        .arg(source)
+        .arg("-B")
+        .arg(build_dir)
+        .args(["-G", generator]);
+    for (name, value) in defines {
+        let mut arg = OsString::from(format!("-D{name}="));
+        arg.push(value);
+        configure.arg(arg);
+    }
+    let mut build = Command::new(cmake);
+    build.arg("--build").arg(build_dir);
+    let mut install = Command::new(cmake);
+    install
+        .arg("--install")
+        .arg(build_dir)
+        .arg("--prefix")
+        .arg(out);
+    Steps {
+        configure,
+        build,
+        install,
+    }
+}
+
+/// Runs one CMake step with its output on stderr (stdout carries only the library's path).
+fn run_step(what: &str, command: &mut Command) -> anyhow::Result<std::process::ExitStatus> {
+    let stderr = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .context("duplicating stderr for CMake's output")?;
+    eprintln!("[build-shim] {what}");
+    let started = Instant::now();
+    let status = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(stderr))
+        .status()
+        .with_context(|| format!("starting {}", command.get_program().to_string_lossy()))?;
+    if status.success() {
+        eprintln!(
+            "[build-shim] {what}: done in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(status)
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
+    let started = Instant::now();
     let backend = match args.backend {
         ShimBackend::Nvshmem => Backend::Nvshmem,
         ShimBackend::Rocshmem => Backend::Rocshmem,
@@ -83,26 +291,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| target_dir().join("shim").join(backend.name())),
     )?;
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    crate::build_rocshmem::tools_cmake()?;
-
-    // The `cmake` crate is made for build scripts; outside one it needs the target, host,
-    // profile and out dir spelled out, and its default C flags are not wanted here.
-    let triple = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
-    let mut config = cmake::Config::new(&source);
-    config
-        .out_dir(&out)
-        .target(&triple)
-        .host(&triple)
-        .profile("Release")
-        .no_default_flags(true)
-        .define("SYMMEM_SHIM_BACKEND", backend.name());
-    if crate::build_rocshmem::which("ninja").is_some() {
-        config.generator("Ninja");
-    }
+    let mut defines: Vec<(String, OsString)> = vec![
+        ("CMAKE_BUILD_TYPE".into(), "Release".into()),
+        ("SYMMEM_SHIM_BACKEND".into(), backend.name().into()),
+    ];
     if let Some(arch) = &args.arch {
-        config.define("SYMMEM_SHIM_ARCHS", arch.replace(',', ";"));
+        defines.push(("SYMMEM_SHIM_ARCHS".into(), arch.replace(',', ";").into()));
     }
+    let mut rocm_path_exported = None;
     match backend {
         Backend::Nvshmem => {
             let nvcc = nvcc(args.nvcc.as_deref())?;
@@ -117,74 +313,190 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     home.display()
                 );
             }
+            let home = std::path::absolute(&home).unwrap_or(home);
             // A toolkit root for CMake: the folder above nvcc's bin/.
             let root = nvcc
                 .parent()
                 .and_then(Path::parent)
-                .unwrap_or(Path::new("/"));
-            config
-                .define("CMAKE_CUDA_COMPILER", &nvcc)
-                .define("CUDAToolkit_ROOT", root)
-                .define("NVSHMEM_HOME", &home);
+                .unwrap_or(Path::new("/"))
+                .to_path_buf();
+            defines.push(("CMAKE_CUDA_COMPILER".into(), nvcc.into_os_string()));
+            defines.push(("CUDAToolkit_ROOT".into(), root.into_os_string()));
+            defines.push(("NVSHMEM_HOME".into(), home.into_os_string()));
         }
         Backend::Rocshmem => {
             let home = from_env(args.rocshmem_home.as_deref(), &["ROCSHMEM_HOME"]).context(
                 "rocSHMEM not found: run `eval \"$(cargo xtask build-rocshmem --arch gfx942)\"` \
                  first, or pass --rocshmem-home",
             )?;
-            config.define("CMAKE_PREFIX_PATH", &home);
-            if let Some(rocm) = from_env(None, &["ROCM_PATH"]) {
-                config.define("CMAKE_HIP_COMPILER_ROCM_ROOT", &rocm);
+            let home = std::path::absolute(&home).unwrap_or(home);
+            check_rocshmem_home(&home)?;
+            let rocm = rocm(args.rocm_path.as_deref())?;
+            match &rocm {
+                Some(r) => eprintln!(
+                    "ROCm    {} ({}); HIP clang: {}",
+                    r.root.display(),
+                    r.found,
+                    r.hip_clang
+                        .as_deref()
+                        .map_or_else(|| "left to CMake".to_string(), |c| c.display().to_string())
+                ),
+                None => eprintln!(
+                    "ROCm    not found (no --rocm-path, $ROCM_PATH, hipconfig or /opt/rocm): \
+                     left to CMake"
+                ),
             }
+            rocm_path_exported = std::env::var_os("ROCM_PATH").filter(|v| !v.is_empty());
+            defines.extend(rocshmem_defines(&home, rocm.as_ref()));
         }
     }
-    eprintln!(
-        "building the {} shim from {} ...",
-        backend.name(),
-        source.display()
-    );
-    // The crate panics on failure (it is made for build scripts): turn that into an error.
-    // It also prints CMake's output and `cargo:` lines on stdout: send them to stderr, so that
-    // stdout carries only the library's path (`lib=$(cargo xtask build-shim ...)`).
-    let built = with_stdout_on_stderr(|| {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.build()))
-    })?;
-    let installed = match built {
-        Ok(dir) => dir,
-        Err(_) => bail!(
-            "building the {} shim failed: see CMake's output above (the build folder is {})",
-            backend.name(),
-            out.join("build").display()
-        ),
+
+    // The inputs are checked first: their errors are the likelier ones, and need no tools.
+    let cmake = crate::build_rocshmem::tools_cmake()?;
+    let generator = if crate::build_rocshmem::which("ninja").is_some() {
+        "Ninja"
+    } else if crate::build_rocshmem::which("make").is_some() {
+        "Unix Makefiles"
+    } else {
+        bail!(
+            "neither ninja nor make found on PATH: install ninja (apt-get install ninja-build, \
+             pip install ninja)"
+        );
     };
-    let library = installed.join("lib").join(backend.library_name());
-    if !library.is_file() {
-        bail!("CMake finished but {} is missing", library.display());
+
+    let build_dir = out.join("build");
+    std::fs::create_dir_all(&build_dir)
+        .with_context(|| format!("creating {}", build_dir.display()))?;
+    eprintln!(
+        "building the {} shim from {} in {} ...",
+        backend.name(),
+        source.display(),
+        build_dir.display()
+    );
+    let mut steps = steps(&cmake, &source, &build_dir, &out, generator, &defines);
+    let failed = |what: &str, status: std::process::ExitStatus| {
+        let mut fix = format!(
+            "CMake's messages above say what failed; fix that and run the same command again \
+             (delete {} to start over)",
+            build_dir.display()
+        );
+        if let Some(value) = &rocm_path_exported {
+            fix.push_str(&format!(
+                ". Note: ROCM_PATH={} is exported; Debian's clang then looks for its device \
+                 libraries there: unset it and pass --rocm-path instead",
+                value.to_string_lossy()
+            ));
+        }
+        anyhow::anyhow!(
+            "{what} the {} shim failed ({status}): {fix}",
+            backend.name()
+        )
+    };
+    let status = run_step("configure", &mut steps.configure)?;
+    if !status.success() {
+        return Err(failed("configuring", status));
     }
-    eprintln!("built {}", library.display());
+    let status = run_step("build", &mut steps.build)?;
+    if !status.success() {
+        return Err(failed("building", status));
+    }
+    let status = run_step("install", &mut steps.install)?;
+    if !status.success() {
+        return Err(failed("installing", status));
+    }
+    let library = out.join("lib").join(backend.library_name());
+    if !library.is_file() {
+        bail!(
+            "CMake finished but {} is missing: delete {} and run again",
+            library.display(),
+            build_dir.display()
+        );
+    }
+    eprintln!(
+        "built {} in {:.1} s",
+        library.display(),
+        started.elapsed().as_secs_f64()
+    );
     println!("{}", library.display());
     Ok(())
 }
 
-/// Runs `f` with file descriptor 1 pointing at stderr, restoring it afterwards.
-fn with_stdout_on_stderr<T>(f: impl FnOnce() -> T) -> anyhow::Result<T> {
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
-    // SAFETY: dup on the process's own stdout; the copy is restored and closed below.
-    let saved = unsafe { libc::dup(1) };
-    // SAFETY: points fd 1 at stderr; undone below.
-    if saved < 0 || unsafe { libc::dup2(2, 1) } < 0 {
-        anyhow::bail!(
-            "redirecting CMake's output: {}",
-            std::io::Error::last_os_error()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(command: &Command) -> Vec<String> {
+        command
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// The ROCm location reaches CMake as definitions, and nothing is added to the environment
+    /// of CMake (and so of the compilers it runs).
+    #[test]
+    fn rocm_goes_to_cmake_as_definitions_only() {
+        let rocm = Rocm {
+            root: "/usr".into(),
+            found: "from `hipconfig --rocmpath`".into(),
+            hip_clang: Some("/usr/lib/llvm-21/bin/clang++".into()),
+        };
+        let defines = rocshmem_defines(Path::new("/prefix/rocshmem"), Some(&rocm));
+        let steps = steps(
+            Path::new("/usr/bin/cmake"),
+            Path::new("/src/shim"),
+            Path::new("/out/build"),
+            Path::new("/out"),
+            "Ninja",
+            &defines,
+        );
+        let args = text(&steps.configure);
+        for expected in [
+            "-DCMAKE_PREFIX_PATH=/prefix/rocshmem;/usr",
+            "-DROCM_PATH=/usr",
+            "-DCMAKE_HIP_COMPILER_ROCM_ROOT=/usr",
+            "-DCMAKE_HIP_COMPILER=/usr/lib/llvm-21/bin/clang++",
+        ] {
+            assert!(args.iter().any(|a| a == expected), "{expected}: {args:?}");
+        }
+        for step in [&steps.configure, &steps.build, &steps.install] {
+            assert_eq!(step.get_envs().count(), 0, "{:?}", step.get_envs());
+        }
+        assert_eq!(
+            text(&steps.install),
+            ["--install", "/out/build", "--prefix", "/out"]
+        );
+        // Without a ROCm found, CMake looks itself: only rocSHMEM's prefix is given.
+        let defines = rocshmem_defines(Path::new("/prefix/rocshmem"), None);
+        assert_eq!(
+            defines,
+            [("CMAKE_PREFIX_PATH".to_string(), "/prefix/rocshmem".into())]
         );
     }
-    let result = f();
-    let _ = std::io::stdout().flush();
-    // SAFETY: as above.
-    unsafe {
-        libc::dup2(saved, 1);
-        libc::close(saved);
+
+    #[test]
+    fn missing_rocm_and_rocshmem_name_the_fix() {
+        let e = rocm(Some(Path::new("/nonexistent/rocm")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--rocm-path /nonexistent/rocm is not a folder"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let e = check_rocshmem_home(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("cargo xtask build-rocshmem"), "{e}");
     }
-    Ok(result)
+
+    #[test]
+    fn a_given_rocm_without_hipconfig_uses_its_llvm() {
+        let dir = tempfile::tempdir().unwrap();
+        let clang = dir.path().join("llvm/bin/clang++");
+        std::fs::create_dir_all(clang.parent().unwrap()).unwrap();
+        std::fs::write(&clang, "").unwrap();
+        let found = rocm(Some(dir.path())).unwrap().unwrap();
+        assert_eq!(found.root, dir.path());
+        // Not the clang of a hipconfig on PATH, which may belong to another ROCm.
+        assert_eq!(found.hip_clang.as_deref(), Some(clang.as_path()));
+    }
 }
