@@ -71,6 +71,8 @@
             pname = "symmem";
             version = cargoToml.workspace.package.version;
             strictDeps = true;
+            # pyo3's build script (crates/symmem-py) asks a Python interpreter for its config.
+            nativeBuildInputs = [ pkgs.python3 ];
           };
 
           # Checks build like CI (.ci/run): dev profile, whole workspace, Cargo.lock as committed.
@@ -90,6 +92,7 @@
               pkgs.cmake
               pkgs.ninja
               pkgs.rustPlatform.bindgenHook
+              pkgs.python3 # replaces commonArgs' list in `devArgs // testTools`
             ];
             dontUseCmakeConfigure = true;
             dontUseNinjaBuild = true;

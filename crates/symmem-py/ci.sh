@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The Python face, end to end on the host provider: a venv with maturin, pytest, numpy and
+# Triton (CPU interpreter only: it runs the GPU test's kernels) from PyPI, the abi3 wheel built
+# and installed, symmem-run built, then pytest (ranks started by symmem-run). Needs python3
+# (3.9+), cargo and PyPI; run from anywhere, extra arguments go to pytest:
+#   bash crates/symmem-py/ci.sh              (PROFILE=release: optimised wheel; TRITON=0: no Triton)
+# Leaves the venv in target/py-ci/venv and the wheel in target/py-ci/wheels.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
+work="$target/py-ci"
+venv="$work/venv"
+profile=${PROFILE:-debug}
+
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+packages=("maturin>=1.9.4,<2" "pytest>=7" "numpy>=1.22")
+# The GPU machine's Triton, so the kernels are checked with the version that will compile them.
+[ "${TRITON:-1}" = 0 ] || packages+=("triton==3.6.0")
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${packages[@]}"
+
+release=()
+[ "$profile" = release ] && release=(--release)
+rm -rf "$work/wheels"
+"$venv/bin/maturin" build "${release[@]}" --locked --interpreter "$venv/bin/python" \
+  -m crates/symmem-py/Cargo.toml --out "$work/wheels"
+wheels=("$work"/wheels/symmem-*-cp39-abi3-*.whl)
+wheel=${wheels[0]}
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall \
+  --no-deps "$wheel"
+
+cargo build --locked -p symmem-launch --bin symmem-run
+export SYMMEM_RUN="$target/debug/symmem-run"
+# Run from the tests folder, so `import symmem` is the installed wheel, not the source tree.
+cd crates/symmem-py/tests
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"

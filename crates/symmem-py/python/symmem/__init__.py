@@ -1,0 +1,516 @@
+"""Symmetric memory from Python, Iris style.
+
+Every rank of a job allocates together; each gets its own tensor and the peer-bases table
+that lets one kernel reach every peer's copy::
+
+    import symmem, torch
+    x, bases = symmem.allocate_symmetric(1024, dtype=torch.float32)  # collective
+    assert bases[symmem.rank()] == x.data_ptr()
+    # a kernel stores to peer `to` at  bases[to] + (ptr - bases[rank])
+    symmem.barrier()                                                  # collective
+    symmem.free(x)                                                    # collective
+    symmem.finalize()                                                 # collective
+
+The provider is the host one (CPU tensors, any Linux machine) unless ``SYMMEM_PROVIDER`` or
+``init(provider=...)`` names ``nvshmem`` or ``rocshmem`` (device tensors; the shim library
+comes from ``SYMMEM_SHIM_LIB``). Rank identity comes from the launcher's environment
+(``symmem-run``, torchrun, Open MPI, Slurm, PMI).
+
+Tensors are DLPack exports: torch (``framework="torch"``), numpy (``"numpy"``, CPU only) or any
+DLPack consumer (``"dlpack"`` returns the raw :class:`SymmetricArray`) wraps them without a
+copy. torch is optional. Memory is never freed by garbage collection: ``free`` is collective,
+and an allocation whose last tensor is collected without it is reported (on stderr at once,
+and by :func:`finalize`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import importlib
+import importlib.util
+import operator
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import _native
+from ._native import (
+    CollectiveMismatchError,
+    PeerFailedError,
+    SymmemError,
+    SymmetricArray,
+    UnavailableError,
+)
+
+__all__ = [
+    "AddressMap",
+    "CollectiveMismatchError",
+    "EXIT_PEER_FAILED",
+    "Outstanding",
+    "PeerFailedError",
+    "SymmemError",
+    "SymmetricArray",
+    "SymmetricLeakWarning",
+    "UnavailableError",
+    "allocate_symmetric",
+    "allocate_symmetric_map",
+    "barrier",
+    "device",
+    "dtypes",
+    "finalize",
+    "free",
+    "info",
+    "init",
+    "local_rank",
+    "outstanding",
+    "provider",
+    "rank",
+    "symmetric_address_map",
+    "world_size",
+]
+
+#: Exit status for a rank that stops because another rank failed (launchers tell it apart).
+EXIT_PEER_FAILED: int = _native.EXIT_PEER_FAILED
+
+KDL_CPU: int = _native.KDL_CPU
+KDL_CUDA: int = _native.KDL_CUDA
+KDL_ROCM: int = _native.KDL_ROCM
+
+FRAMEWORKS = ("torch", "numpy", "dlpack")
+
+
+class SymmetricLeakWarning(UserWarning):
+    """finalize() found symmetric allocations that were never freed."""
+
+
+@dataclass(frozen=True)
+class AddressMap:
+    """Everything a kernel needs about one allocation, as seen from this rank."""
+
+    local_rank: int
+    world_size: int
+    #: The allocation's address in this process (``bases[local_rank]``).
+    allocation_base: int
+    #: The allocation's size in bytes (the same on every rank).
+    allocation_bytes: int
+    #: Per rank, where this process reaches that rank's copy (0 when not reachable).
+    bases: Tuple[int, ...]
+    #: Per rank, whether its copy is load/store reachable from here.
+    direct: Tuple[bool, ...]
+    #: The same table as an int64 tensor on the allocation's device, for kernels.
+    peer_bases: Any
+    #: Sequence number of the allocation (the same on every rank).
+    allocation_id: int
+
+    def translate(self, addr: int, from_rank: int, to_rank: int) -> int:
+        """``bases[to] + (addr - bases[from])``, refusing an address outside rank
+        ``from_rank``'s copy of this allocation and peers that are not reachable."""
+        for r in (from_rank, to_rank):
+            if not 0 <= r < self.world_size:
+                raise ValueError(f"rank {r} is out of range for a world of {self.world_size}")
+            if not self.direct[r]:
+                raise ValueError(
+                    f"rank {r} is not load/store reachable from rank {self.local_rank}"
+                )
+        base = self.bases[from_rank]
+        if not base <= addr < base + self.allocation_bytes:
+            raise ValueError(
+                f"address {addr:#x} is outside rank {from_rank}'s copy of allocation "
+                f"#{self.allocation_id} [{base:#x}, +{self.allocation_bytes} B)"
+            )
+        return self.bases[to_rank] + (addr - base)
+
+
+@dataclass(frozen=True)
+class Outstanding:
+    """A symmetric allocation not freed (yet)."""
+
+    id: int
+    address: int
+    nbytes: int
+    dtype: str
+    shape: Tuple[int, ...]
+    #: True when no Python object views it any more: it can no longer be freed.
+    dropped: bool
+
+
+# ---- bookkeeping of the tensors handed out ------------------------------------------------
+
+
+@dataclass
+class _Entry:
+    key: Optional[tuple]
+    framework: str
+
+
+_entries: Dict[int, _Entry] = {}
+_key_owner: Dict[tuple, int] = {}
+# Identity keys of tensors whose allocation was freed: a second free of one is named as such
+# even after the address was reused. Bounded; a newer allocation's key always wins.
+_freed: "collections.OrderedDict[tuple, int]" = collections.OrderedDict()
+_FREED_KEEP = 4096
+
+
+def _identity_key(obj: Any) -> Optional[tuple]:
+    """What tells the tensors of one allocation apart from any other object viewing the
+    same address: the torch storage, the numpy base (the DLPack capsule), or the export."""
+    if isinstance(obj, SymmetricArray):
+        return ("symmem", obj.allocation_id)
+    module = type(obj).__module__ or ""
+    if module.startswith("torch"):
+        try:
+            return ("torch", obj.untyped_storage()._cdata)
+        except (AttributeError, RuntimeError):
+            return None
+    if module.startswith("numpy"):
+        import numpy as np
+
+        root = obj
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        return ("numpy", id(root.base if root.base is not None else root))
+    return None
+
+
+def _describe(obj: Any) -> Tuple[int, int]:
+    """(address of the first element, bytes covered) of a tensor-like object."""
+    if isinstance(obj, SymmetricArray):
+        return obj.data_ptr(), obj.nbytes
+    module = type(obj).__module__ or ""
+    if module.startswith("torch"):
+        return obj.data_ptr(), obj.numel() * obj.element_size()
+    if module.startswith("numpy") and hasattr(obj, "__array_interface__"):
+        return obj.__array_interface__["data"][0], obj.nbytes
+    if callable(getattr(obj, "data_ptr", None)) and hasattr(obj, "nbytes"):
+        return int(obj.data_ptr()), int(obj.nbytes)
+    raise TypeError(
+        f"expected a tensor from symmem.allocate_symmetric (torch.Tensor, numpy.ndarray or "
+        f"symmem.SymmetricArray), got {type(obj).__name__}"
+    )
+
+
+# ---- session ------------------------------------------------------------------------------
+
+
+def init(provider: Optional[str] = None) -> Dict[str, Any]:
+    """Collective: starts symmem with ``provider`` (``host``, ``nvshmem``, ``rocshmem``; else
+    ``SYMMEM_PROVIDER``; else ``host``). Calling it again with the same provider does nothing.
+    Returns :func:`info`. Every other function calls it on first use."""
+    if _native.init(provider):
+        dev_type, dev_id = _native.info()["device"]
+        if dev_type != KDL_CPU and importlib.util.find_spec("torch") is not None:
+            import torch
+
+            # Kernels launched through torch and Triton run on torch's current device.
+            torch.cuda.set_device(dev_id)
+    return info()
+
+
+def _ensure() -> Dict[str, Any]:
+    current = _native.info()
+    return current if current is not None else init()
+
+
+def info() -> Dict[str, Any]:
+    """The session (``provider``, ``rank``, ``world_size``, ``device`` as a DLPack
+    ``(type, id)``, ``finalized``); before :func:`init`, the launcher's view only."""
+    current = _native.info()
+    if current is not None:
+        return dict(current)
+    r, n, _, _, launcher = _native.identity()
+    return {"provider": None, "rank": r, "world_size": n, "launcher": launcher}
+
+
+def rank() -> int:
+    """This process's rank (from the launcher; needs no session)."""
+    return _native.identity()[0]
+
+
+def world_size() -> int:
+    return _native.identity()[1]
+
+
+def local_rank() -> int:
+    return _native.identity()[2]
+
+
+def provider() -> str:
+    return _ensure()["provider"]
+
+
+def device() -> Tuple[int, int]:
+    """DLPack ``(device type, device id)`` of this rank's symmetric memory."""
+    return tuple(_ensure()["device"])
+
+
+def dtypes() -> List[str]:
+    """Element types that symmetric tensors can hold."""
+    return list(_native.dtypes())
+
+
+def _device_sync() -> None:
+    """Kernels queued by torch (and Triton) must be done before a collective frees memory or
+    tells peers that stores are complete."""
+    current = _native.info()
+    if current is not None and current["device"][0] != KDL_CPU and "torch" in sys.modules:
+        sys.modules["torch"].cuda.synchronize()
+
+
+# ---- allocation ---------------------------------------------------------------------------
+
+_DTYPE_ALIASES = {
+    "float": "float32",
+    "half": "float16",
+    "double": "float64",
+    "long": "int64",
+    "int": "int32",
+    "short": "int16",
+    "cfloat": "complex64",
+    "cdouble": "complex128",
+}
+
+
+def _dtype_name(dtype: Any) -> str:
+    if dtype is None:
+        name = "float32"
+    elif isinstance(dtype, str):
+        name = dtype[len("torch."):] if dtype.startswith("torch.") else dtype
+    elif dtype in (bool, int, float, complex):
+        name = {bool: "bool", int: "int64", float: "float64", complex: "complex128"}[dtype]
+    elif type(dtype).__module__ == "torch":
+        name = str(dtype)[len("torch."):]
+    elif "numpy" in sys.modules:
+        import numpy as np
+
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = None
+    else:
+        name = None
+    if name is None:
+        raise TypeError(
+            f"dtype must be a torch dtype, a numpy dtype or a name such as 'float32', "
+            f"got {dtype!r}"
+        )
+    name = _DTYPE_ALIASES.get(name, name)
+    if name not in _native.dtypes():
+        raise TypeError(
+            f"dtype {dtype!r} is not supported by symmem; use one of "
+            f"{', '.join(_native.dtypes())}"
+        )
+    return name
+
+
+def _shape(size: tuple) -> List[int]:
+    if len(size) == 1 and isinstance(size[0], (tuple, list)) or (
+        len(size) == 1 and type(size[0]).__name__ == "Size"
+    ):
+        size = tuple(size[0])
+    if not size:
+        raise TypeError("give the tensor's size, e.g. allocate_symmetric(1024, dtype='float32')")
+    dims = []
+    for d in size:
+        if isinstance(d, bool):
+            raise TypeError(f"size must be integers, got {d!r}")
+        try:
+            d = operator.index(d)
+        except TypeError:
+            raise TypeError(f"size must be integers, got {d!r}") from None
+        if d >= 1 << 63:
+            raise ValueError(f"dimension {d} overflows the address space")
+        dims.append(d)
+    return dims
+
+
+def _framework(framework: Optional[str], device_type: int) -> str:
+    if framework is None:
+        if importlib.util.find_spec("torch") is not None:
+            return "torch"
+        if device_type == KDL_CPU and importlib.util.find_spec("numpy") is not None:
+            return "numpy"
+        return "dlpack"
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
+    if framework == "numpy" and device_type != KDL_CPU:
+        raise ValueError(
+            "numpy holds CPU memory only and this provider's memory is on a GPU: use "
+            "framework='torch' or 'dlpack'"
+        )
+    return framework
+
+
+def _wrap(array: SymmetricArray, framework: str) -> Any:
+    if framework == "torch":
+        return sys.modules["torch"].from_dlpack(array)
+    if framework == "numpy":
+        return sys.modules["numpy"].from_dlpack(array)
+    return array
+
+
+def _address_map(a: Any, framework: str) -> AddressMap:
+    return AddressMap(
+        local_rank=a.rank,
+        world_size=a.world_size,
+        allocation_base=a.base,
+        allocation_bytes=a.nbytes,
+        bases=tuple(a.bases),
+        direct=tuple(a.direct),
+        peer_bases=_wrap(a.peer_bases, framework),
+        allocation_id=a.id,
+    )
+
+
+def _allocate(size: tuple, dtype: Any, framework: Optional[str]) -> Tuple[Any, AddressMap]:
+    # Everything that can be refused is refused before the collective.
+    shape = _shape(size)
+    name = _dtype_name(dtype)
+    session = _ensure()
+    fw = _framework(framework, session["device"][0])
+    if fw != "dlpack":
+        importlib.import_module(fw)
+    if fw == "numpy" and name == "bfloat16":
+        raise TypeError("numpy has no bfloat16: use framework='torch' or 'dlpack'")
+    a = _native.allocate(shape, name)
+    tensor = _wrap(a.data, fw)
+    key = _identity_key(tensor)
+    _entries[a.id] = _Entry(key, fw)
+    if key is not None:
+        _key_owner[key] = a.id
+        _freed.pop(key, None)
+    return tensor, _address_map(a, fw)
+
+
+def allocate_symmetric(*size: Any, dtype: Any = None, framework: Optional[str] = None):
+    """Collective: a new symmetric tensor of ``size`` and ``dtype`` (default float32) and its
+    peer-bases table, an int64 tensor indexed by rank on the tensor's device, with
+    ``peer_bases[rank] == tensor.data_ptr()``. Contents start unspecified (as torch.empty).
+
+    ``framework``: ``"torch"``, ``"numpy"`` (CPU providers) or ``"dlpack"`` (the raw
+    :class:`SymmetricArray`); by default torch when installed, else numpy on CPU."""
+    tensor, amap = _allocate(size, dtype, framework)
+    return tensor, amap.peer_bases
+
+
+def allocate_symmetric_map(*size: Any, dtype: Any = None, framework: Optional[str] = None):
+    """Collective: as :func:`allocate_symmetric`, returning ``(tensor, AddressMap)``."""
+    return _allocate(size, dtype, framework)
+
+
+def _lookup(tensor: Any) -> Tuple[int, int, int, int, int]:
+    """(allocation id, base, bytes, address, bytes covered) of the allocation ``tensor``
+    lies in; ValueError naming why when it lies in none."""
+    addr, nbytes = _describe(tensor)
+    _ensure()
+    hit = _native.find(addr)
+    if hit is None:
+        key = _identity_key(tensor)
+        if key is not None and key in _freed:
+            raise ValueError(
+                f"this tensor's symmetric allocation #{_freed[key]} was freed already"
+            )
+        raise ValueError(
+            f"address {addr:#x} is not in a live symmetric allocation of this rank: the tensor "
+            f"was not made by symmem.allocate_symmetric (or its allocation was freed)"
+        )
+    return (*hit, addr, nbytes)
+
+
+def symmetric_address_map(tensor: Any) -> AddressMap:
+    """The address map of the allocation that ``tensor`` (or a view of it) lies in.
+    Not collective."""
+    alloc_id, _, _, _, _ = _lookup(tensor)
+    entry = _entries.get(alloc_id)
+    if isinstance(tensor, SymmetricArray):
+        fw = "dlpack"
+    elif (type(tensor).__module__ or "").startswith("numpy"):
+        fw = "numpy"
+    elif (type(tensor).__module__ or "").startswith("torch"):
+        fw = "torch"
+    else:
+        fw = entry.framework if entry else "dlpack"
+    return _address_map(_native.address_map(alloc_id), fw)
+
+
+def free(tensor: Any) -> None:
+    """Collective: frees the allocation of ``tensor`` (the tensor allocate_symmetric returned,
+    or a view of all of it). Every rank frees the same allocations in the same order.
+    Tensors still viewing the memory must not be used afterwards."""
+    alloc_id, base, nbytes, addr, covered = _lookup(tensor)
+    key = _identity_key(tensor)
+    entry = _entries.get(alloc_id)
+    if key is not None and key in _freed and (entry is None or entry.key != key):
+        raise ValueError(
+            f"this tensor's symmetric allocation #{_freed[key]} was freed already (its memory "
+            f"now belongs to allocation #{alloc_id}, which this call leaves alone)"
+        )
+    if addr != base or covered != nbytes:
+        raise ValueError(
+            f"the tensor covers [{addr:#x}, +{covered} B) but its symmetric allocation "
+            f"#{alloc_id} is [{base:#x}, +{nbytes} B): free the whole tensor that "
+            f"allocate_symmetric returned, not a slice of it"
+        )
+    _device_sync()
+    _native.free(alloc_id)
+    entry = _entries.pop(alloc_id, None)
+    if entry is not None and entry.key is not None:
+        _key_owner.pop(entry.key, None)
+        _freed[entry.key] = alloc_id
+    if key is not None:
+        _freed[key] = alloc_id
+    while len(_freed) > _FREED_KEEP:
+        _freed.popitem(last=False)
+
+
+def barrier() -> None:
+    """Collective: waits for every rank; stores made before it (kernels included: queued
+    torch work is synchronised first) are visible to every rank after it."""
+    _ensure()
+    _device_sync()
+    _native.barrier()
+
+
+def outstanding() -> List[Outstanding]:
+    """Allocations not freed yet on this rank."""
+    _ensure()
+    return [Outstanding(**r) for r in _native.outstanding()]
+
+
+def finalize() -> List[Outstanding]:
+    """Collective: ends symmem in this process. Returns (and warns about) the allocations
+    that were never freed; nothing can be allocated afterwards."""
+    _ensure()
+    _device_sync()
+    records = [Outstanding(**r) for r in _native.finalize()]
+    _entries.clear()
+    _key_owner.clear()
+    if records:
+        dropped = sum(r.dropped for r in records)
+        warnings.warn(
+            SymmetricLeakWarning(
+                f"{len(records)} symmetric allocation(s) never freed ({dropped} of them "
+                f"garbage-collected without symmem.free): "
+                + ", ".join(f"#{r.id} {r.dtype}{list(r.shape)}" for r in records)
+            ),
+            stacklevel=2,
+        )
+    return records
+
+
+def _at_exit() -> None:
+    try:
+        current = _native.info()
+        if current is None or current["finalized"]:
+            return
+        count = len(_native.outstanding())
+    except Exception:
+        return
+    tail = f"; {count} symmetric allocation(s) never freed" if count else ""
+    sys.stderr.write(
+        f"symmem: rank {current['rank']} exits without symmem.finalize(){tail}\n"
+    )
+
+
+atexit.register(_at_exit)

@@ -1,0 +1,385 @@
+//! Python face of symmem: the native module `symmem._native` under the `symmem` package
+//! (`python/symmem/__init__.py` holds the public API).
+//!
+//! `allocate` makes a symmetric allocation (collective) and hands back two DLPack exporters:
+//! the tensor itself and its peer-bases table (int64, one entry per rank, on the allocation's
+//! device). Consumers (torch, numpy, cupy, ...) wrap them without a copy. Exports never free
+//! memory: `free` is collective and explicit, and an allocation whose last tensor is garbage-
+//! collected without it is reported, as the Rust API does for a dropped buffer.
+//!
+//! Built as an abi3 wheel by maturin (`pyproject.toml`), which enables the `extension-module`
+//! feature; plain `cargo build` and `cargo test` link against libpython instead.
+
+mod dlpack;
+mod dtype;
+mod session;
+
+use dlpack::{DLDevice, Keep, TensorSpec};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+use session::{AllocOut, Fail, Outstanding};
+
+create_exception!(
+    symmem,
+    SymmemError,
+    PyRuntimeError,
+    "A symmem operation failed (provider, collective or state error)."
+);
+create_exception!(
+    symmem,
+    CollectiveMismatchError,
+    SymmemError,
+    "Ranks issued different collectives (e.g. allocations of different sizes or order)."
+);
+create_exception!(
+    symmem,
+    PeerFailedError,
+    SymmemError,
+    "Another rank failed or vanished; this rank only witnessed it (exit with EXIT_PEER_FAILED)."
+);
+create_exception!(
+    symmem,
+    UnavailableError,
+    SymmemError,
+    "The provider cannot run here (no shim library, no GPU, no SHMEM library); the message names the fix."
+);
+
+fn raise(fail: Fail) -> PyErr {
+    match fail {
+        Fail::Value(m) => PyValueError::new_err(m),
+        Fail::Type(m) => PyTypeError::new_err(m),
+        Fail::Symmem(m) => SymmemError::new_err(m),
+        Fail::Mismatch(m) => CollectiveMismatchError::new_err(m),
+        Fail::PeerFailed(m) => PeerFailedError::new_err(m),
+        Fail::Unavailable(m) => UnavailableError::new_err(m),
+    }
+}
+
+/// A dense tensor in symmetric memory (or a peer-bases table), exported through DLPack.
+///
+/// `torch.from_dlpack(a)`, `numpy.from_dlpack(a)` (CPU) and other DLPack consumers wrap it
+/// without a copy. It also has `data_ptr()` and a `dtype` named like torch's, which is all a
+/// Triton kernel argument needs.
+#[pyclass(frozen, module = "symmem", name = "SymmetricArray")]
+struct SymmetricArray {
+    spec: TensorSpec,
+    keep: Keep,
+    allocation: u64,
+    role: &'static str,
+}
+
+#[pymethods]
+impl SymmetricArray {
+    /// A DLPack capsule viewing this memory (DLPack 1.0 when `max_version >= (1, 0)`).
+    /// `stream` is accepted and needs no wait: symmem leaves no work queued on this memory.
+    #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<Bound<'py, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let _ = stream;
+        let own = (self.spec.device.device_type, self.spec.device.device_id);
+        if let Some(wanted) = dl_device.filter(|&d| d != own) {
+            return Err(PyBufferError::new_err(format!(
+                "symmetric memory lives on DLPack device {own:?} and is exported only there \
+                 (asked for {wanted:?}); copy it with the consumer instead"
+            )));
+        }
+        if copy == Some(true) {
+            return Err(PyBufferError::new_err(
+                "symmetric memory is exported without a copy (copy=True was asked); copy the \
+                 consumer's tensor instead",
+            ));
+        }
+        let versioned = max_version.is_some_and(|(major, _)| major >= 1);
+        dlpack::capsule(py, &self.spec, self.keep.clone(), versioned)
+    }
+
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        (self.spec.device.device_type, self.spec.device.device_id)
+    }
+
+    /// Address of the first element in this process.
+    fn data_ptr(&self) -> u64 {
+        self.spec.data
+    }
+
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.spec.shape)
+    }
+
+    /// Element type, named as torch and numpy name it (`float32`, `int64`, ...).
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.spec.dtype.name
+    }
+
+    #[getter]
+    fn itemsize(&self) -> usize {
+        self.spec.dtype.itemsize()
+    }
+
+    #[getter]
+    fn nbytes(&self) -> u64 {
+        self.spec.nbytes()
+    }
+
+    /// `(DLPack device type, device id)`: `(1, 0)` CPU, `(2, n)` CUDA, `(10, n)` ROCm.
+    #[getter]
+    fn device(&self) -> (i32, i32) {
+        self.__dlpack_device__()
+    }
+
+    /// Sequence number of the allocation (the same on every rank).
+    #[getter]
+    fn allocation_id(&self) -> u64 {
+        self.allocation
+    }
+
+    /// `"tensor"` or `"peer_bases"`.
+    #[getter]
+    fn role(&self) -> &'static str {
+        self.role
+    }
+
+    fn __len__(&self) -> usize {
+        self.spec.shape.first().copied().unwrap_or(1) as usize
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "SymmetricArray(role={}, allocation={}, shape={:?}, dtype={}, device={:?}, data_ptr={:#x})",
+            self.role,
+            self.allocation,
+            self.spec.shape,
+            self.spec.dtype.name,
+            self.__dlpack_device__(),
+            self.spec.data
+        )
+    }
+}
+
+/// One allocation as `allocate` and `address_map` return it (the package wraps it).
+#[pyclass(frozen, module = "symmem", name = "_Allocation")]
+struct Allocation {
+    #[pyo3(get)]
+    id: u64,
+    #[pyo3(get)]
+    rank: usize,
+    #[pyo3(get)]
+    world_size: usize,
+    #[pyo3(get)]
+    base: u64,
+    #[pyo3(get)]
+    nbytes: u64,
+    #[pyo3(get)]
+    bases: Vec<u64>,
+    #[pyo3(get)]
+    direct: Vec<bool>,
+    #[pyo3(get)]
+    data: Option<Py<SymmetricArray>>,
+    #[pyo3(get)]
+    peer_bases: Py<SymmetricArray>,
+}
+
+fn array(
+    py: Python<'_>,
+    (spec, keep): (TensorSpec, Keep),
+    allocation: u64,
+    role: &'static str,
+) -> PyResult<Py<SymmetricArray>> {
+    Py::new(
+        py,
+        SymmetricArray {
+            spec,
+            keep,
+            allocation,
+            role,
+        },
+    )
+}
+
+fn to_allocation(py: Python<'_>, out: AllocOut) -> PyResult<Allocation> {
+    let data = match out.data {
+        Some(data) => Some(array(py, data, out.id, "tensor")?),
+        None => None,
+    };
+    Ok(Allocation {
+        id: out.id,
+        rank: out.rank,
+        world_size: out.world_size,
+        base: out.base,
+        nbytes: out.bytes,
+        bases: out.bases,
+        direct: out.direct,
+        data,
+        peer_bases: array(py, out.table, out.id, "peer_bases")?,
+    })
+}
+
+fn outstanding_dicts<'py>(
+    py: Python<'py>,
+    records: Vec<Outstanding>,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    records
+        .into_iter()
+        .map(|r| {
+            let d = PyDict::new(py);
+            d.set_item("id", r.id)?;
+            d.set_item("address", r.addr)?;
+            d.set_item("nbytes", r.bytes)?;
+            d.set_item("dtype", r.dtype)?;
+            d.set_item("shape", PyTuple::new(py, &r.shape)?)?;
+            d.set_item("dropped", r.dropped)?;
+            Ok(d)
+        })
+        .collect()
+}
+
+/// `(rank, world_size, local_rank, local_world_size, launcher)` from the launcher's
+/// environment; not collective, needs no session.
+#[pyfunction]
+fn identity() -> PyResult<(usize, usize, usize, usize, String)> {
+    let id = symmem::RankIdentity::from_env().map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok((
+        id.rank,
+        id.world_size,
+        id.local_rank,
+        id.local_world_size,
+        id.launcher.to_string(),
+    ))
+}
+
+/// Collective: starts the session with `provider` (else `SYMMEM_PROVIDER`, else host).
+/// Returns False when it was already running with that provider.
+#[pyfunction]
+#[pyo3(signature = (provider=None))]
+fn init(py: Python<'_>, provider: Option<String>) -> PyResult<bool> {
+    init_logging();
+    py.detach(move || session::init(provider)).map_err(raise)
+}
+
+/// The session (`provider`, `rank`, `world_size`, `device`, `finalized`) or None before init.
+#[pyfunction]
+fn info(py: Python<'_>) -> PyResult<Option<Bound<'_, PyDict>>> {
+    let Some(info) = session::info().map_err(raise)? else {
+        return Ok(None);
+    };
+    let d = PyDict::new(py);
+    d.set_item("provider", info.provider)?;
+    d.set_item("rank", info.rank)?;
+    d.set_item("world_size", info.world_size)?;
+    let DLDevice {
+        device_type,
+        device_id,
+    } = info.device;
+    d.set_item("device", (device_type, device_id))?;
+    d.set_item("finalized", info.finalized)?;
+    Ok(Some(d))
+}
+
+/// Collective: a symmetric tensor of `shape` and `dtype` with its peer-bases table.
+#[pyfunction]
+fn allocate(py: Python<'_>, shape: Vec<i64>, dtype: String) -> PyResult<Allocation> {
+    let out = py
+        .detach(move || session::allocate(shape, &dtype))
+        .map_err(raise)?;
+    to_allocation(py, out)
+}
+
+/// `(id, base, nbytes)` of the live allocation containing `addr`, or None.
+#[pyfunction]
+fn find(addr: u64) -> PyResult<Option<(u64, u64, u64)>> {
+    session::find(addr).map_err(raise)
+}
+
+/// The address map of live allocation `id` (no tensor, a fresh peer-bases exporter).
+#[pyfunction]
+fn address_map(py: Python<'_>, id: u64) -> PyResult<Allocation> {
+    to_allocation(py, session::address_map(id).map_err(raise)?)
+}
+
+/// Collective: frees allocation `id`.
+#[pyfunction]
+fn free(py: Python<'_>, id: u64) -> PyResult<()> {
+    py.detach(move || session::free(id)).map_err(raise)
+}
+
+/// Collective: waits for every rank.
+#[pyfunction]
+fn barrier(py: Python<'_>) -> PyResult<()> {
+    py.detach(session::barrier).map_err(raise)
+}
+
+/// Allocations not freed yet (`dropped`: no Python object views it any more).
+#[pyfunction]
+fn outstanding(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
+    outstanding_dicts(py, session::outstanding().map_err(raise)?)
+}
+
+/// Collective: ends the session and returns the allocations that were never freed.
+#[pyfunction]
+fn finalize(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
+    let records = py.detach(session::finalize).map_err(raise)?;
+    outstanding_dicts(py, records)
+}
+
+/// The element types `allocate` takes.
+#[pyfunction]
+fn dtypes() -> Vec<&'static str> {
+    dtype::DTYPES.iter().map(|d| d.name).collect()
+}
+
+/// Rust-side warnings (a tensor collected without free, provider notes) go to stderr; RUST_LOG
+/// overrides the filter. The core's own leak warnings are left to the package, whose finalize
+/// reports the same allocations with their dtype and shape. A process that already has a
+/// subscriber keeps it.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,symmem::context=error"));
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(filter)
+        .try_init();
+}
+
+#[pymodule]
+#[pyo3(name = "_native")]
+fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    init_logging();
+    m.add("SymmemError", py.get_type::<SymmemError>())?;
+    m.add(
+        "CollectiveMismatchError",
+        py.get_type::<CollectiveMismatchError>(),
+    )?;
+    m.add("PeerFailedError", py.get_type::<PeerFailedError>())?;
+    m.add("UnavailableError", py.get_type::<UnavailableError>())?;
+    m.add_class::<SymmetricArray>()?;
+    m.add_class::<Allocation>()?;
+    m.add_function(wrap_pyfunction!(identity, m)?)?;
+    m.add_function(wrap_pyfunction!(init, m)?)?;
+    m.add_function(wrap_pyfunction!(info, m)?)?;
+    m.add_function(wrap_pyfunction!(allocate, m)?)?;
+    m.add_function(wrap_pyfunction!(find, m)?)?;
+    m.add_function(wrap_pyfunction!(address_map, m)?)?;
+    m.add_function(wrap_pyfunction!(free, m)?)?;
+    m.add_function(wrap_pyfunction!(barrier, m)?)?;
+    m.add_function(wrap_pyfunction!(outstanding, m)?)?;
+    m.add_function(wrap_pyfunction!(finalize, m)?)?;
+    m.add_function(wrap_pyfunction!(dtypes, m)?)?;
+    m.add("EXIT_PEER_FAILED", symmem::EXIT_PEER_FAILED)?;
+    m.add("PROVIDER_ENV", session::PROVIDER_ENV)?;
+    m.add("KDL_CPU", dlpack::KDL_CPU)?;
+    m.add("KDL_CUDA", dlpack::KDL_CUDA)?;
+    m.add("KDL_ROCM", dlpack::KDL_ROCM)?;
+    Ok(())
+}

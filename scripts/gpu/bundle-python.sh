@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds what an NVSHMEM machine WITHOUT Rust needs to run the Python face's Triton test, on a
+# machine without a GPU, into one folder to carry over:
+#   scripts/gpu/bundle-python.sh [OUT_DIR]      (default: target/gpu-bundle, git-ignored)
+# It holds the abi3 wheel (CPython 3.9+), symmem-run, the NVSHMEM shim, the Triton test and
+# run-python.sh. Needs nvcc + NVSHMEM (NVSHMEM_HOME and CUDACXX, else scripts/gpu/nvshmem-sdk.sh
+# fetches them from PyPI) and PyPI for maturin. Then on the GPU machine: OUT_DIR/run-python.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-target/gpu-bundle}
+target=${CARGO_TARGET_DIR:-target}
+if [ -z "${NVSHMEM_HOME:-}" ] || [ -z "${CUDACXX:-}" ]; then
+  # shellcheck disable=SC1091
+  source scripts/gpu/nvshmem-sdk.sh
+fi
+venv="$target/py-ci/venv"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "maturin>=1.9.4,<2"
+
+mkdir -p "$out"
+rm -f "$out"/symmem-*.whl
+cargo build --release --locked -p symmem-launch --bin symmem-run
+shim=$(cargo xtask build-shim --backend nvshmem --nvcc "$CUDACXX" --nvshmem-home "$NVSHMEM_HOME")
+"$venv/bin/maturin" build --release --strip --locked --interpreter "$venv/bin/python" \
+  -m crates/symmem-py/Cargo.toml --out "$out"
+cp "$target/release/symmem-run" "$out"/
+strip "$out/symmem-run"
+cp "$shim" "$out"/
+cp crates/symmem-py/tests/gpu/triton_alltoall.py scripts/gpu/run-python.sh "$out"/
+ls -l "$out"
+echo "bundle ready in $out ($(du -sh "$out" | cut -f1))"

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Runs on an NVIDIA machine with NVSHMEM, torch and Triton, from a bundle made by
+# bundle-python.sh: installs the symmem wheel into a private folder (no Rust, no index needed),
+# then the Triton all-to-all (tests/gpu/triton_alltoall.py) under symmem-run at 2, 4 and 8 PEs
+# on the visible GPUs (several PEs share a GPU). Writes one log per PE count, machine.txt and
+# summary.txt into $RESULTS_DIR (default: $OUT, else results/ next to this script).
+# Settings: PYTHON (default /opt/torch/.venv/bin/python3), RANKS (default "2 4 8"),
+# NVSHMEM_LIB (folder of libnvshmem_host.so.3; default: the one next to PYTHON's nvidia.nvshmem),
+# SYMMEM_GPU_HEAP_SIZE (default 512M per PE), RUN_TIMEOUT (per PE count, default 180s).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+results=${RESULTS_DIR:-${OUT:-$here/results}}
+python=${PYTHON:-/opt/torch/.venv/bin/python3}
+mkdir -p "$results"
+fail() { echo "run-python: $*" | tee -a "$results/summary.txt" >&2; exit 1; }
+
+wheels=("$here"/symmem-*-abi3-*.whl)
+wheel=${wheels[0]}
+[ -e "$wheel" ] || fail "no symmem wheel in $here: run scripts/gpu/bundle-python.sh"
+[ -x "$python" ] || fail "no Python at $python: set PYTHON"
+site=$(mktemp -d)
+trap 'rm -rf "$site"' EXIT
+if ! "$python" -m pip install --quiet --no-deps --disable-pip-version-check --target "$site" "$wheel"; then
+  # A wheel is a zip archive: without pip, unpacking it is the whole install.
+  "$python" -m zipfile -e "$wheel" "$site" || fail "cannot install $wheel"
+fi
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+
+nvshmem_lib=${NVSHMEM_LIB:-$("$python" -c 'import nvidia.nvshmem, os; print(os.path.join(list(nvidia.nvshmem.__path__)[0], "lib"))' 2>/dev/null || true)}
+[ -e "$nvshmem_lib/libnvshmem_host.so.3" ] || fail "libnvshmem_host.so.3 not found: set NVSHMEM_LIB"
+export LD_LIBRARY_PATH="$nvshmem_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Multicast (NVLS) is forbidden on these machines; the shim forces it off too.
+export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0
+export NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=${NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME:-lo}
+export SYMMEM_PROVIDER=nvshmem SYMMEM_SHIM_LIB="$here/libsymmem_shim_nvshmem.so"
+export SYMMEM_GPU_HEAP_SIZE=${SYMMEM_GPU_HEAP_SIZE:-512M}
+export TMPDIR=${TMPDIR:-/tmp} PYTHONUNBUFFERED=1
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  echo "nvshmem: $nvshmem_lib"
+  echo "wheel: $(basename "$wheel")"
+  "$python" -c 'import sys, torch, triton, symmem; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__, "symmem", symmem.__file__)'
+} > "$results/machine.txt" 2>&1
+cat "$results/machine.txt"
+
+status=0
+: > "$results/summary.txt"
+for n in ${RANKS:-2 4 8}; do
+  log="$results/triton-alltoall-$n.txt"
+  "$here/symmem-run" --ranks "$n" --timeout "${RUN_TIMEOUT:-180s}" -- \
+    "$python" "$here/triton_alltoall.py" > "$log" 2>&1
+  code=$?
+  cat "$log"
+  passed=$(grep -c ': PASS triton alltoall' "$log")
+  summary=$(grep -o 'SUMMARY .*' "$log" | head -n 1)
+  verdict=FAIL
+  [ "$code" -eq 0 ] && [ "$passed" -eq "$n" ] && [[ "$summary" == "SUMMARY PASS"* ]] && verdict=PASS
+  [ "$verdict" = PASS ] || status=1
+  echo "$verdict PEs=$n exit=$code rank PASS lines=$passed/$n ${summary:-no SUMMARY line}" \
+    | tee -a "$results/summary.txt"
+done
+echo "overall: $([ "$status" -eq 0 ] && echo PASS || echo FAIL)" | tee -a "$results/summary.txt"
+exit "$status"
