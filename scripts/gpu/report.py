@@ -10,6 +10,22 @@ import sys
 from pathlib import Path
 
 
+def python_section(folder):
+    """The Triton run of scripts/gpu/run-python.sh, whose files are kept in docs/gpu/python."""
+    summary = folder / "summary.txt"
+    if not summary.exists():
+        return []
+    machine = (folder / "machine.txt").read_text().strip() if (folder / "machine.txt").exists() else ""
+    out = ["## Python: an unmodified Triton kernel over `(tensor, peer_bases)`", "",
+           "`scripts/gpu/run-python.sh` (bundle from `scripts/gpu/bundle-python.sh`): the abi3 wheel",
+           "installed with `pip --target`, `crates/symmem-py/tests/gpu/triton_alltoall.py` under",
+           "`symmem-run` on NVSHMEM, all PEs on one GPU. Each rank's `@triton.jit` kernel takes the",
+           "tensor and its int64 `peer_bases` as two plain arguments, stores into every peer with",
+           "`bases[to] + (ptr - bases[from])`, and every rank reads back what the others wrote",
+           "(logs: docs/gpu/python/).", "", "```text", machine, "", summary.read_text().strip(), "```", ""]
+    return out
+
+
 def svg_plot(copies, path, gpu):
     """Bandwidth (GB/s) against size, translated copy kernel vs runtime copy: a plain SVG."""
     w, h, left, right, top, bottom = 640, 360, 70, 20, 30, 50
@@ -86,6 +102,7 @@ def main():
         lines += ["## Stores of 1 GiB: translated into a peer PE vs plain local stores", "",
                   f"translated {s['translated_to_peer_gbps']:.0f} GB/s, local {s['plain_local_gbps']:.0f} GB/s, "
                   f"ratio {s['ratio']:.3f}", ""]
+    lines += python_section(docs / "gpu" / "python")
     (docs / "gpu-results.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {docs / 'gpu-results.md'}")
 
