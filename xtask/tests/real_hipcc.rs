@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
 
+mod common;
+use common::{copy_dir, git, on_path};
+
 const ARCHS: &str = "gfx942,gfx90a";
 const SHIM_KERNELS: &[&str] = &[
     "symmem_fill_u64_kernel",
@@ -42,13 +45,6 @@ fn skip<T>(why: &str) -> Option<T> {
     );
     eprintln!("SKIPPED: {why}");
     None
-}
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
 }
 
 fn output(program: &Path, args: &[&str]) -> Output {
@@ -128,33 +124,6 @@ fn tools() -> Option<Tools> {
         llvm_nm,
         nm: on_path("nm").unwrap(),
     })
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "fixture")
-        .env("GIT_AUTHOR_EMAIL", "fixture@example.org")
-        .env("GIT_COMMITTER_NAME", "fixture")
-        .env("GIT_COMMITTER_EMAIL", "fixture@example.org")
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", text(&out));
-    stdout(&out).trim().to_string()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 /// Runs `cargo xtask <args>` with ROCm left to discovery: no ROCM_PATH or HIPCC from outside.
