@@ -298,6 +298,23 @@ impl<P: TranslatedOps> Suite<'_, P> {
                 &want[..],
             );
         }
+        // Overlapping ranges in one rank's copy are refused on every provider, and touch
+        // nothing: one word forward within own B.
+        let (b, tb) = self.b();
+        let overlap = self
+            .ctx
+            .copy_bytes(tb, b.addr(), rank, b.addr_of(1), rank, bytes);
+        v.that(
+            format!("an overlapping copy was not refused ({overlap:?})"),
+            matches!(
+                overlap,
+                Err(Error::Translate(TranslateError::OverlappingCopy { .. }))
+            ),
+        );
+        if let Some(got) = v.ok("reading own B", self.ctx.read(b)) {
+            let want: Vec<u64> = (0..CHUNK + 1).map(|i| pattern(rank, i)).collect();
+            v.eq("own B after the refused copy", &got[..=CHUNK], &want[..]);
+        }
         self.ctx.barrier()?;
         Ok(v.outcome())
     }

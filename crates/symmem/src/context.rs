@@ -426,7 +426,9 @@ impl<P: TranslatedOps> Context<P> {
     }
 
     /// Copies `bytes` from `src` on `src_rank` to `dst` on `dst_rank`; both pointers are local
-    /// addresses translated through the one `table`.
+    /// addresses translated through the one `table`. Overlapping ranges (same rank) are refused
+    /// with [`TranslateError::OverlappingCopy`] on every provider: the host could `memmove`,
+    /// but a GPU copy kernel's threads run in no order, so the result would differ by provider.
     pub fn copy_bytes(
         &self,
         table: &PeerTable,
@@ -437,6 +439,19 @@ impl<P: TranslatedOps> Context<P> {
         bytes: u64,
     ) -> Result<(), Error> {
         self.check_table(table, &[self.rank(), src_rank, dst_rank])?;
+        // Distinct ranks are distinct heaps; within one, [src, src+bytes) ∩ [dst, dst+bytes).
+        if src_rank == dst_rank
+            && bytes > 0
+            && src < dst.saturating_add(bytes)
+            && dst < src.saturating_add(bytes)
+        {
+            return Err(Error::Translate(TranslateError::OverlappingCopy {
+                src,
+                dst,
+                rank: src_rank,
+                bytes,
+            }));
+        }
         self.provider
             .copy_bytes(table, src, src_rank, dst, dst_rank, bytes)
     }

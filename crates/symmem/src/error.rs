@@ -41,6 +41,17 @@ pub enum TranslateError {
          symmetric heap; the pointer does not belong to a symmetric allocation"
     )]
     OutsideHeap { addr: u64, len: u64, peer: usize },
+    #[error(
+        "a copy of {bytes} B from {src:#x} to {dst:#x} on rank {rank} overlaps itself: copies \
+         between overlapping ranges are refused on every provider (a GPU copy kernel has no \
+         memmove order); copy through a second buffer, or in pieces that do not overlap"
+    )]
+    OverlappingCopy {
+        src: u64,
+        dst: u64,
+        rank: usize,
+        bytes: u64,
+    },
 }
 
 /// Errors of the core crate and of the providers behind it.
