@@ -86,7 +86,10 @@ fn the_definition_has_header_sections_and_arguments() {
         def.header,
         vec![
             ("bootstrap".into(), "docker".into()),
-            ("from".into(), "rocm/dev-ubuntu-24.04:7.2.4-complete".into()),
+            (
+                "from".into(),
+                "docker.io/rocm/dev-ubuntu-24.04:7.2.4-complete".into()
+            ),
         ]
     );
     assert!(text.starts_with("Bootstrap: docker\n"));
@@ -172,7 +175,8 @@ fn the_definition_has_header_sections_and_arguments() {
 
     // Run script and test: the rocSHMEM matrix; the test runs one rank.
     let runscript = body(&def, "runscript").join("\n");
-    assert!(runscript.contains("exec cargo xtask test --provider rocshmem \"$@\""));
+    assert!(runscript.contains("*) set -- --provider rocshmem \"$@\" ;;"));
+    assert!(runscript.contains("exec cargo xtask test \"$@\""));
     let test = body(&def, "test").join("\n");
     assert!(test.contains("cargo xtask test --provider rocshmem --ranks 1"));
 
@@ -184,6 +188,35 @@ fn the_definition_has_header_sections_and_arguments() {
             .any(|l| l == "io.github.symmem.arch {{ ARCH }}")
     );
     assert!(labels.iter().all(|l| l.split_once(' ').is_some()));
+}
+
+#[test]
+fn the_debian_definition_bootstraps_from_the_local_engine_and_stages_its_files() {
+    let model = super::tests::debian();
+    let text = render::apptainer_def(&model);
+    let def = parse(&text).unwrap();
+    assert_eq!(
+        def.header,
+        vec![
+            ("bootstrap".into(), "docker-daemon".into()),
+            ("from".into(), super::model::debian_base_image()),
+        ]
+    );
+    let files = body(&def, "files");
+    assert_eq!(files[0], "rust /usr/local/rust");
+    assert_eq!(files[1], "vendor /opt/vendor");
+    assert_eq!(
+        files[2],
+        format!("src/{} {WORKDIR}/{}", INPUTS[0], INPUTS[0])
+    );
+    assert!(!text.contains("{{ ARCH }}"));
+    assert!(
+        body(&def, "test")
+            .iter()
+            .any(|l| l == "cargo xtask test --provider host --ranks 1")
+    );
+    let environment = body(&def, "environment").join("\n");
+    assert!(!environment.contains("ROCM_PATH"), "{environment}");
 }
 
 #[test]

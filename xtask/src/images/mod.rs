@@ -9,10 +9,12 @@ pub mod tag;
 mod deffile;
 
 use crate::pins::Pins;
-use crate::project::project_root;
+use crate::project::{project_root, target_dir};
 use anyhow::{Context, bail};
-use model::Model;
-use std::path::Path;
+use model::{Base, Model};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
 /// Generate the container files from pins.toml, check them, or print the image tag.
 ///
@@ -30,9 +32,13 @@ use std::path::Path;
 ///   cargo xtask images --tag
 ///   cargo xtask images --refs >> "$GITHUB_OUTPUT"
 ///   cargo xtask images --inputs   # the files the tag hashes
+///   cargo xtask images base       # the Debian-ROCm base image (mmdebstrap + docker import)
+///   cargo xtask images build      # the Debian-base image, built offline from a staged context
 #[derive(clap::Args, Debug)]
-#[command(verbatim_doc_comment)]
+#[command(verbatim_doc_comment, args_conflicts_with_subcommands = true)]
 pub struct Args {
+    #[command(subcommand)]
+    command: Option<Sub>,
     /// Write nothing; fail with a diff when the committed files differ from the generated ones.
     #[arg(long, conflicts_with_all = ["tag", "refs"])]
     check: bool,
@@ -52,21 +58,62 @@ pub struct Args {
     inputs: bool,
 }
 
-/// The generated files, relative to the repository root, with their contents.
-pub fn generate(model: &Model) -> Vec<(&'static str, String)> {
-    vec![
-        ("containers/Dockerfile", render::dockerfile(model)),
-        ("containers/symmem.def", render::apptainer_def(model)),
-        (".dockerignore", render::dockerignore()),
-    ]
+#[derive(clap::Subcommand, Debug)]
+enum Sub {
+    /// Make the Debian-ROCm base image: a Debian sid root with `model::DEBIAN_PACKAGES`
+    /// (mmdebstrap; needs root or sudo), imported into Docker as
+    /// localhost/symmem/debian-rocm:<hash of the package list>. The root is the one
+    /// `.ci/sid-root rocm` makes (target/ci/sid-rocm), reused when its package list matches.
+    /// The versions it got are recorded in a label and in target/images/.
+    Base {
+        /// The sid root to import (made there when missing or made from another list).
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
+    },
+    /// Build the Debian-base image for this checkout's tag with no network: stages the build
+    /// context in target/images/debian-context (the tag's input files, this machine's pinned
+    /// Rust toolchain, `cargo vendor`ed crates), then `docker build` (or `apptainer build
+    /// --fakeroot`, from the base in the Docker engine). Prints each step's time.
+    Build {
+        /// docker (or podman's docker CLI) or apptainer.
+        #[arg(long, value_enum, default_value = "docker")]
+        engine: crate::container::Engine,
+        /// Stage the context and print its path; build nothing.
+        #[arg(long)]
+        context_only: bool,
+    },
 }
 
-pub fn load_model(root: &Path) -> anyhow::Result<Model> {
-    Model::new(&Pins::load(&root.join("pins.toml"))?)
+/// The generated files, relative to the repository root, with their contents.
+pub fn generate(models: &[Model]) -> Vec<(&'static str, String)> {
+    let mut files = Vec::new();
+    for model in models {
+        let (dockerfile, def) = model.base.files();
+        files.push((dockerfile, render::dockerfile(model)));
+        files.push((def, render::apptainer_def(model)));
+    }
+    files.push((".dockerignore", render::dockerignore()));
+    files
+}
+
+pub fn load_model(root: &Path, base: Base) -> anyhow::Result<Model> {
+    Model::new(&Pins::load(&root.join("pins.toml"))?, base)
+}
+
+pub fn load_models(root: &Path) -> anyhow::Result<Vec<Model>> {
+    Base::ALL.iter().map(|&b| load_model(root, b)).collect()
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let root = project_root();
+    match args.command {
+        Some(Sub::Base { root: dir }) => return make_base(&root, dir),
+        Some(Sub::Build {
+            engine,
+            context_only,
+        }) => return build_debian(&root, engine, context_only),
+        None => {}
+    }
     if args.inputs {
         for file in tag::input_files(&root)? {
             println!("{file}");
@@ -91,13 +138,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("{tag}");
         return Ok(());
     }
-    let model = load_model(&root)?;
+    let models = load_models(&root)?;
     if args.refs {
         let tag = tag::compute(&root)?;
-        print!("{}", refs(&model, &tag));
+        print!("{}", refs(&models[0], &tag));
         return Ok(());
     }
-    let files = generate(&model);
+    let files = generate(&models);
     if args.check {
         return check(&root, &files);
     }
@@ -153,11 +200,324 @@ pub fn refs(model: &Model, tag: &str) -> String {
         "tag={tag}\ndocker={}\napptainer={}\narch={}\ndocker-run-flags={}\n\
          apptainer-run-flags={}\n",
         model.docker_image(tag),
-        model.apptainer_image(tag),
-        model.default_arch(),
-        model::DOCKER_RUN_FLAGS.join(" "),
-        model::APPTAINER_RUN_FLAGS.join(" "),
+        model.apptainer_image(tag).unwrap_or_default(),
+        model.default_arch().unwrap_or_default(),
+        crate::container::docker_flags(true, false).join(" "),
+        crate::container::apptainer_flags(true).join(" "),
     )
+}
+
+fn seconds(since: Instant) -> String {
+    format!("{:.1} s", since.elapsed().as_secs_f64())
+}
+
+/// Runs a command, failing with its name when it fails.
+fn run_command(command: &mut Command) -> anyhow::Result<()> {
+    let shown = format!("{command:?}");
+    let status = command
+        .status()
+        .with_context(|| format!("starting {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed ({status})");
+    }
+    Ok(())
+}
+
+/// `sudo` in front of a command when not root.
+fn privileged(program: &str) -> Command {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        Command::new(program)
+    } else {
+        let mut c = Command::new("sudo");
+        c.arg(program);
+        c
+    }
+}
+
+fn docker_has_image(image: &str) -> bool {
+    Command::new("docker")
+        .args(["image", "inspect", "--format", "{{.Id}}", image])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `Package version` of every installed package of a Debian root, from its dpkg status file.
+pub fn installed_versions(status: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for stanza in status.split("\n\n") {
+        let field = |name: &str| {
+            stanza
+                .lines()
+                .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
+        };
+        let installed = field("Status:").is_some_and(|s| s.ends_with(" installed"));
+        if let (Some(p), Some(v), true) = (field("Package:"), field("Version:"), installed) {
+            out.push((p, v));
+        }
+    }
+    out.sort();
+    out
+}
+
+fn make_base(checkout: &Path, root: Option<PathBuf>) -> anyhow::Result<()> {
+    let image = model::debian_base_image();
+    if docker_has_image(&image) {
+        eprintln!("{image}: already in the Docker engine");
+        println!("{image}");
+        return Ok(());
+    }
+    let root = root.unwrap_or_else(|| checkout.join("target/ci/sid-rocm"));
+    let list = model::DEBIAN_PACKAGES.join(",");
+    let stamp = PathBuf::from(format!("{}.packages", root.display()));
+    let made_from = std::fs::read_to_string(&stamp).unwrap_or_default();
+    if made_from.trim() != list || !root.join("bin/sh").exists() {
+        let start = Instant::now();
+        eprintln!(
+            "making {} with {list} (Debian {}, mmdebstrap)",
+            root.display(),
+            model::DEBIAN_SUITE
+        );
+        let partial = PathBuf::from(format!("{}.partial", root.display()));
+        run_command(privileged("rm").arg("-rf").arg(&root).arg(&partial))?;
+        std::fs::create_dir_all(root.parent().context("a root needs a parent folder")?)?;
+        // The mirror's sid Release file is past its Valid-Until date: accept it.
+        run_command(
+            privileged("mmdebstrap")
+                .args(["--quiet", "--variant=apt"])
+                .arg("--aptopt=Acquire::Check-Valid-Until \"false\"")
+                .arg("--aptopt=Acquire::Check-Date \"false\"")
+                .arg(format!("--include={list}"))
+                .arg(model::DEBIAN_SUITE)
+                .arg(&partial)
+                .arg(model::DEBIAN_MIRROR),
+        )
+        .context(
+            "mmdebstrap could not make the root (install it: `sudo apt-get install mmdebstrap`)",
+        )?;
+        std::fs::rename(&partial, &root)?;
+        std::fs::write(&stamp, format!("{list}\n"))?;
+        eprintln!("made {} in {}", root.display(), seconds(start));
+    }
+    let status = std::fs::read_to_string(root.join("var/lib/dpkg/status"))
+        .with_context(|| format!("{} has no dpkg status", root.display()))?;
+    let versions = installed_versions(&status);
+    let listed: Vec<String> = versions
+        .iter()
+        .filter(|(p, _)| model::DEBIAN_PACKAGES.contains(&p.as_str()))
+        .map(|(p, v)| format!("{p}={v}"))
+        .collect();
+    let record = target_dir()
+        .join("images")
+        .join(format!("debian-rocm-{}.versions", model::debian_base_tag()));
+    std::fs::create_dir_all(record.parent().unwrap())?;
+    let all: Vec<String> = versions.iter().map(|(p, v)| format!("{p} {v}")).collect();
+    std::fs::write(&record, all.join("\n") + "\n")?;
+    eprintln!(
+        "versions: {} (all {}: {})",
+        listed.join(" "),
+        all.len(),
+        record.display()
+    );
+
+    let start = Instant::now();
+    let mut tar = privileged("tar")
+        .arg("-C")
+        .arg(&root)
+        .args(["--numeric-owner", "-c", "."])
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting tar")?;
+    let import = Command::new("docker")
+        .arg("import")
+        .arg("--change=ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .arg(format!(
+            "--change=LABEL io.github.symmem.debian-suite={} io.github.symmem.debian-packages=\"{}\"",
+            model::DEBIAN_SUITE,
+            listed.join(" ")
+        ))
+        .arg("-")
+        .arg(&image)
+        .stdin(tar.stdout.take().unwrap())
+        .stdout(Stdio::null())
+        .status()
+        .context("starting docker import")?;
+    let tarred = tar.wait()?;
+    if !tarred.success() || !import.success() {
+        bail!(
+            "importing {} as {image} failed (tar: {tarred}, docker import: {import})",
+            root.display()
+        );
+    }
+    eprintln!("imported {image} in {}", seconds(start));
+    println!("{image}");
+    Ok(())
+}
+
+/// Hard-links (or copies, across file systems) `from` to `to`, recursively.
+fn link_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
+    let meta = std::fs::symlink_metadata(from).with_context(|| format!("{}", from.display()))?;
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    if meta.is_dir() {
+        std::fs::create_dir_all(to)?;
+        for entry in std::fs::read_dir(from)? {
+            let entry = entry?;
+            link_tree(&entry.path(), &to.join(entry.file_name()))?;
+        }
+    } else if meta.file_type().is_symlink() {
+        std::os::unix::fs::symlink(std::fs::read_link(from)?, to)?;
+    } else if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to).with_context(|| format!("copying {}", from.display()))?;
+    }
+    Ok(())
+}
+
+/// The pinned toolchain's sysroot and host triple, checked against the pin.
+fn pinned_toolchain(checkout: &Path, pinned: &str) -> anyhow::Result<(PathBuf, String)> {
+    let output = Command::new("rustc")
+        .current_dir(checkout)
+        .args(["-vV"])
+        .output()
+        .context("running rustc")?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
+            .unwrap_or_default()
+    };
+    if field("release:") != pinned {
+        bail!(
+            "the image gets this machine's Rust, but rustc here is {} and pins.toml pins              {pinned}: install {pinned} (rustup toolchain install {pinned})",
+            field("release:")
+        );
+    }
+    let sysroot = Command::new("rustc")
+        .current_dir(checkout)
+        .args(["--print", "sysroot"])
+        .output()
+        .context("running rustc")?;
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
+    Ok((sysroot, field("host:")))
+}
+
+/// Stages the Debian image's build context; returns its path.
+fn stage_context(checkout: &Path, model: &Model) -> anyhow::Result<PathBuf> {
+    let images = target_dir().join("images");
+    let context = images.join("debian-context");
+    if context.exists() {
+        std::fs::remove_dir_all(&context)?;
+    }
+    std::fs::create_dir_all(&context)?;
+
+    let start = Instant::now();
+    let (sysroot, host) = pinned_toolchain(checkout, &model.rust_toolchain)?;
+    let rust = context.join(model::CONTEXT_RUST);
+    for program in ["cargo", "rustc", "rustdoc"] {
+        link_tree(
+            &sysroot.join("bin").join(program),
+            &rust.join("bin").join(program),
+        )?;
+    }
+    for entry in std::fs::read_dir(sysroot.join("lib"))? {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().contains(".so") {
+            link_tree(&entry.path(), &rust.join("lib").join(entry.file_name()))?;
+        }
+    }
+    let rustlib = Path::new("lib/rustlib").join(&host);
+    link_tree(&sysroot.join(&rustlib), &rust.join(&rustlib))?;
+    eprintln!(
+        "context: Rust {} ({host}) in {}",
+        model.rust_toolchain,
+        seconds(start)
+    );
+
+    // Vendored crates, kept in target/images/vendor for as long as Cargo.lock is the same.
+    let start = Instant::now();
+    let vendor = images.join("vendor");
+    let lock = std::fs::read_to_string(checkout.join("Cargo.lock"))?;
+    let stamp = images.join("vendor.Cargo.lock");
+    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(lock.as_str()) {
+        let _ = std::fs::remove_dir_all(&vendor);
+        run_command(
+            Command::new("cargo")
+                .current_dir(checkout)
+                .args(["vendor", "--locked", "--versioned-dirs", "--quiet"])
+                .arg(&vendor)
+                .stdout(Stdio::null()),
+        )?;
+        std::fs::write(&stamp, &lock)?;
+    }
+    link_tree(&vendor, &context.join(model::CONTEXT_VENDOR))?;
+    eprintln!("context: vendored crates in {}", seconds(start));
+
+    // Exactly the files the tag hashes: the build's tag check then compares like with like.
+    let sources = context.join(&model.sources);
+    for file in tag::input_files(checkout)? {
+        let to = sources.join(&file);
+        std::fs::create_dir_all(to.parent().unwrap())?;
+        std::fs::copy(checkout.join(&file), &to).with_context(|| format!("copying {file}"))?;
+    }
+    std::fs::write(context.join("Dockerfile"), render::dockerfile(model))?;
+    std::fs::write(context.join("symmem.def"), render::apptainer_def(model))?;
+    Ok(context)
+}
+
+fn build_debian(
+    checkout: &Path,
+    engine: crate::container::Engine,
+    context_only: bool,
+) -> anyhow::Result<()> {
+    let model = load_model(checkout, Base::Debian)?;
+    let tag = tag::compute(checkout)?;
+    let start = Instant::now();
+    let context = stage_context(checkout, &model)?;
+    eprintln!("staged {} in {}", context.display(), seconds(start));
+    if context_only {
+        println!("{}", context.display());
+        return Ok(());
+    }
+    if !docker_has_image(&model.base_image) {
+        bail!(
+            "the base {} is not in the Docker engine: make it with `cargo xtask images base`",
+            model.base_image
+        );
+    }
+    let start = Instant::now();
+    let built = match engine {
+        crate::container::Engine::Docker => {
+            let image = model.docker_image(&tag);
+            run_command(
+                Command::new("docker")
+                    .arg("build")
+                    .arg("--build-arg")
+                    .arg(format!("{}={tag}", model::TAG_ARG))
+                    .arg("-t")
+                    .arg(&image)
+                    .arg(&context),
+            )?;
+            image
+        }
+        crate::container::Engine::Apptainer => {
+            let sif = target_dir().join("images").join(model.sif_name(&tag));
+            run_command(
+                Command::new("apptainer")
+                    .current_dir(&context)
+                    .args(["build", "--force", "--fakeroot", "--build-arg"])
+                    .arg(format!("{}={tag}", model::TAG_ARG))
+                    .arg(&sif)
+                    .arg("symmem.def"),
+            )?;
+            sif.display().to_string()
+        }
+    };
+    eprintln!("built {built} in {}", seconds(start));
+    println!("{built}");
+    Ok(())
 }
 
 fn check(root: &Path, files: &[(&str, String)]) -> anyhow::Result<()> {
@@ -218,7 +578,124 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
 "#;
 
     pub fn model() -> Model {
-        Model::new(&Pins::parse(PINS).unwrap()).unwrap()
+        Model::new(&Pins::parse(PINS).unwrap(), Base::Amd).unwrap()
+    }
+
+    pub fn debian() -> Model {
+        Model::new(&Pins::parse(PINS).unwrap(), Base::Debian).unwrap()
+    }
+
+    #[test]
+    fn debian_dockerfile_snapshot() {
+        insta::assert_snapshot!(render::dockerfile(&debian()));
+    }
+
+    #[test]
+    fn debian_apptainer_def_snapshot() {
+        insta::assert_snapshot!(render::apptainer_def(&debian()));
+    }
+
+    #[test]
+    fn the_debian_image_never_sets_rocm_path_and_needs_no_network() {
+        let model = debian();
+        for text in [render::dockerfile(&model), render::apptainer_def(&model)] {
+            assert!(!text.contains("ROCM_PATH"), "{text}");
+            assert!(!text.contains("/opt/rocm"), "{text}");
+            assert!(!text.contains("rustup") && !text.contains("curl"), "{text}");
+            assert!(!text.contains("cargo fetch"), "{text}");
+            assert!(text.contains("offline = true"), "{text}");
+            assert!(text.contains(&model::debian_base_image()), "{text}");
+            assert!(
+                text.contains("cargo xtask images --tag --expect-tag"),
+                "{text}"
+            );
+        }
+        assert!(model.base_image.starts_with("localhost/"));
+    }
+
+    #[test]
+    fn published_bases_are_fully_qualified_for_podman() {
+        assert_eq!(
+            model().base_image,
+            "docker.io/rocm/dev-ubuntu-24.04:7.2.4-complete"
+        );
+        assert_eq!(
+            model::qualified("ubuntu:24.04"),
+            "docker.io/library/ubuntu:24.04"
+        );
+        assert_eq!(model::qualified("ghcr.io/a/b:1"), "ghcr.io/a/b:1");
+        assert_eq!(model::qualified("localhost/a/b:1"), "localhost/a/b:1");
+    }
+
+    #[test]
+    fn the_debian_base_tag_follows_the_package_list() {
+        let tag = model::debian_base_tag();
+        assert_eq!(tag.len(), 16);
+        assert_eq!(tag, model::debian_base_tag());
+        // The list .ci/real-hipcc makes its sid root with: one root serves both.
+        let ci = std::fs::read_to_string(project_root().join(".ci/real-hipcc")).unwrap();
+        assert!(
+            ci.contains(&format!("packages={}", model::DEBIAN_PACKAGES.join(","))),
+            "model::DEBIAN_PACKAGES and .ci/real-hipcc's list differ"
+        );
+    }
+
+    #[test]
+    fn installed_versions_reads_dpkg_status() {
+        let status = "Package: hipcc\nStatus: install ok installed\nVersion: 7.0.2-1\n\n\
+                      Package: gone\nStatus: deinstall ok config-files\nVersion: 1\n\n\
+                      Package: cmake\nStatus: install ok installed\nVersion: 4.3.0-1\n";
+        assert_eq!(
+            installed_versions(status),
+            [
+                ("cmake".to_string(), "4.3.0-1".to_string()),
+                ("hipcc".to_string(), "7.0.2-1".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn the_runscript_takes_the_callers_provider() {
+        for model in [model(), debian()] {
+            let def = render::apptainer_def(&model);
+            let runscript = &def[def.find("%runscript").unwrap()..def.find("%test").unwrap()];
+            assert!(
+                runscript.contains("exec cargo xtask test \"$@\""),
+                "{runscript}"
+            );
+            assert!(
+                !runscript.contains("exec cargo xtask test --provider"),
+                "{runscript}"
+            );
+            // The script itself: a given --provider wins, else the image's default.
+            let script = runscript
+                .lines()
+                .skip(1)
+                .filter(|l| !l.contains("cd /opt/symmem"))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .replace("exec cargo xtask test", "echo");
+            let script = script.replace("[ ! -w /opt/symmem/target ]", "false");
+            let run = |args: &[&str]| {
+                let out = std::process::Command::new("sh")
+                    .arg("-c")
+                    .arg(&script)
+                    .arg("sh")
+                    .args(args)
+                    .output()
+                    .unwrap();
+                String::from_utf8(out.stdout).unwrap().trim().to_string()
+            };
+            assert_eq!(
+                run(&["--provider", "host", "--ranks", "2"]),
+                "--provider host --ranks 2"
+            );
+            assert_eq!(run(&["--provider=host"]), "--provider=host");
+            assert_eq!(
+                run(&["--ranks", "8"]),
+                format!("--provider {} --ranks 8", model.default_provider)
+            );
+        }
     }
 
     #[test]
@@ -247,8 +724,8 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
             .replace("rocm = \"7.2.4\"", "rocm = \"7.3.0\"")
             .replace("arch = \"gfx942\"", "arch = \"gfx950\"")
             .replace("toolchain = \"1.95.0\"", "toolchain = \"1.96.0\"");
-        let model = Model::new(&Pins::parse(&other).unwrap()).unwrap();
-        for (path, text) in generate(&model) {
+        let model = Model::new(&Pins::parse(&other).unwrap(), Base::Amd).unwrap();
+        for (path, text) in generate(&[model]) {
             if path == ".dockerignore" {
                 continue;
             }
@@ -268,7 +745,7 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
     #[test]
     fn check_passes_on_generated_files_and_shows_a_diff_on_drift() {
         let dir = tempfile::tempdir().unwrap();
-        let files = generate(&model());
+        let files = generate(&[model(), debian()]);
         for (path, text) in &files {
             let full = dir.path().join(path);
             std::fs::create_dir_all(full.parent().unwrap()).unwrap();
@@ -292,7 +769,7 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
     #[test]
     fn the_committed_files_are_the_generated_ones() {
         let root = project_root();
-        let files = generate(&load_model(&root).unwrap());
+        let files = generate(&load_models(&root).unwrap());
         check(&root, &files).unwrap();
     }
 }

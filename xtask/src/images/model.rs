@@ -82,7 +82,103 @@ pub fn excluded(relative: &str) -> bool {
         .any(|part| EXCLUDES.iter().any(|e| e.matches(part)))
 }
 
-/// Debian packages the builds need on top of the ROCm image: git, CMake >= 3.20 and Ninja for
+/// The two bases the images are generated for, from this one model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Base {
+    /// AMD's published ROCm image (pins.toml `[images]`); builds rocSHMEM from the pin, Rust
+    /// through rustup, crates from crates.io.
+    Amd,
+    /// A Debian sid root with Debian's ROCm, made here (`cargo xtask images base`: mmdebstrap +
+    /// `docker import`). Needs only the Debian mirror: Rust is this machine's pinned toolchain
+    /// and the crates are vendored, both copied in through a staged build context; no
+    /// rocSHMEM (its pinned source is on GitHub), so its default provider is `host`.
+    Debian,
+}
+
+impl Base {
+    pub const ALL: [Base; 2] = [Base::Amd, Base::Debian];
+
+    /// The generated Dockerfile and Apptainer definition, relative to the repository root.
+    pub fn files(self) -> (&'static str, &'static str) {
+        match self {
+            Base::Amd => ("containers/Dockerfile", "containers/symmem.def"),
+            Base::Debian => (
+                "containers/Dockerfile.debian",
+                "containers/symmem-debian.def",
+            ),
+        }
+    }
+}
+
+/// Debian sid packages of the Debian base: Debian's ROCm (HIP 6.4, hipcc 7, clang 21) and what
+/// the workspace build needs. The same list as `.ci/real-hipcc`, so one sid root made in CI
+/// serves both (its `ROOT.packages` file says which list a root was made with).
+pub const DEBIAN_PACKAGES: &[&str] = &[
+    "hipcc",
+    "libamdhip64-dev",
+    "libhsa-runtime-dev",
+    "rocm-cmake",
+    "rocm-device-libs-21",
+    "cmake",
+    "ninja-build",
+    "git",
+    "g++",
+    "ca-certificates",
+];
+/// The Debian suite and mirror of the base.
+pub const DEBIAN_SUITE: &str = "sid";
+pub const DEBIAN_MIRROR: &str = "http://deb.debian.org/debian";
+/// Where the Debian base image is imported (never pushed: `localhost/` keeps Docker and
+/// Podman from looking for it in a registry).
+pub const DEBIAN_BASE_REPOSITORY: &str = "localhost/symmem/debian-rocm";
+/// Where the Debian-base image is built (locally; not published).
+pub const DEBIAN_IMAGE_REPOSITORY: &str = "localhost/symmem/symmem-debian";
+/// In the Debian image's staged build context: the toolchain and the vendored crates.
+pub const CONTEXT_RUST: &str = "rust";
+pub const CONTEXT_VENDOR: &str = "vendor";
+/// In the staged context: the image inputs (the files the tag hashes, nothing else).
+pub const CONTEXT_SOURCES: &str = "src";
+
+/// The Debian base's tag: a hash of its suite, mirror and package list. Debian's sid keeps
+/// only its newest versions, so the versions cannot be pinned; `cargo xtask images base`
+/// records those it got (a label on the image and a file next to the root).
+pub fn debian_base_tag() -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(b"symmem-debian-base-v1\0");
+    hasher.update(DEBIAN_SUITE.as_bytes());
+    hasher.update([0]);
+    hasher.update(DEBIAN_MIRROR.as_bytes());
+    hasher.update([0]);
+    hasher.update(DEBIAN_PACKAGES.join(",").as_bytes());
+    let hex: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    hex[..16].to_string()
+}
+
+pub fn debian_base_image() -> String {
+    format!("{DEBIAN_BASE_REPOSITORY}:{}", debian_base_tag())
+}
+
+/// A published image reference with its registry spelled out: Podman rejects short names
+/// such as `rocm/dev-ubuntu-24.04` ("short-name resolution enforced"), Docker reads both.
+pub fn qualified(image: &str) -> String {
+    let first = image.split('/').next().unwrap_or_default();
+    let has_registry =
+        image.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    if has_registry {
+        image.to_string()
+    } else if image.contains('/') {
+        format!("docker.io/{image}")
+    } else {
+        format!("docker.io/library/{image}")
+    }
+}
+
+/// Debian packages the builds need on top of AMD's ROCm image: git, CMake >= 3.20 and Ninja for
 /// rocSHMEM and the shim, curl for rustup, a C toolchain for the workspace.
 pub const PACKAGES: &[&str] = &[
     "build-essential",
@@ -94,24 +190,32 @@ pub const PACKAGES: &[&str] = &[
     "pkg-config",
 ];
 
-/// `docker run` flags for ROCm GPUs (KFD and DRI devices, the video group, host IPC and a large
-/// /dev/shm for the ranks, ptrace for cross-memory attach, unlimited locked memory), with an
-/// init process that forwards signals and reaps the ranks.
+/// `docker run` flags for every provider: an init process that forwards signals and reaps the
+/// ranks, the host's IPC namespace (its /dev/shm, so no `--shm-size`: Podman refuses the two
+/// together), ptrace for cross-memory attach.
 pub const DOCKER_RUN_FLAGS: &[&str] = &[
     "--init",
-    "--device=/dev/kfd",
-    "--device=/dev/dri",
-    "--group-add=video",
     "--security-opt=seccomp=unconfined",
     "--cap-add=SYS_PTRACE",
     "--ipc=host",
-    "--shm-size=16G",
+];
+
+/// `docker run` flags added for GPU providers: the ROCm KFD and DRI devices, the video group,
+/// unlimited locked memory (pinned buffers; an engine without the right to raise the limit,
+/// as in a nested container, refuses to start any container that asks for it).
+pub const DOCKER_GPU_FLAGS: &[&str] = &[
+    "--device=/dev/kfd",
+    "--device=/dev/dri",
+    "--group-add=video",
     "--ulimit=memlock=-1",
 ];
 
-/// `apptainer exec|run|test` flags: `--rocm` binds the host's GPU devices and driver libraries;
-/// the image is read-only and cargo locks its target folder, hence a writable tmpfs overlay.
-pub const APPTAINER_RUN_FLAGS: &[&str] = &["--rocm", "--cleanenv", "--writable-tmpfs"];
+/// `apptainer exec|run|test` flags: the image is read-only and cargo locks its target folder,
+/// hence a writable tmpfs overlay.
+pub const APPTAINER_RUN_FLAGS: &[&str] = &["--cleanenv", "--writable-tmpfs"];
+
+/// Added for GPU providers: `--rocm` binds the host's GPU devices and driver libraries.
+pub const APPTAINER_GPU_FLAGS: &[&str] = &["--rocm"];
 
 /// A build argument: Docker `ARG`, Apptainer `%arguments`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,60 +233,102 @@ pub struct Step {
     pub commands: Vec<String>,
 }
 
-/// Everything the renderers need, derived from the pins alone.
+/// Everything the renderers need, derived from the pins and the base alone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Model {
+    pub base: Base,
     pub base_image: String,
+    /// Apptainer's bootstrap agent for the base (`docker`: a registry; `docker-daemon`: the
+    /// local engine's image store).
+    pub bootstrap: &'static str,
+    /// What the base says about ROCm (for %help).
     pub rocm: String,
     pub rust_toolchain: String,
     pub rocshmem_version: String,
     pub rocshmem_commit: String,
     pub docker_repository: String,
-    pub apptainer_repository: String,
+    /// Where the SIF is published; `None` for images that are only built locally.
+    pub apptainer_repository: Option<String>,
+    /// The provider the image runs when none is given (`rocshmem` where it has rocSHMEM).
+    pub default_provider: &'static str,
     pub args: Vec<BuildArg>,
     pub labels: Vec<(String, String)>,
     /// Environment of both the build and the running image.
     pub env: Vec<(String, String)>,
+    /// Build-context entries copied into the image before the system steps (context path,
+    /// image path).
+    pub copies: Vec<(String, String)>,
+    /// Where the image inputs are in the build context (`.`: the repository root).
+    pub sources: String,
     /// Steps before the workspace is copied in.
     pub system_steps: Vec<Step>,
     /// Steps after it.
     pub build_steps: Vec<Step>,
-    /// The default command (Docker `CMD`, Apptainer `%runscript` with the caller's arguments).
-    pub command: Vec<String>,
-    /// Apptainer `%test`: the 1-rank check.
-    pub test_command: Vec<String>,
+    /// Apptainer `%test`: the 1-rank check, arguments to `cargo xtask test`.
+    pub test_args: Vec<String>,
 }
 
 pub const ARCH: &str = "ARCH";
 pub const TAG_ARG: &str = "SYMMEM_IMAGE_TAG";
 
+/// The cargo configuration of the Debian image: the vendored crates, never the network.
+fn offline_cargo_config() -> String {
+    let lines = [
+        "[source.crates-io]".to_string(),
+        "replace-with = \"vendored-sources\"".to_string(),
+        "[source.vendored-sources]".to_string(),
+        format!("directory = \"/opt/{CONTEXT_VENDOR}\""),
+        "[net]".to_string(),
+        "offline = true".to_string(),
+    ];
+    let quoted: Vec<String> = lines.iter().map(|l| format!("'{l}'")).collect();
+    format!(
+        "printf '%s\\n' {} > \"$CARGO_HOME/config.toml\"",
+        quoted.join(" ")
+    )
+}
+
 impl Model {
-    pub fn new(pins: &Pins) -> anyhow::Result<Self> {
+    pub fn new(pins: &Pins, base: Base) -> anyhow::Result<Self> {
         let images = pins.images()?;
         let rust = &pins.rust.toolchain;
-        let args = vec![
-            BuildArg {
+        let mut args = Vec::new();
+        if base == Base::Amd {
+            args.push(BuildArg {
                 name: ARCH,
                 default: images.arch.clone(),
                 help: "GPU targets for rocSHMEM and the shim (cargo xtask build-rocshmem --arch).",
-            },
-            BuildArg {
-                name: TAG_ARG,
-                default: String::new(),
-                help: "The image tag (cargo xtask images --tag): when given, the build fails \
-                       unless the copied inputs hash to it.",
-            },
-        ];
-        let labels = vec![
-            (
-                "org.opencontainers.image.title".into(),
-                "symmem-rocm".into(),
+            });
+        }
+        args.push(BuildArg {
+            name: TAG_ARG,
+            default: String::new(),
+            help: "The image tag (cargo xtask images --tag): when given, the build fails \
+                   unless the copied inputs hash to it.",
+        });
+        let (base_image, bootstrap, rocm, title, description) = match base {
+            Base::Amd => (
+                qualified(&images.base_image()),
+                "docker",
+                format!("ROCm {}", images.rocm),
+                "symmem-rocm",
+                "symmem with rocSHMEM (IPC) and its GPU shim, built for ARCH; runs the \
+                 conformance matrix",
             ),
+            Base::Debian => (
+                debian_base_image(),
+                "docker-daemon",
+                "Debian sid's ROCm (HIP 6.4, in /usr)".to_string(),
+                "symmem-debian",
+                "symmem on Debian sid's ROCm, built offline (vendored crates, a copied \
+                 toolchain); no rocSHMEM; runs the host-provider conformance matrix",
+            ),
+        };
+        let mut labels = vec![
+            ("org.opencontainers.image.title".into(), title.into()),
             (
                 "org.opencontainers.image.description".into(),
-                "symmem with rocSHMEM (IPC) and its GPU shim, built for ARCH; runs the \
-                 conformance matrix"
-                    .into(),
+                description.into(),
             ),
             (
                 "org.opencontainers.image.source".into(),
@@ -193,129 +339,205 @@ impl Model {
                 format!("@{TAG_ARG}@"),
             ),
             ("io.github.symmem.image-tag".into(), format!("@{TAG_ARG}@")),
-            ("io.github.symmem.arch".into(), format!("@{ARCH}@")),
-            ("io.github.symmem.base".into(), images.base_image()),
-            (
+        ];
+        if base == Base::Amd {
+            labels.push(("io.github.symmem.arch".into(), format!("@{ARCH}@")));
+        }
+        labels.push(("io.github.symmem.base".into(), base_image.clone()));
+        if base == Base::Amd {
+            labels.push((
                 "io.github.symmem.rocshmem".into(),
                 pins.rocshmem.version.clone(),
-            ),
-            (
+            ));
+            labels.push((
                 "io.github.symmem.rocshmem.commit".into(),
                 pins.rocshmem.commit.clone(),
+            ));
+        }
+        labels.push(("io.github.symmem.rust".into(), rust.clone()));
+
+        // Debian's ROCm is in /usr and its clang finds its device libraries only while
+        // ROCM_PATH is unset (exporting ROCM_PATH=/usr breaks it): no ROCM_PATH there.
+        let env: Vec<(&str, &str)> = match base {
+            Base::Amd => vec![
+                ("ROCM_PATH", "/opt/rocm"),
+                ("RUSTUP_HOME", "/usr/local/rustup"),
+                ("CARGO_HOME", "/usr/local/cargo"),
+                ("PATH", "/usr/local/cargo/bin:/opt/rocm/bin:$PATH"),
+                ("ROCSHMEM_HOME", "/opt/rocshmem"),
+                // rocSHMEM's unique-id bootstrap between the ranks of one container.
+                ("ROCSHMEM_BOOTSTRAP_SOCKET_IFNAME", "lo"),
+                ("ROCSHMEM_BOOTSTRAP_TIMEOUT", "120"),
+            ],
+            Base::Debian => vec![
+                ("CARGO_HOME", "/usr/local/cargo"),
+                ("PATH", "/usr/local/rust/bin:/usr/local/cargo/bin:$PATH"),
+            ],
+        };
+        let env = env
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let tag_check = format!(
+            "cargo xtask images --tag --expect-tag \"@{TAG_ARG}@\" > /etc/symmem-image-tag"
+        );
+        let (copies, sources, system_steps, build_steps) = match base {
+            Base::Amd => (
+                Vec::new(),
+                ".".to_string(),
+                vec![
+                    Step {
+                        title: "System packages for the builds".into(),
+                        commands: vec![
+                            "apt-get update".into(),
+                            format!(
+                                "apt-get install -y --no-install-recommends {}",
+                                PACKAGES.join(" ")
+                            ),
+                            "rm -rf /var/lib/apt/lists/*".into(),
+                        ],
+                    },
+                    Step {
+                        title: format!(
+                            "Rust {rust}, as pinned in pins.toml and rust-toolchain.toml"
+                        ),
+                        commands: vec![
+                            "curl --proto '=https' --tlsv1.2 -sSf -o /tmp/rustup-init.sh \
+                             https://sh.rustup.rs"
+                                .into(),
+                            format!(
+                                "sh /tmp/rustup-init.sh -y --no-modify-path --profile minimal \
+                                 --default-toolchain {rust} --component rustfmt,clippy"
+                            ),
+                            "rm /tmp/rustup-init.sh".into(),
+                            "rustc --version".into(),
+                        ],
+                    },
+                ],
+                vec![
+                    Step {
+                        title: "Dependencies, then the image tag: the copied inputs must hash \
+                                to SYMMEM_IMAGE_TAG"
+                            .into(),
+                        commands: vec!["cargo fetch --locked".into(), tag_check],
+                    },
+                    Step {
+                        title: "rocSHMEM from the pin (the installer developers and Nix use), \
+                                linked at ROCSHMEM_HOME"
+                            .into(),
+                        commands: vec![
+                            format!("cargo xtask build-rocshmem --arch \"@{ARCH}@\""),
+                            format!(
+                                "prefix=\"$(cargo xtask build-rocshmem --arch \"@{ARCH}@\" \
+                                 --print-prefix)\""
+                            ),
+                            "ln -s \"$prefix\" /opt/rocshmem".into(),
+                        ],
+                    },
+                    Step {
+                        title: "The GPU shim against it, the workspace and the conformance \
+                                rank binary; writable for non-root runs"
+                            .into(),
+                        commands: vec![
+                            "cargo xtask build-shim --backend rocshmem".into(),
+                            "cargo build --locked --workspace".into(),
+                            "cargo build --locked --package symmem-conformance --bin \
+                             symmem-conformance"
+                                .into(),
+                            format!("chmod -R a+rwX {WORKDIR}/target \"$CARGO_HOME\""),
+                        ],
+                    },
+                ],
             ),
-            ("io.github.symmem.rust".into(), rust.clone()),
-        ];
-        let env = [
-            ("ROCM_PATH", "/opt/rocm"),
-            ("RUSTUP_HOME", "/usr/local/rustup"),
-            ("CARGO_HOME", "/usr/local/cargo"),
-            ("PATH", "/usr/local/cargo/bin:/opt/rocm/bin:$PATH"),
-            ("ROCSHMEM_HOME", "/opt/rocshmem"),
-            // rocSHMEM's unique-id bootstrap between the ranks of one container.
-            ("ROCSHMEM_BOOTSTRAP_SOCKET_IFNAME", "lo"),
-            ("ROCSHMEM_BOOTSTRAP_TIMEOUT", "120"),
-        ]
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .to_vec();
-        let system_steps = vec![
-            Step {
-                title: "System packages for the builds".into(),
-                commands: vec![
-                    "apt-get update".into(),
-                    format!(
-                        "apt-get install -y --no-install-recommends {}",
-                        PACKAGES.join(" ")
+            Base::Debian => (
+                vec![
+                    (CONTEXT_RUST.to_string(), "/usr/local/rust".to_string()),
+                    (CONTEXT_VENDOR.to_string(), format!("/opt/{CONTEXT_VENDOR}")),
+                ],
+                CONTEXT_SOURCES.to_string(),
+                vec![Step {
+                    title: format!(
+                        "Rust {rust} (the builder's pinned toolchain, copied in) and the \
+                         vendored crates: no network"
                     ),
-                    "rm -rf /var/lib/apt/lists/*".into(),
+                    commands: vec![
+                        "mkdir -p \"$CARGO_HOME\"".into(),
+                        offline_cargo_config(),
+                        format!("rustc --version | grep -q '^rustc {rust} '"),
+                        "cargo --version".into(),
+                    ],
+                }],
+                vec![
+                    Step {
+                        title: "The image tag: the copied inputs must hash to SYMMEM_IMAGE_TAG"
+                            .into(),
+                        commands: vec![tag_check],
+                    },
+                    Step {
+                        title: "The workspace (the Python bindings need a Python: not here) and \
+                                the conformance rank binary; writable for non-root runs"
+                            .into(),
+                        commands: vec![
+                            "cargo build --locked --workspace --exclude symmem-py".into(),
+                            "cargo build --locked --package symmem-conformance --bin \
+                             symmem-conformance"
+                                .into(),
+                            format!("chmod -R a+rwX {WORKDIR}/target \"$CARGO_HOME\""),
+                        ],
+                    },
                 ],
-            },
-            Step {
-                title: format!("Rust {rust}, as pinned in pins.toml and rust-toolchain.toml"),
-                commands: vec![
-                    "curl --proto '=https' --tlsv1.2 -sSf -o /tmp/rustup-init.sh \
-                     https://sh.rustup.rs"
-                        .into(),
-                    format!(
-                        "sh /tmp/rustup-init.sh -y --no-modify-path --profile minimal \
-                         --default-toolchain {rust} --component rustfmt,clippy"
-                    ),
-                    "rm /tmp/rustup-init.sh".into(),
-                    "rustc --version".into(),
-                ],
-            },
-        ];
-        let build_steps = vec![
-            Step {
-                title: "Dependencies, then the image tag: the copied inputs must hash to \
-                        SYMMEM_IMAGE_TAG"
-                    .into(),
-                commands: vec![
-                    "cargo fetch --locked".into(),
-                    format!(
-                        "cargo xtask images --tag --expect-tag \"@{TAG_ARG}@\" > \
-                         /etc/symmem-image-tag"
-                    ),
-                ],
-            },
-            Step {
-                title: "rocSHMEM from the pin (the installer developers and Nix use), linked \
-                        at ROCSHMEM_HOME"
-                    .into(),
-                commands: vec![
-                    format!("cargo xtask build-rocshmem --arch \"@{ARCH}@\""),
-                    format!(
-                        "prefix=\"$(cargo xtask build-rocshmem --arch \"@{ARCH}@\" \
-                         --print-prefix)\""
-                    ),
-                    "ln -s \"$prefix\" /opt/rocshmem".into(),
-                ],
-            },
-            Step {
-                title: "The GPU shim against it, the workspace and the conformance rank \
-                        binary; writable for non-root runs"
-                    .into(),
-                commands: vec![
-                    "cargo xtask build-shim --backend rocshmem".into(),
-                    "cargo build --locked --workspace".into(),
-                    "cargo build --locked --package symmem-conformance --bin \
-                     symmem-conformance"
-                        .into(),
-                    format!("chmod -R a+rwX {WORKDIR}/target \"$CARGO_HOME\""),
-                ],
-            },
-        ];
+            ),
+        };
+        let (docker_repository, apptainer_repository, default_provider) = match base {
+            Base::Amd => (
+                images.docker.clone(),
+                Some(images.apptainer.clone()),
+                "rocshmem",
+            ),
+            Base::Debian => (DEBIAN_IMAGE_REPOSITORY.to_string(), None, "host"),
+        };
         Ok(Self {
-            base_image: images.base_image(),
-            rocm: images.rocm.clone(),
+            base,
+            base_image,
+            bootstrap,
+            rocm,
             rust_toolchain: rust.clone(),
             rocshmem_version: pins.rocshmem.version.clone(),
             rocshmem_commit: pins.rocshmem.commit.clone(),
-            docker_repository: images.docker.clone(),
-            apptainer_repository: images.apptainer.clone(),
+            docker_repository,
+            apptainer_repository,
+            default_provider,
             args,
             labels,
             env,
+            copies,
+            sources,
             system_steps,
             build_steps,
-            command: ["cargo", "xtask", "test", "--provider", "rocshmem"]
+            test_args: ["--provider", default_provider, "--ranks", "1"]
                 .map(String::from)
                 .to_vec(),
-            test_command: [
-                "cargo",
-                "xtask",
-                "test",
-                "--provider",
-                "rocshmem",
-                "--ranks",
-                "1",
-            ]
-            .map(String::from)
-            .to_vec(),
         })
     }
 
-    pub fn default_arch(&self) -> &str {
-        &self.args[0].default
+    /// The image's default command: the conformance matrix with its default provider.
+    pub fn command(&self) -> Vec<String> {
+        [
+            "cargo",
+            "xtask",
+            "test",
+            "--provider",
+            self.default_provider,
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    pub fn default_arch(&self) -> Option<&str> {
+        self.args
+            .iter()
+            .find(|a| a.name == ARCH)
+            .map(|a| a.default.as_str())
     }
 
     /// The Docker image reference for a tag.
@@ -323,9 +545,21 @@ impl Model {
         format!("{}:{tag}", self.docker_repository)
     }
 
-    /// The Apptainer (ORAS) image reference for a tag.
-    pub fn apptainer_image(&self, tag: &str) -> String {
-        format!("{}:{tag}", self.apptainer_repository)
+    /// The published Apptainer (ORAS) image reference for a tag.
+    pub fn apptainer_image(&self, tag: &str) -> Option<String> {
+        self.apptainer_repository
+            .as_ref()
+            .map(|r| format!("{r}:{tag}"))
+    }
+
+    /// The local SIF's file name for a tag.
+    pub fn sif_name(&self, tag: &str) -> String {
+        let name = self
+            .docker_repository
+            .rsplit('/')
+            .next()
+            .unwrap_or("symmem");
+        format!("{name}-{tag}.sif")
     }
 }
 
