@@ -1,7 +1,7 @@
 //! `cargo xtask test --container docker|apptainer`: the rocSHMEM conformance matrix inside the
 //! prebuilt image for the current tag, pulled when missing, run with the ROCm device flags.
 
-use crate::images::{self, model, model::Model};
+use crate::images::{self, model, model::Base, model::Model};
 use crate::project::{project_root, target_dir};
 use anyhow::{Context, bail};
 use std::ffi::{OsStr, OsString};
@@ -26,6 +26,91 @@ impl Engine {
     }
 }
 
+/// Which image `--container` runs (flattened into `cargo xtask test`).
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct ImageArgs {
+    /// With --container: the image's base. `amd`: the published image on AMD's ROCm image
+    /// (rocSHMEM inside; pulled when missing). `debian`: the image on Debian's ROCm built here
+    /// (`cargo xtask images base`, then `cargo xtask images build`; no rocSHMEM).
+    #[arg(long, value_enum, default_value = "amd", value_name = "BASE")]
+    pub image_base: Base,
+}
+
+/// What `cargo xtask test` asks of the run inside the image.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The provider given on the command line; `None`: the image's default (rocshmem in the
+    /// AMD image, host in the Debian one).
+    pub provider: Option<String>,
+    pub ranks: Vec<usize>,
+    pub timeout: Duration,
+    pub grace: Duration,
+    /// Host files bind-mounted read-only into the run and passed on.
+    pub shim_lib: Option<PathBuf>,
+    pub rank_binary: Option<PathBuf>,
+}
+
+/// Where `--shim-lib` and `--rank-binary` files appear inside the container.
+pub const MOUNTS: &str = "/mnt/symmem";
+
+impl Request {
+    pub fn provider<'a>(&'a self, model: &'a Model) -> &'a str {
+        self.provider.as_deref().unwrap_or(model.default_provider)
+    }
+
+    /// Whether the run needs the GPU devices.
+    pub fn gpu(&self, model: &Model) -> bool {
+        self.provider(model) != "host"
+    }
+
+    /// (host path, container path) of each file passed in.
+    pub fn mounts(&self) -> anyhow::Result<Vec<(PathBuf, String)>> {
+        let mut mounts = Vec::new();
+        for (what, path) in [("shim", &self.shim_lib), ("rank", &self.rank_binary)] {
+            if let Some(path) = path {
+                let host =
+                    std::path::absolute(path).with_context(|| format!("{}", path.display()))?;
+                if !host.is_file() {
+                    bail!(
+                        "{} is not a file: --shim-lib and --rank-binary name host files, \
+                         mounted into the container",
+                        host.display()
+                    );
+                }
+                let name = host.file_name().unwrap().to_string_lossy().into_owned();
+                mounts.push((host, format!("{MOUNTS}/{what}/{name}")));
+            }
+        }
+        Ok(mounts)
+    }
+
+    /// `cargo xtask test` as it runs inside the image.
+    pub fn inner_command(&self, model: &Model) -> anyhow::Result<Vec<String>> {
+        let ranks: Vec<String> = self.ranks.iter().map(ToString::to_string).collect();
+        let mut command: Vec<String> = ["cargo", "xtask", "test", "--provider"]
+            .map(String::from)
+            .to_vec();
+        command.extend([
+            self.provider(model).to_string(),
+            "--ranks".into(),
+            ranks.join(","),
+            "--timeout".into(),
+            duration(self.timeout),
+            "--grace".into(),
+            duration(self.grace),
+        ]);
+        let mounts = self.mounts()?;
+        let mut mounted = mounts.iter().map(|(_, inside)| inside.clone());
+        if self.shim_lib.is_some() {
+            command.extend(["--shim-lib".into(), mounted.next().unwrap()]);
+        }
+        if self.rank_binary.is_some() {
+            command.extend(["--rank-binary".into(), mounted.next().unwrap()]);
+        }
+        Ok(command)
+    }
+}
+
 /// What a container run needs from the machine (given explicitly, so tests can fake it).
 pub struct Host {
     /// The PATH to find the engine on.
@@ -36,14 +121,9 @@ pub struct Host {
     pub cache: PathBuf,
 }
 
-pub fn run(
-    engine: Engine,
-    ranks: &[usize],
-    timeout: Duration,
-    grace: Duration,
-) -> anyhow::Result<ExitCode> {
+pub fn run(engine: Engine, image: ImageArgs, request: &Request) -> anyhow::Result<ExitCode> {
     let root = project_root();
-    let model = images::load_model(&root)?;
+    let model = images::load_model(&root, image.image_base)?;
     let tag = images::tag::compute(&root)?;
     eprintln!("image tag {tag} (cargo xtask images --tag)");
     let host = Host {
@@ -51,31 +131,8 @@ pub fn run(
         kfd: PathBuf::from("/dev/kfd"),
         cache: target_dir().join("images"),
     };
-    let code = execute(
-        engine,
-        &model,
-        &tag,
-        &inner_command(ranks, timeout, grace),
-        &host,
-    )?;
+    let code = execute(engine, &model, &tag, request, &host)?;
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
-}
-
-/// `cargo xtask test` as it runs inside the image.
-pub fn inner_command(ranks: &[usize], timeout: Duration, grace: Duration) -> Vec<String> {
-    let ranks: Vec<String> = ranks.iter().map(ToString::to_string).collect();
-    let mut command: Vec<String> = ["cargo", "xtask", "test", "--provider", "rocshmem"]
-        .map(String::from)
-        .to_vec();
-    command.extend([
-        "--ranks".into(),
-        ranks.join(","),
-        "--timeout".into(),
-        duration(timeout),
-        "--grace".into(),
-        duration(grace),
-    ]);
-    command
 }
 
 fn duration(d: Duration) -> String {
@@ -86,55 +143,132 @@ fn duration(d: Duration) -> String {
     }
 }
 
-/// Finds the engine, checks it and the GPU, gets the image and runs `inner` in it; returns the
-/// exit status of the run.
+/// Finds the engine, checks it and (for GPU providers) the GPU, gets the image and runs the
+/// request in it; returns the exit status of the run.
 pub fn execute(
     engine: Engine,
     model: &Model,
     tag: &str,
-    inner: &[String],
+    request: &Request,
     host: &Host,
 ) -> anyhow::Result<i32> {
+    if model.base == Base::Debian && request.provider(model) == "rocshmem" {
+        bail!(
+            "the Debian-base image has no rocSHMEM (its pinned source is on GitHub, which its \
+             offline build cannot reach): use --image-base amd for --provider rocshmem, or \
+             --provider host"
+        );
+    }
+    let inner = request.inner_command(model)?;
     let exe = locate(engine, host.path.as_deref())?;
     probe(engine, &exe)?;
-    if !host.kfd.exists() {
+    if request.gpu(model) && !host.kfd.exists() {
         bail!(
-            "no AMD GPU here ({} is missing: the amdgpu driver is not loaded), so the rocSHMEM \
+            "no AMD GPU here ({} is missing: the amdgpu driver is not loaded), so the {} \
              matrix has nothing to run on: run this on a node with an AMD GPU and ROCm's \
-             driver, or run `cargo xtask test --provider host` here",
-            host.kfd.display()
+             driver, or add `--provider host` to smoke-test the image without a GPU",
+            host.kfd.display(),
+            request.provider(model)
         );
     }
     let image = match engine {
         Engine::Docker => {
             let image = model.docker_image(tag);
-            ensure_docker_image(&exe, &image, tag)?;
+            ensure_docker_image(&exe, model, &image, tag)?;
             image
         }
         Engine::Apptainer => ensure_sif(&exe, model, tag, &host.cache)?
             .to_string_lossy()
             .into_owned(),
     };
-    let argv = run_arguments(engine, &image, inner);
+    let argv = run_arguments(
+        engine,
+        &exe,
+        &image,
+        request.gpu(model),
+        &request.mounts()?,
+        &inner,
+    );
     eprintln!("{} {}", engine.program(), argv.join(" "));
+    let started = std::time::Instant::now();
     let status = Command::new(&exe)
         .args(&argv)
         .status()
         .with_context(|| format!("starting {}", exe.display()))?;
+    eprintln!(
+        "container run: {:.2} s (start, matrix and exit)",
+        started.elapsed().as_secs_f64()
+    );
     Ok(status.code().unwrap_or(1))
 }
 
+/// Whether the `docker` CLI is Podman's (podman-docker), which refuses some of Docker's flag
+/// combinations.
+fn is_podman(exe: &Path) -> bool {
+    let real = std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf());
+    if real.file_name().is_some_and(|n| n == "podman") {
+        return true;
+    }
+    Command::new(exe).arg("--version").output().is_ok_and(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .to_lowercase()
+            .contains("podman")
+    })
+}
+
+/// `docker run` flags: the common ones, the GPU devices for GPU providers; under Podman
+/// explicit file and process limits (it does not inherit Docker's defaults).
+pub fn docker_flags(gpu: bool, podman: bool) -> Vec<String> {
+    let mut flags: Vec<String> = model::DOCKER_RUN_FLAGS
+        .iter()
+        .map(|f| f.to_string())
+        .collect();
+    if gpu {
+        flags.extend(model::DOCKER_GPU_FLAGS.iter().map(|f| f.to_string()));
+    }
+    if podman {
+        flags.extend([
+            "--ulimit=nofile=20000:20000".into(),
+            "--ulimit=nproc=96362:96362".into(),
+        ]);
+    }
+    flags
+}
+
+/// `apptainer exec` flags: `--rocm` for GPU providers only.
+pub fn apptainer_flags(gpu: bool) -> Vec<String> {
+    let mut flags = Vec::new();
+    if gpu {
+        flags.extend(model::APPTAINER_GPU_FLAGS.iter().map(|f| f.to_string()));
+    }
+    flags.extend(model::APPTAINER_RUN_FLAGS.iter().map(|f| f.to_string()));
+    flags
+}
+
 /// The engine's arguments for one run of `inner` in `image`.
-pub fn run_arguments(engine: Engine, image: &str, inner: &[String]) -> Vec<String> {
+pub fn run_arguments(
+    engine: Engine,
+    exe: &Path,
+    image: &str,
+    gpu: bool,
+    mounts: &[(PathBuf, String)],
+    inner: &[String],
+) -> Vec<String> {
     let mut argv: Vec<String> = match engine {
         Engine::Docker => {
             let mut argv = vec!["run".to_string(), "--rm".to_string()];
-            argv.extend(model::DOCKER_RUN_FLAGS.iter().map(|f| f.to_string()));
+            argv.extend(docker_flags(gpu, is_podman(exe)));
+            for (host, inside) in mounts {
+                argv.push(format!("--volume={}:{inside}:ro", host.display()));
+            }
             argv
         }
         Engine::Apptainer => {
             let mut argv = vec!["exec".to_string()];
-            argv.extend(model::APPTAINER_RUN_FLAGS.iter().map(|f| f.to_string()));
+            argv.extend(apptainer_flags(gpu));
+            for (host, inside) in mounts {
+                argv.push(format!("--bind={}:{inside}:ro", host.display()));
+            }
             argv.extend(["--pwd".to_string(), model::WORKDIR.to_string()]);
             argv
         }
@@ -212,7 +346,7 @@ fn probe(engine: Engine, exe: &Path) -> anyhow::Result<()> {
     }
 }
 
-fn ensure_docker_image(exe: &Path, image: &str, tag: &str) -> anyhow::Result<()> {
+fn ensure_docker_image(exe: &Path, model: &Model, image: &str, tag: &str) -> anyhow::Result<()> {
     let present = Command::new(exe)
         .args(["image", "inspect", "--format", "{{.Id}}", image])
         .output()
@@ -222,6 +356,12 @@ fn ensure_docker_image(exe: &Path, image: &str, tag: &str) -> anyhow::Result<()>
     if present {
         eprintln!("using the local {image}");
         return Ok(());
+    }
+    if model.base == Base::Debian {
+        bail!(
+            "{image} is not in the engine, and the Debian-base image is never published: build              it here (no network needed but a Debian mirror), then run again:\n  cargo xtask \
+             images base && cargo xtask images build"
+        );
     }
     eprintln!("pulling {image} ...");
     let pulled = Command::new(exe)
@@ -241,15 +381,22 @@ fn ensure_docker_image(exe: &Path, image: &str, tag: &str) -> anyhow::Result<()>
 }
 
 fn ensure_sif(exe: &Path, model: &Model, tag: &str, cache: &Path) -> anyhow::Result<PathBuf> {
-    let sif = cache.join(format!("symmem-rocm-{tag}.sif"));
+    let sif = cache.join(model.sif_name(tag));
     if sif.is_file() {
         eprintln!("using {}", sif.display());
         return Ok(sif);
     }
+    let Some(reference) = model.apptainer_image(tag) else {
+        bail!(
+            "{} is missing, and the Debian-base image is never published: build it here, then \
+             run again:\n  cargo xtask images base && cargo xtask images build --engine \
+             apptainer",
+            sif.display()
+        );
+    };
     std::fs::create_dir_all(cache).with_context(|| format!("creating {}", cache.display()))?;
     let partial = sif.with_extension("sif.partial");
     let _ = std::fs::remove_file(&partial);
-    let reference = model.apptainer_image(tag);
     eprintln!("pulling {reference} ...");
     let pulled = Command::new(exe)
         .arg("pull")
@@ -263,7 +410,8 @@ fn ensure_sif(exe: &Path, model: &Model, tag: &str, cache: &Path) -> anyhow::Res
             "cannot pull {reference}. CI publishes an image for each tag it builds on main; \
              this checkout's tag {tag} has none (uncommitted or unpublished changes?), or the \
              registry needs a login (`apptainer registry login --username USER \
-             oras://ghcr.io`). Build it here instead, then run again:\n  apptainer build \
+             oras://ghcr.io`). Build it here instead (`--notest` without an AMD GPU: a \
+             failing %test writes no image), then run again:\n  apptainer build --notest \
              --build-arg SYMMEM_IMAGE_TAG={tag} {} containers/symmem.def",
             sif.display()
         );
@@ -279,9 +427,12 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     fn model() -> Model {
-        images::load_model(&project_root()).unwrap()
+        images::load_model(&project_root(), Base::Amd).unwrap()
     }
 
+    fn debian() -> Model {
+        images::load_model(&project_root(), Base::Debian).unwrap()
+    }
     /// A fake engine: logs its arguments, answers `version`/`image inspect`/`pull`/`run` per
     /// `script` (shell `case` arms).
     fn fake(dir: &Path, program: &str, arms: &str) -> PathBuf {
@@ -312,12 +463,19 @@ mod tests {
         }
     }
 
-    fn inner() -> Vec<String> {
-        inner_command(
-            &[1, 8],
-            Duration::from_secs(120),
-            Duration::from_millis(1500),
-        )
+    fn request(provider: Option<&str>) -> Request {
+        Request {
+            provider: provider.map(String::from),
+            ranks: vec![1, 8],
+            timeout: Duration::from_secs(120),
+            grace: Duration::from_millis(1500),
+            shim_lib: None,
+            rank_binary: None,
+        }
+    }
+
+    fn inner() -> Request {
+        request(None)
     }
 
     fn error(engine: Engine, host: &Host) -> String {
@@ -328,9 +486,169 @@ mod tests {
     #[test]
     fn the_inner_command_carries_the_options() {
         assert_eq!(
-            inner().join(" "),
+            inner().inner_command(&model()).unwrap().join(" "),
             "cargo xtask test --provider rocshmem --ranks 1,8 --timeout 120s --grace 1500ms"
         );
+    }
+
+    #[test]
+    fn a_given_provider_is_kept_and_the_default_is_the_images() {
+        let host = request(Some("host"));
+        assert!(
+            host.inner_command(&model())
+                .unwrap()
+                .join(" ")
+                .starts_with("cargo xtask test --provider host --ranks 1,8")
+        );
+        assert!(!host.gpu(&model()));
+        assert!(request(None).gpu(&model()));
+        assert_eq!(request(None).provider(&debian()), "host");
+        assert!(!request(None).gpu(&debian()));
+    }
+
+    #[test]
+    fn shim_lib_and_rank_binary_are_mounted_and_passed_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let (shim, rank) = (dir.path().join("libshim.so"), dir.path().join("rank"));
+        std::fs::write(&shim, "").unwrap();
+        std::fs::write(&rank, "").unwrap();
+        let mut r = request(Some("rocshmem"));
+        r.shim_lib = Some(shim.clone());
+        r.rank_binary = Some(rank.clone());
+        let inner = r.inner_command(&model()).unwrap().join(" ");
+        assert!(
+            inner.ends_with(
+                "--shim-lib /mnt/symmem/shim/libshim.so --rank-binary /mnt/symmem/rank/rank"
+            ),
+            "{inner}"
+        );
+        let mounts = r.mounts().unwrap();
+        let argv = run_arguments(
+            Engine::Docker,
+            Path::new("/nonexistent/docker"),
+            "img",
+            true,
+            &mounts,
+            &[],
+        );
+        assert!(argv.contains(&format!(
+            "--volume={}:/mnt/symmem/shim/libshim.so:ro",
+            shim.display()
+        )));
+        let argv = run_arguments(
+            Engine::Apptainer,
+            Path::new("/nonexistent/apptainer"),
+            "img",
+            true,
+            &mounts,
+            &[],
+        );
+        assert!(argv.contains(&format!(
+            "--bind={}:/mnt/symmem/rank/rank:ro",
+            rank.display()
+        )));
+        r.shim_lib = Some(dir.path().join("missing.so"));
+        assert!(format!("{:#}", r.mounts().unwrap_err()).contains("is not a file"));
+    }
+
+    #[test]
+    fn gpu_devices_only_for_gpu_providers_and_never_shm_size_with_host_ipc() {
+        let exe = Path::new("/nonexistent/docker");
+        let host = run_arguments(Engine::Docker, exe, "img", false, &[], &[]);
+        let gpu = run_arguments(Engine::Docker, exe, "img", true, &[], &[]);
+        for argv in [&host, &gpu] {
+            assert!(argv.contains(&"--ipc=host".to_string()));
+            assert!(
+                !argv.iter().any(|a| a.starts_with("--shm-size")),
+                "{argv:?}"
+            );
+        }
+        assert!(
+            !host
+                .iter()
+                .any(|a| a.starts_with("--device") || a == "--group-add=video")
+        );
+        assert!(gpu.contains(&"--device=/dev/kfd".to_string()));
+        assert!(gpu.contains(&"--device=/dev/dri".to_string()));
+        let exe = Path::new("/nonexistent/apptainer");
+        assert!(
+            !run_arguments(Engine::Apptainer, exe, "i", false, &[], &[])
+                .contains(&"--rocm".to_string())
+        );
+        assert!(
+            run_arguments(Engine::Apptainer, exe, "i", true, &[], &[])
+                .contains(&"--rocm".to_string())
+        );
+        assert!(
+            !docker_flags(true, false)
+                .iter()
+                .any(|f| f.starts_with("--ulimit=nofile"))
+        );
+        assert!(docker_flags(false, true).contains(&"--ulimit=nofile=20000:20000".to_string()));
+    }
+
+    #[test]
+    fn podman_as_docker_is_recognised() {
+        let dir = tempfile::tempdir().unwrap();
+        fake(
+            dir.path(),
+            "docker",
+            "--version*) echo 'podman version 5.8.6' ;;",
+        );
+        assert!(is_podman(&dir.path().join("bin/docker")));
+        let dir = tempfile::tempdir().unwrap();
+        fake(
+            dir.path(),
+            "docker",
+            "--version*) echo 'Docker version 28.2.2' ;;",
+        );
+        assert!(!is_podman(&dir.path().join("bin/docker")));
+    }
+
+    #[test]
+    fn the_host_provider_needs_no_gpu() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = fake(dir.path(), "docker", "");
+        let code = execute(
+            Engine::Docker,
+            &debian(),
+            "0123456789abcdef",
+            &request(Some("host")),
+            &host(dir.path(), false),
+        )
+        .unwrap();
+        assert_eq!(code, 0);
+        let log = std::fs::read_to_string(log).unwrap();
+        let run = log.lines().find(|l| l.starts_with("run ")).unwrap();
+        assert!(!run.contains("--device"), "{run}");
+        assert!(run.contains("localhost/symmem/symmem-debian:0123456789abcdef cargo xtask test --provider host --ranks 1,8"), "{run}");
+        assert!(!log.contains("pull"), "{log}");
+    }
+
+    #[test]
+    fn the_debian_image_is_built_not_pulled_and_has_no_rocshmem() {
+        let dir = tempfile::tempdir().unwrap();
+        fake(dir.path(), "docker", "image*) exit 1 ;;");
+        let e = execute(
+            Engine::Docker,
+            &debian(),
+            "0123456789abcdef",
+            &request(None),
+            &host(dir.path(), false),
+        );
+        let e = format!("{:#}", e.unwrap_err());
+        assert!(
+            e.contains("cargo xtask images base && cargo xtask images build"),
+            "{e}"
+        );
+        let e = execute(
+            Engine::Docker,
+            &debian(),
+            "0123456789abcdef",
+            &request(Some("rocshmem")),
+            &host(dir.path(), true),
+        );
+        assert!(format!("{:#}", e.unwrap_err()).contains("has no rocSHMEM"));
     }
 
     #[test]
@@ -388,7 +706,8 @@ mod tests {
         .unwrap();
         assert_eq!(code, 3, "the run's exit status comes back");
         let log = std::fs::read_to_string(log).unwrap();
-        let lines: Vec<&str> = log.lines().collect();
+        // `--version`: the check for Podman's docker CLI.
+        let lines: Vec<&str> = log.lines().filter(|l| *l != "--version").collect();
         let image = model.docker_image("0123456789abcdef");
         assert_eq!(lines[0], "version --format {{.Server.Version}}");
         assert_eq!(
@@ -399,10 +718,10 @@ mod tests {
         assert_eq!(
             lines[3],
             format!(
-                "run --rm --init --device=/dev/kfd --device=/dev/dri --group-add=video \
-                 --security-opt=seccomp=unconfined --cap-add=SYS_PTRACE --ipc=host \
-                 --shm-size=16G --ulimit=memlock=-1 {image} cargo xtask test --provider \
-                 rocshmem --ranks 1,8 --timeout 120s --grace 1500ms"
+                "run --rm --init --security-opt=seccomp=unconfined --cap-add=SYS_PTRACE \
+                 --ipc=host --device=/dev/kfd --device=/dev/dri --group-add=video \
+                 --ulimit=memlock=-1 {image} cargo xtask test --provider rocshmem --ranks 1,8 \
+                 --timeout 120s --grace 1500ms"
             )
         );
     }
@@ -457,7 +776,7 @@ mod tests {
         assert!(log.contains(&format!(
             "pull {} {}",
             sif.with_extension("sif.partial").display(),
-            model.apptainer_image("0123456789abcdef")
+            model.apptainer_image("0123456789abcdef").unwrap()
         )));
         assert!(log.contains(&format!(
             "exec --rocm --cleanenv --writable-tmpfs --pwd /opt/symmem {} cargo xtask test",
@@ -473,7 +792,7 @@ mod tests {
         let e = error(Engine::Apptainer, &host);
         assert!(e.contains("cannot pull oras://"), "{e}");
         assert!(
-            e.contains("apptainer build --build-arg SYMMEM_IMAGE_TAG="),
+            e.contains("apptainer build --notest --build-arg SYMMEM_IMAGE_TAG="),
             "{e}"
         );
         assert_eq!(std::fs::read_dir(&host.cache).unwrap().count(), 0);

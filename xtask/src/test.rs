@@ -67,19 +67,22 @@ pub struct TestArgs {
     /// Rank counts to run, comma-separated (each 1..=256).
     #[arg(long, default_value = "1,2,4,8", value_parser = parse_ranks)]
     ranks: RankList,
-    /// Provider under test.
-    #[arg(long, value_enum, default_value_t = Provider::Host)]
-    provider: Provider,
+    /// Provider under test [default: host; with --container, the image's: rocshmem in the AMD
+    /// image, host in the Debian one].
+    #[arg(long, value_enum)]
+    provider: Option<Provider>,
     /// Give up on one run after this long and stop its ranks (e.g. 90s, 2m; above 0).
     #[arg(long, default_value = "120s", value_parser = parse_timeout)]
     timeout: Duration,
     /// After a failure, how long ranks get between SIGTERM and SIGKILL (0: SIGKILL right away).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     grace: Duration,
-    /// Run the rocSHMEM matrix inside the prebuilt image for this checkout's tag (`cargo xtask
-    /// images --tag`), pulled when missing, with the ROCm devices. Implies --provider rocshmem.
+    /// Run the matrix inside the image for this checkout's tag (`cargo xtask images --tag`),
+    /// pulled when missing; the ROCm devices are added for GPU providers.
     #[arg(long, value_enum, value_name = "ENGINE")]
     container: Option<crate::container::Engine>,
+    #[command(flatten)]
+    image: crate::container::ImageArgs,
     /// The GPU shim library for --provider nvshmem|rocshmem (default: $SYMMEM_SHIM_LIB, else
     /// what `cargo xtask build-shim` built under target/shim/).
     #[arg(long, value_name = "PATH")]
@@ -134,12 +137,25 @@ struct Run {
 
 pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     if let Some(engine) = args.container {
-        if args.provider == Provider::Nvshmem {
+        if args.provider == Some(Provider::Nvshmem) {
             bail!("--container runs the ROCm images, which have no NVSHMEM: drop --provider");
         }
-        return crate::container::run(engine, &args.ranks.0, args.timeout, args.grace);
+        let request = crate::container::Request {
+            provider: args.provider.map(|p| {
+                clap::ValueEnum::to_possible_value(&p)
+                    .expect("no provider is hidden")
+                    .get_name()
+                    .to_string()
+            }),
+            ranks: args.ranks.0.clone(),
+            timeout: args.timeout,
+            grace: args.grace,
+            shim_lib: args.shim_lib.clone(),
+            rank_binary: args.rank_binary.clone(),
+        };
+        return crate::container::run(engine, args.image, &request);
     }
-    let (provider, shim) = match args.provider {
+    let (provider, shim) = match args.provider.unwrap_or(Provider::Host) {
         Provider::Host => ("host", None),
         Provider::Nvshmem => (
             "nvshmem",
