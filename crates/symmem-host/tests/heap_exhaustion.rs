@@ -4,10 +4,12 @@
 //!
 //! The test binary re-executes itself as each rank (the ignored test `rank_process`).
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 use symmem::{Context, Error};
 use symmem_host::HostProvider;
+
+mod common;
 
 const WORLD: usize = 3;
 const CHILD_ENV: &str = "SYMMEM_HOST_EXHAUSTION_CHILD";
@@ -29,22 +31,10 @@ fn rank_process() {
 #[test]
 fn exhausting_the_heap_leaves_the_context_usable() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let exe = std::env::current_exe().expect("own path");
     let children: Vec<_> = (0..WORLD)
         .map(|rank| {
-            Command::new(&exe)
-                .args([
-                    "rank_process",
-                    "--exact",
-                    "--include-ignored",
-                    "--nocapture",
-                ])
-                .env(CHILD_ENV, "1")
-                .env("RANK", rank.to_string())
-                .env("WORLD_SIZE", WORLD.to_string())
-                .env("SYMMEM_RENDEZVOUS", dir.path())
+            common::rank_command(CHILD_ENV, dir.path(), rank, WORLD)
                 .env("SYMMEM_HOST_HEAP_SIZE", HEAP.to_string())
-                .env("SYMMEM_COLLECTIVE_TIMEOUT", "20s")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
