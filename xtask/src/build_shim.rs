@@ -102,17 +102,11 @@ struct Rocm {
     hip_clang: Option<PathBuf>,
 }
 
-/// Runs `hipconfig <flag>` and returns what it prints, if that is an existing folder.
+/// What `hipconfig <flag>` prints, if that is an existing folder (build-rocshmem's reader).
 fn hipconfig_dir(hipconfig: &Path, flag: &str) -> Option<PathBuf> {
-    let out = Command::new(hipconfig)
-        .arg(flag)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    (out.status.success() && !text.is_empty() && Path::new(&text).is_dir())
-        .then(|| PathBuf::from(text))
+    crate::build_rocshmem::hipconfig_dir(hipconfig, flag)
+        .ok()
+        .filter(|dir| dir.is_dir())
 }
 
 /// The ROCm install for a rocSHMEM build: `--rocm-path`, else `$ROCM_PATH`, else what the

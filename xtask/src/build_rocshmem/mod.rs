@@ -10,7 +10,7 @@ mod stale;
 mod tools;
 
 use arch::TargetId;
-pub use tools::which;
+pub use tools::{hipconfig_dir, which};
 
 /// CMake >= 3.20 present (for other commands that drive CMake).
 pub fn tools_cmake() -> anyhow::Result<std::path::PathBuf> {

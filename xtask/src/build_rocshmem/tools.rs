@@ -82,8 +82,8 @@ pub fn git() -> anyhow::Result<PathBuf> {
     which("git").context("git not found on PATH: install git (apt-get install git), or build from a local checkout with --source DIR")
 }
 
-/// Runs `hipconfig <flag>` and returns the folder it prints.
-fn hipconfig_dir(hipconfig: &Path, flag: &str) -> Result<PathBuf, String> {
+/// Runs `hipconfig <flag>` and returns the folder it prints (build-shim asks it too).
+pub fn hipconfig_dir(hipconfig: &Path, flag: &str) -> Result<PathBuf, String> {
     let out = Command::new(hipconfig)
         .arg(flag)
         .stdin(Stdio::null())
