@@ -162,9 +162,7 @@ fn opened_for_writing(fdinfo: &str) -> bool {
 
 /// Parses `(state, ppid, pgrp)` from `/proc/<pid>/stat`.
 fn parse_stat_parent(stat: &str) -> Option<(char, i32, i32)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next()?.chars().next()?;
+    let (state, mut fields) = stat_fields(stat)?;
     let ppid = fields.next()?.parse().ok()?;
     let pgrp = fields.next()?.parse().ok()?;
     Some((state, ppid, pgrp))
@@ -208,24 +206,27 @@ pub(crate) fn exiting(pid: u32) -> bool {
 
 /// Parses `(state, flags)` from `/proc/<pid>/stat` (fields 3 and 9).
 fn parse_flags(stat: &str) -> Option<(char, u64)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next()?.chars().next()?;
+    let (state, mut fields) = stat_fields(stat)?;
     // ppid, pgrp, session, tty_nr, tpgid, then flags.
     let flags = fields.nth(5)?.parse().ok()?;
     Some((state, flags))
 }
 
-/// Parses `(state, pgrp)` from `/proc/<pid>/stat`. The command name is in
-/// parentheses and may contain spaces and parentheses, so split after the
-/// last `)`.
+/// Parses `(state, pgrp)` from `/proc/<pid>/stat`.
 fn parse_stat(stat: &str) -> Option<(char, i32)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next()?.chars().next()?;
+    let (state, mut fields) = stat_fields(stat)?;
     let _ppid = fields.next()?;
     let pgrp = fields.next()?.parse().ok()?;
     Some((state, pgrp))
+}
+
+/// The state of a `/proc/<pid>/stat` line and the fields after it (ppid, pgrp, ...). The
+/// command name before them is in parentheses and may contain spaces and parentheses, so the
+/// split is after the last `)`.
+fn stat_fields(stat: &str) -> Option<(char, std::str::SplitAsciiWhitespace<'_>)> {
+    let mut fields = stat[stat.rfind(')')? + 1..].split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    Some((state, fields))
 }
 
 #[cfg(test)]
