@@ -235,19 +235,27 @@ pub fn ensure_fetched(git: &Path, pin: &RocshmemPin, checkout: &Path) -> anyhow:
 mod tests {
     use super::*;
 
+    /// git for the tests that run it; `None` (with the reason) where it is missing outside CI.
+    fn git_or_skip() -> Option<&'static Path> {
+        let git = Path::new("git");
+        if Command::new(git).arg("--version").output().is_ok() {
+            return Some(git);
+        }
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "this test needs git: CI must install it"
+        );
+        eprintln!("SKIPPED: needs git (apt-get install git)");
+        None
+    }
+
     /// A repository value that looks like an option reaches git as the URL, not as an option
     /// (the pins refuse such values too; this is the second line of defence).
     #[test]
     fn the_repository_is_never_read_as_an_option() {
-        let git = Path::new("git");
-        if Command::new(git).arg("--version").output().is_err() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "this test needs git: CI must install it"
-            );
-            eprintln!("SKIPPED: needs git");
+        let Some(git) = git_or_skip() else {
             return;
-        }
+        };
         let dir = tempfile::tempdir().unwrap();
         let dest = dir.path().join("checkout");
         let pin = RocshmemPin {
@@ -300,15 +308,9 @@ mod tests {
     /// only when it has changes, and it covers untracked files' contents too.
     #[test]
     fn mismatch_details_name_head_and_only_real_changes() {
-        let git = Path::new("git");
-        if Command::new(git).arg("--version").output().is_err() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "this test needs git: CI must install it"
-            );
-            eprintln!("SKIPPED: needs git");
+        let Some(git) = git_or_skip() else {
             return;
-        }
+        };
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         let run = |args: &[&str]| {
