@@ -4,6 +4,7 @@ mod bench;
 mod build_rocshmem;
 mod build_shim;
 mod cmake;
+mod codegen;
 mod container;
 mod images;
 mod pins;
@@ -31,6 +32,7 @@ enum Command {
     BuildShim(build_shim::Args),
     Bench(bench::Args),
     Images(images::Args),
+    Codegen(codegen::Args),
 }
 
 fn main() -> ExitCode {
@@ -55,5 +57,6 @@ fn run(sh: &xshell::Shell, command: Command) -> anyhow::Result<ExitCode> {
         Command::BuildShim(args) => build_shim::run(sh, args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench::run(sh, args),
         Command::Images(args) => images::run(sh, args).map(|()| ExitCode::SUCCESS),
+        Command::Codegen(args) => codegen::run(sh, args).map(|()| ExitCode::SUCCESS),
     }
 }
