@@ -26,7 +26,8 @@ use xshell::Shell;
 ///
 /// The library exports only the functions of symmem_shim.h. It lands in
 /// target/shim/<backend>/lib/ where `cargo xtask test --provider <backend>` finds it; its path
-/// is the only line on stdout.
+/// is the only line on stdout. CMake's output goes to stderr and to
+/// target/shim/<backend>/build/symmem-build.log (build-rocshmem's CMake driver and log).
 ///
 /// Examples:
 ///   NVSHMEM_HOME=.../nvidia/nvshmem cargo xtask build-shim --backend nvshmem --nvcc .../bin/nvcc

@@ -115,7 +115,7 @@ pub fn run(
         .append(true)
         .open(log)
         .with_context(|| format!("opening the build log {}", log.display()))?;
-    let shown = super::build_rocshmem::plan::shell_words(command);
+    let shown = crate::build_rocshmem::plan::shell_words(command);
     writeln!(log_file, "$ {shown}")?;
     let mut child = self::command(sh, command)
         .stdin(Stdio::null())
@@ -274,7 +274,69 @@ pub fn output_as(
 
 #[cfg(test)]
 mod tests {
-    use super::progress_of;
+    use super::*;
+    use xshell::{Shell, cmd};
+
+    fn words(words: &[&str]) -> Vec<String> {
+        words.iter().map(|w| w.to_string()).collect()
+    }
+
+    /// A failed step names its command and status; its output is in the log, and in the error
+    /// only where it was not already shown on stderr.
+    #[test]
+    fn a_failed_step_names_the_command_and_where_its_output_is() {
+        let sh = Shell::new().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("step.log");
+        let interrupt = Interrupt::install().unwrap();
+        let step = words(&["sh", "-c", "echo configured; echo broken >&2; exit 3"]);
+        let e = run(&sh, &step, &log, Output::Log, &interrupt).unwrap_err();
+        let StepError::Failed {
+            tail: Some(tail), ..
+        } = &e
+        else {
+            panic!("{e:?}");
+        };
+        assert!(
+            tail.contains("configured") && tail.contains("broken"),
+            "{tail}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "`sh -c 'echo configured; echo broken >&2; exit 3'` failed (exit status: 3)"
+            ) && text.contains("Last lines of the log"),
+            "{text}"
+        );
+        let e = run(&sh, &step, &log, Output::Echo, &interrupt).unwrap_err();
+        assert!(
+            matches!(&e, StepError::Failed { tail: None, .. })
+                && e.to_string().contains("Its output is above and in"),
+            "{e}"
+        );
+        let logged = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(logged.matches("$ sh -c").count(), 2, "{logged}");
+        assert_eq!(logged.matches("broken").count(), 4, "{logged}");
+        run(&sh, &words(&["true"]), &log, Output::Bar, &interrupt).unwrap();
+    }
+
+    #[test]
+    fn status_and_pipe_hand_back_exit_codes() {
+        let sh = Shell::new().unwrap();
+        assert_eq!(status(cmd!(sh, "sh -c 'exit 4'")).unwrap().code(), Some(4));
+        let (first, second) = pipe(
+            cmd!(sh, "sh -c 'echo through; exit 2'"),
+            cmd!(sh, "sh -c 'test \"$(cat)\" = through'"),
+        )
+        .unwrap();
+        assert_eq!((first.code(), second.code()), (Some(2), Some(0)));
+        let (_, second) = pipe(
+            cmd!(sh, "echo other"),
+            cmd!(sh, "sh -c 'test \"$(cat)\" = through'"),
+        )
+        .unwrap();
+        assert_eq!(second.code(), Some(1));
+    }
 
     #[test]
     fn progress_lines() {
