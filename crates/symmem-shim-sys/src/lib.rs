@@ -22,3 +22,10 @@ pub use bindings::*;
 pub const HEADER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/shim/symmem_shim.h");
 /// Folder with the shim's sources and CMakeLists.txt.
 pub const SOURCE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/shim");
+
+/// The nvshmem shim that build.rs built with the opt-in `build-nvshmem-shim` feature; `None`
+/// without it (then `cargo xtask build-shim --backend nvshmem` builds it).
+pub const BUILT_NVSHMEM_SHIM: Option<&str> = option_env!("SYMMEM_SHIM_BUILT_NVSHMEM");
+/// The rocshmem shim that build.rs built with the opt-in `build-rocshmem-shim` feature; `None`
+/// without it (then `cargo xtask build-shim --backend rocshmem` builds it).
+pub const BUILT_ROCSHMEM_SHIM: Option<&str> = option_env!("SYMMEM_SHIM_BUILT_ROCSHMEM");
