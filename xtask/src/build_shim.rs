@@ -93,63 +93,27 @@ fn hipconfig_dir(sh: &Shell, hipconfig: &Path, flag: &str) -> Option<PathBuf> {
         .filter(|dir| dir.is_dir())
 }
 
-/// The ROCm install for a rocSHMEM build: `--rocm-path`, else `$ROCM_PATH`, else what the
-/// hipconfig on PATH reports, else /opt/rocm. `None` when none of those exists: CMake then
-/// looks on its own, and says what it could not find.
-fn rocm(sh: &Shell, given: Option<&Path>) -> anyhow::Result<Option<Rocm>> {
-    let hipconfig_on_path = tools::which("hipconfig");
-    // (root, how it was found, the hipconfig that named it)
-    let (root, found, named_by) = if let Some(dir) = given {
-        if !dir.is_dir() {
-            bail!(
-                "--rocm-path {} is not a folder: pass the ROCm install (the folder with \
-                 bin/hipconfig; Debian/Ubuntu: /usr, AMD's packages: /opt/rocm)",
-                dir.display()
-            );
-        }
-        (dir.to_path_buf(), "from --rocm-path".to_string(), None)
-    } else if let Some(dir) = from_env(None, &["ROCM_PATH"]) {
-        if !dir.is_dir() {
-            bail!(
-                "ROCM_PATH={} is not a folder: unset it or point it at the ROCm install, or pass \
-                 --rocm-path",
-                dir.display()
-            );
-        }
-        (dir, "from $ROCM_PATH".to_string(), None)
-    } else if let Some(dir) = hipconfig_on_path
-        .as_deref()
-        .and_then(|h| hipconfig_dir(sh, h, "--rocmpath"))
-    {
-        let hipconfig = hipconfig_on_path.clone();
-        let how = format!(
-            "from `{} --rocmpath`",
-            hipconfig.as_deref().unwrap_or(Path::new("")).display()
-        );
-        (dir, how, hipconfig)
-    } else if Path::new("/opt/rocm").is_dir() {
-        (
-            PathBuf::from("/opt/rocm"),
-            "the default /opt/rocm".to_string(),
-            None,
-        )
-    } else {
+/// The ROCm install for a rocSHMEM build, as build-rocshmem finds it ([`tools::find_rocm`]:
+/// `--rocm-path`, else `$ROCM_PATH`, else what hipconfig reports, else /opt/rocm). `None` when
+/// none of those exists: CMake then looks on its own, and says what it could not find.
+fn rocm(sh: &Shell, given: Option<&Path>, s: &tools::Search) -> anyhow::Result<Option<Rocm>> {
+    let Ok(found) = tools::find_rocm(sh, given, None, s)? else {
         return Ok(None);
     };
-    let root = std::path::absolute(&root).unwrap_or(root);
+    let root = std::path::absolute(&found.path).unwrap_or(found.path);
     // This ROCm's own hipconfig, or the one that named it: another one on PATH may belong to
     // another install.
     let hip_clang = Some(root.join("bin/hipconfig"))
         .filter(|p| p.is_file())
         .into_iter()
-        .chain(named_by)
+        .chain(found.named_by)
         .find_map(|h| hipconfig_dir(sh, &h, "--hipclangpath"))
         .map(|dir| dir.join("clang++"))
         .filter(|p| p.is_file())
         .or_else(|| Some(root.join("llvm/bin/clang++")).filter(|p| p.is_file()));
     Ok(Some(Rocm {
         root,
-        found,
+        found: found.how,
         hip_clang,
     }))
 }
@@ -280,7 +244,11 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
             )?;
             let home = std::path::absolute(&home).unwrap_or(home);
             check_rocshmem_home(&home)?;
-            let rocm = rocm(sh, args.rocm_path.as_deref())?;
+            let rocm = rocm(
+                sh,
+                args.rocm_path.as_deref(),
+                &tools::Search::from_process(),
+            )?;
             match &rocm {
                 Some(r) => eprintln!(
                     "ROCm    {} ({}); HIP clang: {}",
@@ -415,11 +383,13 @@ mod tests {
     #[test]
     fn missing_rocm_and_rocshmem_name_the_fix() {
         let sh = Shell::new().unwrap();
-        let e = rocm(&sh, Some(Path::new("/nonexistent/rocm")))
+        let search = tools::Search::from_process();
+        let e = rocm(&sh, Some(Path::new("/nonexistent/rocm")), &search)
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("--rocm-path /nonexistent/rocm is not a folder"),
+            e.contains("no ROCm at /nonexistent/rocm (from --rocm-path)")
+                && e.contains("pass --rocm-path DIR"),
             "{e}"
         );
         let dir = tempfile::tempdir().unwrap();
@@ -433,11 +403,63 @@ mod tests {
         let clang = dir.path().join("llvm/bin/clang++");
         std::fs::create_dir_all(clang.parent().unwrap()).unwrap();
         std::fs::write(&clang, "").unwrap();
-        let found = rocm(&Shell::new().unwrap(), Some(dir.path()))
-            .unwrap()
-            .unwrap();
+        let found = rocm(
+            &Shell::new().unwrap(),
+            Some(dir.path()),
+            &tools::Search::from_process(),
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(found.root, dir.path());
         // Not the clang of a hipconfig on PATH, which may belong to another ROCm.
         assert_eq!(found.hip_clang.as_deref(), Some(clang.as_path()));
+    }
+
+    /// Found as build-rocshmem finds it: the hipconfig on PATH names the ROCm (Debian's /usr
+    /// has no bin/hipconfig of its own here) and, asked again, HIP's clang; with nothing to
+    /// find, CMake is left to look.
+    #[test]
+    fn rocm_found_by_hipconfig_gives_its_clang_and_none_is_left_to_cmake() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("usr");
+        let clang = dir.path().join("llvm-21/bin/clang++");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(clang.parent().unwrap()).unwrap();
+        std::fs::write(&clang, "").unwrap();
+        let hipconfig = dir.path().join("bin/hipconfig");
+        std::fs::create_dir_all(hipconfig.parent().unwrap()).unwrap();
+        let body = format!(
+            "#!/bin/sh\ncase \"$1\" in\n  --rocmpath) printf %s '{}' ;;\n  \
+             --hipclangpath) printf %s '{}' ;;\n  *) exit 2 ;;\nesac\n",
+            root.display(),
+            clang.parent().unwrap().display()
+        );
+        // Written by a child, so no thread of this process holds it open when another test
+        // forks ("Text file busy").
+        let sh = Shell::new().unwrap();
+        let write = "cat > \"$1\" && chmod 755 \"$1\"";
+        xshell::cmd!(sh, "sh -c {write} sh {hipconfig}")
+            .quiet()
+            .stdin(body)
+            .run()
+            .unwrap();
+        let search = |path: Vec<PathBuf>| tools::Search {
+            rocm_path_env: None,
+            hipcc_env: None,
+            path,
+            default_rocm: dir.path().join("opt/rocm"),
+        };
+        let found = rocm(&sh, None, &search(vec![dir.path().join("bin")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            found,
+            Rocm {
+                root: root.clone(),
+                found: format!("from `{} --rocmpath`", hipconfig.display()),
+                hip_clang: Some(clang),
+            }
+        );
+        assert_eq!(rocm(&sh, None, &search(vec![])).unwrap(), None);
     }
 }

@@ -142,15 +142,26 @@ fn hipconfig_on_path(hipcc_given: Option<&Path>, s: &Search) -> Option<PathBuf> 
         .or_else(|| s.which("hipconfig"))
 }
 
+/// A ROCm install and how it was found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FoundRocm {
+    pub path: PathBuf,
+    /// How, for the plan and the log: "from --rocm-path", "from `<hipconfig> --rocmpath`", ...
+    pub how: String,
+    /// The hipconfig that named it, when one did (it knows where HIP's clang is).
+    pub named_by: Option<PathBuf>,
+}
+
 /// The ROCm install and how it was found: `--rocm-path`, else `$ROCM_PATH`, else the ROCm
 /// that `hipconfig --rocmpath` reports (so Debian's `/usr` is found without exporting
-/// ROCM_PATH, which would break its clang), else `/opt/rocm`.
-pub fn rocm_path(
+/// ROCM_PATH, which would break its clang), else `/opt/rocm`. A given folder that does not
+/// exist is an error; `Ok(Err(tried))` says what was tried when none was found.
+pub fn find_rocm(
     sh: &Shell,
     given: Option<&Path>,
     hipcc_given: Option<&Path>,
     s: &Search,
-) -> anyhow::Result<(PathBuf, String)> {
+) -> anyhow::Result<Result<FoundRocm, Vec<String>>> {
     let explicit = match (given, &s.rocm_path_env) {
         (Some(p), _) => Some((p.to_path_buf(), "from --rocm-path")),
         (None, Some(p)) => Some((p.clone(), "from $ROCM_PATH")),
@@ -160,14 +171,22 @@ pub fn rocm_path(
         if !path.is_dir() {
             bail!("no ROCm at {} ({from}): {ROCM_FIX}", path.display());
         }
-        return Ok((path, from.into()));
+        return Ok(Ok(FoundRocm {
+            path,
+            how: from.into(),
+            named_by: None,
+        }));
     }
     let mut tried = vec!["--rocm-path is not given, ROCM_PATH is unset".to_string()];
     match hipconfig_on_path(hipcc_given, s) {
         Some(hipconfig) => match hipconfig_dir(sh, &hipconfig, "--rocmpath") {
             Ok(dir) if dir.is_dir() => {
                 let how = format!("from `{} --rocmpath`", hipconfig.display());
-                return Ok((dir, how));
+                return Ok(Ok(FoundRocm {
+                    path: dir,
+                    how,
+                    named_by: Some(hipconfig),
+                }));
             }
             Ok(dir) => tried.push(format!(
                 "`{} --rocmpath` says {}, which is not a folder",
@@ -179,13 +198,27 @@ pub fn rocm_path(
         None => tried.push("no hipcc or hipconfig on PATH".into()),
     }
     if s.default_rocm.is_dir() {
-        return Ok((
-            s.default_rocm.clone(),
-            format!("the default; {}", tried.join("; ")),
-        ));
+        return Ok(Ok(FoundRocm {
+            path: s.default_rocm.clone(),
+            how: format!("the default; {}", tried.join("; ")),
+            named_by: None,
+        }));
     }
     tried.push(format!("{} does not exist", s.default_rocm.display()));
-    bail!("no ROCm found ({}): {ROCM_FIX}", tried.join("; "))
+    Ok(Err(tried))
+}
+
+/// [`find_rocm`], where finding none is an error naming what was tried and the fix.
+pub fn rocm_path(
+    sh: &Shell,
+    given: Option<&Path>,
+    hipcc_given: Option<&Path>,
+    s: &Search,
+) -> anyhow::Result<(PathBuf, String)> {
+    match find_rocm(sh, given, hipcc_given, s)? {
+        Ok(found) => Ok((found.path, found.how)),
+        Err(tried) => bail!("no ROCm found ({}): {ROCM_FIX}", tried.join("; ")),
+    }
 }
 
 /// Reads `#define <NAME> <number>` from a header.
