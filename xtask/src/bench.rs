@@ -46,7 +46,7 @@ enum GpuBackend {
     Rocshmem,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(sh: &xshell::Shell, args: Args) -> anyhow::Result<ExitCode> {
     let backend = match args.provider {
         GpuBackend::Nvshmem => Backend::Nvshmem,
         GpuBackend::Rocshmem => Backend::Rocshmem,
@@ -64,7 +64,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let shim = shim_library(args.shim_lib.as_deref(), backend)?;
     let binary = match &args.bench_binary {
         Some(p) => p.clone(),
-        None => build_binary("symmem-gpu", "symmem-gpu-bench", "--bench-binary")?,
+        None => build_binary(sh, "symmem-gpu", "symmem-gpu-bench", "--bench-binary")?,
     };
     let out = args.out.clone().unwrap_or_else(|| {
         target_dir()

@@ -1,19 +1,16 @@
 //! `cargo xtask build-shim`: the GPU shim (one C ABI over NVSHMEM or rocSHMEM) as a shared
-//! library that carries its own device link, built by CMake run as plain processes.
-//!
-//! CMake is driven with `std::process::Command`, as build-rocshmem drives it, rather than
-//! through the `cmake` crate: that crate is made for build scripts (it panics on failure, prints
-//! `cargo:` lines on stdout and adds compiler flags of its own), so its panic text ended up in
-//! this command's output.
+//! library that carries its own device link, built by the xtask's one CMake driver (as
+//! build-rocshmem is), with CMake's output on stderr and in the build folder's log.
 
+use crate::cmake::{self, Step};
 use crate::project::{project_root, target_dir};
+use crate::runner::StepError;
+use crate::tools;
 use anyhow::{Context, bail};
-use std::ffi::OsString;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Instant;
 use symmem_gpu::Backend;
+use xshell::Shell;
 
 /// Build the GPU shim library for one backend.
 ///
@@ -29,7 +26,8 @@ use symmem_gpu::Backend;
 ///
 /// The library exports only the functions of symmem_shim.h. It lands in
 /// target/shim/<backend>/lib/ where `cargo xtask test --provider <backend>` finds it; its path
-/// is the only line on stdout.
+/// is the only line on stdout. CMake's output goes to stderr and to
+/// target/shim/<backend>/build/symmem-build.log (build-rocshmem's CMake driver and log).
 ///
 /// Examples:
 ///   NVSHMEM_HOME=.../nvidia/nvshmem cargo xtask build-shim --backend nvshmem --nvcc .../bin/nvcc
@@ -78,20 +76,6 @@ fn from_env(given: Option<&Path>, vars: &[&str]) -> Option<PathBuf> {
     })
 }
 
-fn nvcc(given: Option<&Path>) -> anyhow::Result<PathBuf> {
-    let found = from_env(given, &["CUDACXX"])
-        .or_else(|| crate::build_rocshmem::which("nvcc"))
-        .or_else(|| from_env(None, &["CUDA_HOME", "CUDA_PATH"]).map(|h| h.join("bin/nvcc")));
-    match found {
-        Some(p) if p.is_file() => Ok(std::path::absolute(&p).unwrap_or(p)),
-        _ => bail!(
-            "nvcc not found: install the CUDA toolkit (or `pip install nvidia-cuda-nvcc==13.0.* \
-             nvidia-cuda-runtime==13.0.* nvidia-cuda-crt==13.0.* nvidia-cuda-cccl==13.0.* \
-             nvidia-nvvm==13.0.*`) and pass --nvcc or set CUDACXX"
-        ),
-    }
-}
-
 /// Where ROCm is and how that was decided (for the log).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Rocm {
@@ -102,70 +86,34 @@ struct Rocm {
     hip_clang: Option<PathBuf>,
 }
 
-/// What `hipconfig <flag>` prints, if that is an existing folder (build-rocshmem's reader).
-fn hipconfig_dir(hipconfig: &Path, flag: &str) -> Option<PathBuf> {
-    crate::build_rocshmem::hipconfig_dir(hipconfig, flag)
+/// What `hipconfig <flag>` prints, if that is an existing folder.
+fn hipconfig_dir(sh: &Shell, hipconfig: &Path, flag: &str) -> Option<PathBuf> {
+    tools::hipconfig_dir(sh, hipconfig, flag)
         .ok()
         .filter(|dir| dir.is_dir())
 }
 
-/// The ROCm install for a rocSHMEM build: `--rocm-path`, else `$ROCM_PATH`, else what the
-/// hipconfig on PATH reports, else /opt/rocm. `None` when none of those exists: CMake then
-/// looks on its own, and says what it could not find.
-fn rocm(given: Option<&Path>) -> anyhow::Result<Option<Rocm>> {
-    let hipconfig_on_path = crate::build_rocshmem::which("hipconfig");
-    // (root, how it was found, the hipconfig that named it)
-    let (root, found, named_by) = if let Some(dir) = given {
-        if !dir.is_dir() {
-            bail!(
-                "--rocm-path {} is not a folder: pass the ROCm install (the folder with \
-                 bin/hipconfig; Debian/Ubuntu: /usr, AMD's packages: /opt/rocm)",
-                dir.display()
-            );
-        }
-        (dir.to_path_buf(), "from --rocm-path".to_string(), None)
-    } else if let Some(dir) = from_env(None, &["ROCM_PATH"]) {
-        if !dir.is_dir() {
-            bail!(
-                "ROCM_PATH={} is not a folder: unset it or point it at the ROCm install, or pass \
-                 --rocm-path",
-                dir.display()
-            );
-        }
-        (dir, "from $ROCM_PATH".to_string(), None)
-    } else if let Some(dir) = hipconfig_on_path
-        .as_deref()
-        .and_then(|h| hipconfig_dir(h, "--rocmpath"))
-    {
-        let hipconfig = hipconfig_on_path.clone();
-        let how = format!(
-            "from `{} --rocmpath`",
-            hipconfig.as_deref().unwrap_or(Path::new("")).display()
-        );
-        (dir, how, hipconfig)
-    } else if Path::new("/opt/rocm").is_dir() {
-        (
-            PathBuf::from("/opt/rocm"),
-            "the default /opt/rocm".to_string(),
-            None,
-        )
-    } else {
+/// The ROCm install for a rocSHMEM build, as build-rocshmem finds it ([`tools::find_rocm`]:
+/// `--rocm-path`, else `$ROCM_PATH`, else what hipconfig reports, else /opt/rocm). `None` when
+/// none of those exists: CMake then looks on its own, and says what it could not find.
+fn rocm(sh: &Shell, given: Option<&Path>, s: &tools::Search) -> anyhow::Result<Option<Rocm>> {
+    let Ok(found) = tools::find_rocm(sh, given, None, s)? else {
         return Ok(None);
     };
-    let root = std::path::absolute(&root).unwrap_or(root);
+    let root = std::path::absolute(&found.path).unwrap_or(found.path);
     // This ROCm's own hipconfig, or the one that named it: another one on PATH may belong to
     // another install.
     let hip_clang = Some(root.join("bin/hipconfig"))
         .filter(|p| p.is_file())
         .into_iter()
-        .chain(named_by)
-        .find_map(|h| hipconfig_dir(&h, "--hipclangpath"))
+        .chain(found.named_by)
+        .find_map(|h| hipconfig_dir(sh, &h, "--hipclangpath"))
         .map(|dir| dir.join("clang++"))
         .filter(|p| p.is_file())
         .or_else(|| Some(root.join("llvm/bin/clang++")).filter(|p| p.is_file()));
     Ok(Some(Rocm {
         root,
-        found,
+        found: found.how,
         hip_clang,
     }))
 }
@@ -190,90 +138,61 @@ fn check_rocshmem_home(home: &Path) -> anyhow::Result<()> {
 /// definition reaches CMake's package lookups and its HIP compiler check, whereas an exported
 /// ROCM_PATH also reaches clang, and Debian's clang then looks for its device libraries under
 /// it (they are in /usr/lib/llvm-<N>/lib/clang/<N>/amdgcn/bitcode) and fails.
-fn rocshmem_defines(home: &Path, rocm: Option<&Rocm>) -> Vec<(String, OsString)> {
-    let mut prefix_path = home.as_os_str().to_os_string();
+fn rocshmem_defines(home: &Path, rocm: Option<&Rocm>) -> Vec<(String, String)> {
+    let mut prefix_path = home.display().to_string();
     let mut defines = Vec::new();
     if let Some(rocm) = rocm {
-        prefix_path.push(";");
-        prefix_path.push(&rocm.root);
-        defines.push(("ROCM_PATH".into(), rocm.root.clone().into_os_string()));
-        defines.push((
-            "CMAKE_HIP_COMPILER_ROCM_ROOT".into(),
-            rocm.root.clone().into_os_string(),
-        ));
+        let root = rocm.root.display().to_string();
+        prefix_path.push(';');
+        prefix_path.push_str(&root);
+        defines.push(("ROCM_PATH".into(), root.clone()));
+        defines.push(("CMAKE_HIP_COMPILER_ROCM_ROOT".into(), root));
         if let Some(clang) = &rocm.hip_clang {
-            defines.push(("CMAKE_HIP_COMPILER".into(), clang.clone().into_os_string()));
+            defines.push(("CMAKE_HIP_COMPILER".into(), clang.display().to_string()));
         }
     }
     defines.insert(0, ("CMAKE_PREFIX_PATH".into(), prefix_path));
     defines
 }
 
-/// The three CMake steps, each one command line.
-struct Steps {
-    configure: Command,
-    build: Command,
-    install: Command,
-}
-
-fn steps(
-    cmake: &Path,
-    source: &Path,
-    build_dir: &Path,
-    out: &Path,
-    generator: &str,
-    defines: &[(String, OsString)],
-) -> Steps {
-    let mut configure = Command::new(cmake);
-    configure
-        .arg("-S")
-        .arg(source)
-        .arg("-B")
-        .arg(build_dir)
-        .args(["-G", generator]);
-    for (name, value) in defines {
-        let mut arg = OsString::from(format!("-D{name}="));
-        arg.push(value);
-        configure.arg(arg);
-    }
-    let mut build = Command::new(cmake);
-    build.arg("--build").arg(build_dir);
-    let mut install = Command::new(cmake);
-    install
-        .arg("--install")
-        .arg(build_dir)
-        .arg("--prefix")
-        .arg(out);
-    Steps {
-        configure,
-        build,
-        install,
+/// The shim as a CMake project: built in `build_dir`, installed into `out`.
+fn shim_project<'a>(
+    cmake: &'a Path,
+    generator: crate::tools::Generator,
+    source: &'a Path,
+    build_dir: &'a Path,
+    out: &'a Path,
+    defines: &'a [(String, String)],
+) -> cmake::Project<'a> {
+    cmake::Project {
+        cmake,
+        generator,
+        source,
+        build_dir,
+        install_prefix: out,
+        defines,
+        jobs: None,
     }
 }
 
 /// Runs one CMake step with its output on stderr (stdout carries only the library's path).
-fn run_step(what: &str, command: &mut Command) -> anyhow::Result<std::process::ExitStatus> {
-    let stderr = std::io::stderr()
-        .as_fd()
-        .try_clone_to_owned()
-        .context("duplicating stderr for CMake's output")?;
+fn run_step(driver: &cmake::Driver<'_>, step: Step, command: &[String]) -> Result<(), StepError> {
+    let what = match step {
+        Step::Configure => "configure",
+        Step::Build => "build",
+        Step::Install => "install",
+    };
     eprintln!("[build-shim] {what}");
     let started = Instant::now();
-    let status = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(stderr))
-        .status()
-        .with_context(|| format!("starting {}", command.get_program().to_string_lossy()))?;
-    if status.success() {
-        eprintln!(
-            "[build-shim] {what}: done in {:.1} s",
-            started.elapsed().as_secs_f64()
-        );
-    }
-    Ok(status)
+    driver.run(step, command)?;
+    eprintln!(
+        "[build-shim] {what}: done in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
+pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let backend = match args.backend {
         ShimBackend::Nvshmem => Backend::Nvshmem,
@@ -285,17 +204,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| target_dir().join("shim").join(backend.name())),
     )?;
-    let mut defines: Vec<(String, OsString)> = vec![
+    let mut defines: Vec<(String, String)> = vec![
         ("CMAKE_BUILD_TYPE".into(), "Release".into()),
         ("SYMMEM_SHIM_BACKEND".into(), backend.name().into()),
     ];
     if let Some(arch) = &args.arch {
-        defines.push(("SYMMEM_SHIM_ARCHS".into(), arch.replace(',', ";").into()));
+        defines.push(("SYMMEM_SHIM_ARCHS".into(), arch.replace(',', ";")));
     }
     let mut rocm_path_exported = None;
     match backend {
         Backend::Nvshmem => {
-            let nvcc = nvcc(args.nvcc.as_deref())?;
+            let nvcc = tools::nvcc(args.nvcc.as_deref())?;
             let home = from_env(args.nvshmem_home.as_deref(), &["NVSHMEM_HOME"]).context(
                 "NVSHMEM not found: pass --nvshmem-home or set NVSHMEM_HOME to the folder with \
                  include/nvshmem.h and lib/libnvshmem_host.so.3 (pip: nvidia-nvshmem-cu13==3.4.5 \
@@ -314,9 +233,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .and_then(Path::parent)
                 .unwrap_or(Path::new("/"))
                 .to_path_buf();
-            defines.push(("CMAKE_CUDA_COMPILER".into(), nvcc.into_os_string()));
-            defines.push(("CUDAToolkit_ROOT".into(), root.into_os_string()));
-            defines.push(("NVSHMEM_HOME".into(), home.into_os_string()));
+            defines.push(("CMAKE_CUDA_COMPILER".into(), nvcc.display().to_string()));
+            defines.push(("CUDAToolkit_ROOT".into(), root.display().to_string()));
+            defines.push(("NVSHMEM_HOME".into(), home.display().to_string()));
         }
         Backend::Rocshmem => {
             let home = from_env(args.rocshmem_home.as_deref(), &["ROCSHMEM_HOME"]).context(
@@ -325,7 +244,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             )?;
             let home = std::path::absolute(&home).unwrap_or(home);
             check_rocshmem_home(&home)?;
-            let rocm = rocm(args.rocm_path.as_deref())?;
+            let rocm = rocm(
+                sh,
+                args.rocm_path.as_deref(),
+                &tools::Search::from_process(),
+            )?;
             match &rocm {
                 Some(r) => eprintln!(
                     "ROCm    {} ({}); HIP clang: {}",
@@ -346,17 +269,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
 
     // The inputs are checked first: their errors are the likelier ones, and need no tools.
-    let cmake = crate::build_rocshmem::tools_cmake()?;
-    let generator = if crate::build_rocshmem::which("ninja").is_some() {
-        "Ninja"
-    } else if crate::build_rocshmem::which("make").is_some() {
-        "Unix Makefiles"
-    } else {
-        bail!(
-            "neither ninja nor make found on PATH: install ninja (apt-get install ninja-build, \
-             pip install ninja)"
-        );
-    };
+    let cmake = tools::cmake(sh)?;
+    let generator = tools::generator()?;
 
     let build_dir = out.join("build");
     std::fs::create_dir_all(&build_dir)
@@ -367,11 +281,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         source.display(),
         build_dir.display()
     );
-    let mut steps = steps(&cmake, &source, &build_dir, &out, generator, &defines);
-    let failed = |what: &str, status: std::process::ExitStatus| {
+    let steps = shim_project(&cmake, generator, &source, &build_dir, &out, &defines).steps();
+    let driver = cmake::Driver::new(sh, build_dir.join("symmem-build.log"), true)?;
+    let failed = |what: &str, err: StepError| {
+        let StepError::Failed { status, log, .. } = err else {
+            return anyhow::Error::new(err);
+        };
         let mut fix = format!(
-            "CMake's messages above say what failed; fix that and run the same command again \
-             (delete {} to start over)",
+            "CMake's messages above (also in {}) say what failed; fix that and run the same \
+             command again (delete {} to start over)",
+            log.display(),
             build_dir.display()
         );
         if let Some(value) = &rocm_path_exported {
@@ -386,18 +305,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             backend.name()
         )
     };
-    let status = run_step("configure", &mut steps.configure)?;
-    if !status.success() {
-        return Err(failed("configuring", status));
-    }
-    let status = run_step("build", &mut steps.build)?;
-    if !status.success() {
-        return Err(failed("building", status));
-    }
-    let status = run_step("install", &mut steps.install)?;
-    if !status.success() {
-        return Err(failed("installing", status));
-    }
+    run_step(&driver, Step::Configure, &steps.configure).map_err(|e| failed("configuring", e))?;
+    run_step(&driver, Step::Build, &steps.build).map_err(|e| failed("building", e))?;
+    run_step(&driver, Step::Install, &steps.install).map_err(|e| failed("installing", e))?;
     let library = out.join("lib").join(backend.library_name());
     if !library.is_file() {
         bail!(
@@ -419,11 +329,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    fn text(command: &Command) -> Vec<String> {
-        command
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect()
+    fn text<'a>(args: impl Iterator<Item = &'a std::ffi::OsStr>) -> Vec<String> {
+        args.map(|a| a.to_string_lossy().into_owned()).collect()
     }
 
     /// The ROCm location reaches CMake as definitions, and nothing is added to the environment
@@ -436,15 +343,20 @@ mod tests {
             hip_clang: Some("/usr/lib/llvm-21/bin/clang++".into()),
         };
         let defines = rocshmem_defines(Path::new("/prefix/rocshmem"), Some(&rocm));
-        let steps = steps(
+        let steps = shim_project(
             Path::new("/usr/bin/cmake"),
+            crate::tools::Generator::Ninja,
             Path::new("/src/shim"),
             Path::new("/out/build"),
             Path::new("/out"),
-            "Ninja",
             &defines,
-        );
-        let args = text(&steps.configure);
+        )
+        .steps();
+        // As the driver starts them: through the one Shell, which adds no environment.
+        let sh = Shell::new().unwrap();
+        let [configure, build, install] = [&steps.configure, &steps.build, &steps.install]
+            .map(|step| crate::runner::command(&sh, step));
+        let args = text(configure.get_args());
         for expected in [
             "-DCMAKE_PREFIX_PATH=/prefix/rocshmem;/usr",
             "-DROCM_PATH=/usr",
@@ -453,11 +365,11 @@ mod tests {
         ] {
             assert!(args.iter().any(|a| a == expected), "{expected}: {args:?}");
         }
-        for step in [&steps.configure, &steps.build, &steps.install] {
+        for step in [&configure, &build, &install] {
             assert_eq!(step.get_envs().count(), 0, "{:?}", step.get_envs());
         }
         assert_eq!(
-            text(&steps.install),
+            text(install.get_args()),
             ["--install", "/out/build", "--prefix", "/out"]
         );
         // Without a ROCm found, CMake looks itself: only rocSHMEM's prefix is given.
@@ -470,11 +382,14 @@ mod tests {
 
     #[test]
     fn missing_rocm_and_rocshmem_name_the_fix() {
-        let e = rocm(Some(Path::new("/nonexistent/rocm")))
+        let sh = Shell::new().unwrap();
+        let search = tools::Search::from_process();
+        let e = rocm(&sh, Some(Path::new("/nonexistent/rocm")), &search)
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("--rocm-path /nonexistent/rocm is not a folder"),
+            e.contains("no ROCm at /nonexistent/rocm (from --rocm-path)")
+                && e.contains("pass --rocm-path DIR"),
             "{e}"
         );
         let dir = tempfile::tempdir().unwrap();
@@ -488,9 +403,63 @@ mod tests {
         let clang = dir.path().join("llvm/bin/clang++");
         std::fs::create_dir_all(clang.parent().unwrap()).unwrap();
         std::fs::write(&clang, "").unwrap();
-        let found = rocm(Some(dir.path())).unwrap().unwrap();
+        let found = rocm(
+            &Shell::new().unwrap(),
+            Some(dir.path()),
+            &tools::Search::from_process(),
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(found.root, dir.path());
         // Not the clang of a hipconfig on PATH, which may belong to another ROCm.
         assert_eq!(found.hip_clang.as_deref(), Some(clang.as_path()));
+    }
+
+    /// Found as build-rocshmem finds it: the hipconfig on PATH names the ROCm (Debian's /usr
+    /// has no bin/hipconfig of its own here) and, asked again, HIP's clang; with nothing to
+    /// find, CMake is left to look.
+    #[test]
+    fn rocm_found_by_hipconfig_gives_its_clang_and_none_is_left_to_cmake() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("usr");
+        let clang = dir.path().join("llvm-21/bin/clang++");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(clang.parent().unwrap()).unwrap();
+        std::fs::write(&clang, "").unwrap();
+        let hipconfig = dir.path().join("bin/hipconfig");
+        std::fs::create_dir_all(hipconfig.parent().unwrap()).unwrap();
+        let body = format!(
+            "#!/bin/sh\ncase \"$1\" in\n  --rocmpath) printf %s '{}' ;;\n  \
+             --hipclangpath) printf %s '{}' ;;\n  *) exit 2 ;;\nesac\n",
+            root.display(),
+            clang.parent().unwrap().display()
+        );
+        // Written by a child, so no thread of this process holds it open when another test
+        // forks ("Text file busy").
+        let sh = Shell::new().unwrap();
+        let write = "cat > \"$1\" && chmod 755 \"$1\"";
+        xshell::cmd!(sh, "sh -c {write} sh {hipconfig}")
+            .quiet()
+            .stdin(body)
+            .run()
+            .unwrap();
+        let search = |path: Vec<PathBuf>| tools::Search {
+            rocm_path_env: None,
+            hipcc_env: None,
+            path,
+            default_rocm: dir.path().join("opt/rocm"),
+        };
+        let found = rocm(&sh, None, &search(vec![dir.path().join("bin")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            found,
+            Rocm {
+                root: root.clone(),
+                found: format!("from `{} --rocmpath`", hipconfig.display()),
+                hip_clang: Some(clang),
+            }
+        );
+        assert_eq!(rocm(&sh, None, &search(vec![])).unwrap(), None);
     }
 }

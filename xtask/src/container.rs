@@ -6,8 +6,9 @@ use crate::project::{project_root, target_dir};
 use anyhow::{Context, bail};
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::Duration;
+use xshell::{Shell, cmd};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Engine {
@@ -121,17 +122,22 @@ pub struct Host {
     pub cache: PathBuf,
 }
 
-pub fn run(engine: Engine, image: ImageArgs, request: &Request) -> anyhow::Result<ExitCode> {
+pub fn run(
+    sh: &Shell,
+    engine: Engine,
+    image: ImageArgs,
+    request: &Request,
+) -> anyhow::Result<ExitCode> {
     let root = project_root();
     let model = images::load_model(&root, image.image_base)?;
-    let tag = images::tag::compute(&root)?;
+    let tag = images::tag::compute(sh, &root)?;
     eprintln!("image tag {tag} (cargo xtask images --tag)");
     let host = Host {
         path: std::env::var_os("PATH"),
         kfd: PathBuf::from("/dev/kfd"),
         cache: target_dir().join("images"),
     };
-    let code = execute(engine, &model, &tag, request, &host)?;
+    let code = execute(sh, engine, &model, &tag, request, &host)?;
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
 }
 
@@ -146,6 +152,7 @@ fn duration(d: Duration) -> String {
 /// Finds the engine, checks it and (for GPU providers) the GPU, gets the image and runs the
 /// request in it; returns the exit status of the run.
 pub fn execute(
+    sh: &Shell,
     engine: Engine,
     model: &Model,
     tag: &str,
@@ -161,7 +168,7 @@ pub fn execute(
     }
     let inner = request.inner_command(model)?;
     let exe = locate(engine, host.path.as_deref())?;
-    probe(engine, &exe)?;
+    probe(sh, engine, &exe)?;
     if request.gpu(model) && !host.kfd.exists() {
         bail!(
             "no AMD GPU here ({} is missing: the amdgpu driver is not loaded), so the {} \
@@ -174,14 +181,15 @@ pub fn execute(
     let image = match engine {
         Engine::Docker => {
             let image = model.docker_image(tag);
-            ensure_docker_image(&exe, model, &image, tag)?;
+            ensure_docker_image(sh, &exe, model, &image, tag)?;
             image
         }
-        Engine::Apptainer => ensure_sif(&exe, model, tag, &host.cache)?
+        Engine::Apptainer => ensure_sif(sh, &exe, model, tag, &host.cache)?
             .to_string_lossy()
             .into_owned(),
     };
     let argv = run_arguments(
+        sh,
         engine,
         &exe,
         &image,
@@ -191,10 +199,7 @@ pub fn execute(
     );
     eprintln!("{} {}", engine.program(), argv.join(" "));
     let started = std::time::Instant::now();
-    let status = Command::new(&exe)
-        .args(&argv)
-        .status()
-        .with_context(|| format!("starting {}", exe.display()))?;
+    let status = crate::runner::status(cmd!(sh, "{exe} {argv...}"))?;
     eprintln!(
         "container run: {:.2} s (start, matrix and exit)",
         started.elapsed().as_secs_f64()
@@ -204,16 +209,20 @@ pub fn execute(
 
 /// Whether the `docker` CLI is Podman's (podman-docker), which refuses some of Docker's flag
 /// combinations.
-fn is_podman(exe: &Path) -> bool {
+fn is_podman(sh: &Shell, exe: &Path) -> bool {
     let real = std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf());
     if real.file_name().is_some_and(|n| n == "podman") {
         return true;
     }
-    Command::new(exe).arg("--version").output().is_ok_and(|o| {
-        String::from_utf8_lossy(&o.stdout)
-            .to_lowercase()
-            .contains("podman")
-    })
+    cmd!(sh, "{exe} --version")
+        .quiet()
+        .ignore_status()
+        .output()
+        .is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .to_lowercase()
+                .contains("podman")
+        })
 }
 
 /// `docker run` flags: the common ones, the GPU devices for GPU providers; under Podman
@@ -247,6 +256,7 @@ pub fn apptainer_flags(gpu: bool) -> Vec<String> {
 
 /// The engine's arguments for one run of `inner` in `image`.
 pub fn run_arguments(
+    sh: &Shell,
     engine: Engine,
     exe: &Path,
     image: &str,
@@ -257,7 +267,7 @@ pub fn run_arguments(
     let mut argv: Vec<String> = match engine {
         Engine::Docker => {
             let mut argv = vec!["run".to_string(), "--rm".to_string()];
-            argv.extend(docker_flags(gpu, is_podman(exe)));
+            argv.extend(docker_flags(gpu, is_podman(sh, exe)));
             for (host, inside) in mounts {
                 argv.push(format!("--volume={}:{inside}:ro", host.display()));
             }
@@ -316,13 +326,14 @@ fn locate(engine: Engine, path: Option<&OsStr>) -> anyhow::Result<PathBuf> {
 }
 
 /// Checks the engine works; for Docker that its daemon answers.
-fn probe(engine: Engine, exe: &Path) -> anyhow::Result<()> {
+fn probe(sh: &Shell, engine: Engine, exe: &Path) -> anyhow::Result<()> {
     let args: &[&str] = match engine {
         Engine::Docker => &["version", "--format", "{{.Server.Version}}"],
         Engine::Apptainer => &["--version"],
     };
-    let output = Command::new(exe)
-        .args(args)
+    let output = cmd!(sh, "{exe} {args...}")
+        .quiet()
+        .ignore_status()
         .output()
         .with_context(|| format!("running {}", exe.display()))?;
     if output.status.success() {
@@ -346,9 +357,17 @@ fn probe(engine: Engine, exe: &Path) -> anyhow::Result<()> {
     }
 }
 
-fn ensure_docker_image(exe: &Path, model: &Model, image: &str, tag: &str) -> anyhow::Result<()> {
-    let present = Command::new(exe)
-        .args(["image", "inspect", "--format", "{{.Id}}", image])
+fn ensure_docker_image(
+    sh: &Shell,
+    exe: &Path,
+    model: &Model,
+    image: &str,
+    tag: &str,
+) -> anyhow::Result<()> {
+    let id = "{{.Id}}";
+    let present = cmd!(sh, "{exe} image inspect --format {id} {image}")
+        .quiet()
+        .ignore_status()
         .output()
         .with_context(|| format!("running {}", exe.display()))?
         .status
@@ -364,10 +383,7 @@ fn ensure_docker_image(exe: &Path, model: &Model, image: &str, tag: &str) -> any
         );
     }
     eprintln!("pulling {image} ...");
-    let pulled = Command::new(exe)
-        .args(["pull", image])
-        .status()
-        .with_context(|| format!("running {}", exe.display()))?;
+    let pulled = crate::runner::status(cmd!(sh, "{exe} pull {image}"))?;
     if !pulled.success() {
         bail!(
             "cannot pull {image}. CI publishes an image for each tag it builds on main; this \
@@ -380,7 +396,13 @@ fn ensure_docker_image(exe: &Path, model: &Model, image: &str, tag: &str) -> any
     Ok(())
 }
 
-fn ensure_sif(exe: &Path, model: &Model, tag: &str, cache: &Path) -> anyhow::Result<PathBuf> {
+fn ensure_sif(
+    sh: &Shell,
+    exe: &Path,
+    model: &Model,
+    tag: &str,
+    cache: &Path,
+) -> anyhow::Result<PathBuf> {
     let sif = cache.join(model.sif_name(tag));
     if sif.is_file() {
         eprintln!("using {}", sif.display());
@@ -398,12 +420,7 @@ fn ensure_sif(exe: &Path, model: &Model, tag: &str, cache: &Path) -> anyhow::Res
     let partial = sif.with_extension("sif.partial");
     let _ = std::fs::remove_file(&partial);
     eprintln!("pulling {reference} ...");
-    let pulled = Command::new(exe)
-        .arg("pull")
-        .arg(&partial)
-        .arg(&reference)
-        .status()
-        .with_context(|| format!("running {}", exe.display()))?;
+    let pulled = crate::runner::status(cmd!(sh, "{exe} pull {partial} {reference}"))?;
     if !pulled.success() || !partial.is_file() {
         let _ = std::fs::remove_file(&partial);
         bail!(
@@ -435,6 +452,10 @@ mod tests {
     }
     /// A fake engine: logs its arguments, answers `version`/`image inspect`/`pull`/`run` per
     /// `script` (shell `case` arms).
+    fn sh() -> Shell {
+        Shell::new().unwrap()
+    }
+
     fn fake(dir: &Path, program: &str, arms: &str) -> PathBuf {
         let log = dir.join("log");
         let exe = dir.join("bin").join(program);
@@ -479,7 +500,7 @@ mod tests {
     }
 
     fn error(engine: Engine, host: &Host) -> String {
-        let e = execute(engine, &model(), "0123456789abcdef", &inner(), host).unwrap_err();
+        let e = execute(&sh(), engine, &model(), "0123456789abcdef", &inner(), host).unwrap_err();
         format!("{e:#}")
     }
 
@@ -524,6 +545,7 @@ mod tests {
         );
         let mounts = r.mounts().unwrap();
         let argv = run_arguments(
+            &sh(),
             Engine::Docker,
             Path::new("/nonexistent/docker"),
             "img",
@@ -536,6 +558,7 @@ mod tests {
             shim.display()
         )));
         let argv = run_arguments(
+            &sh(),
             Engine::Apptainer,
             Path::new("/nonexistent/apptainer"),
             "img",
@@ -554,8 +577,8 @@ mod tests {
     #[test]
     fn gpu_devices_only_for_gpu_providers_and_never_shm_size_with_host_ipc() {
         let exe = Path::new("/nonexistent/docker");
-        let host = run_arguments(Engine::Docker, exe, "img", false, &[], &[]);
-        let gpu = run_arguments(Engine::Docker, exe, "img", true, &[], &[]);
+        let host = run_arguments(&sh(), Engine::Docker, exe, "img", false, &[], &[]);
+        let gpu = run_arguments(&sh(), Engine::Docker, exe, "img", true, &[], &[]);
         for argv in [&host, &gpu] {
             assert!(argv.contains(&"--ipc=host".to_string()));
             assert!(
@@ -572,11 +595,11 @@ mod tests {
         assert!(gpu.contains(&"--device=/dev/dri".to_string()));
         let exe = Path::new("/nonexistent/apptainer");
         assert!(
-            !run_arguments(Engine::Apptainer, exe, "i", false, &[], &[])
+            !run_arguments(&sh(), Engine::Apptainer, exe, "i", false, &[], &[])
                 .contains(&"--rocm".to_string())
         );
         assert!(
-            run_arguments(Engine::Apptainer, exe, "i", true, &[], &[])
+            run_arguments(&sh(), Engine::Apptainer, exe, "i", true, &[], &[])
                 .contains(&"--rocm".to_string())
         );
         assert!(
@@ -595,14 +618,14 @@ mod tests {
             "docker",
             "--version*) echo 'podman version 5.8.6' ;;",
         );
-        assert!(is_podman(&dir.path().join("bin/docker")));
+        assert!(is_podman(&sh(), &dir.path().join("bin/docker")));
         let dir = tempfile::tempdir().unwrap();
         fake(
             dir.path(),
             "docker",
             "--version*) echo 'Docker version 28.2.2' ;;",
         );
-        assert!(!is_podman(&dir.path().join("bin/docker")));
+        assert!(!is_podman(&sh(), &dir.path().join("bin/docker")));
     }
 
     #[test]
@@ -610,6 +633,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = fake(dir.path(), "docker", "");
         let code = execute(
+            &sh(),
             Engine::Docker,
             &debian(),
             "0123456789abcdef",
@@ -630,6 +654,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         fake(dir.path(), "docker", "image*) exit 1 ;;");
         let e = execute(
+            &sh(),
             Engine::Docker,
             &debian(),
             "0123456789abcdef",
@@ -642,6 +667,7 @@ mod tests {
             "{e}"
         );
         let e = execute(
+            &sh(),
             Engine::Docker,
             &debian(),
             "0123456789abcdef",
@@ -697,6 +723,7 @@ mod tests {
         let log = fake(dir.path(), "docker", "image*) exit 1 ;;\nrun*) exit 3 ;;");
         let model = model();
         let code = execute(
+            &sh(),
             Engine::Docker,
             &model,
             "0123456789abcdef",
@@ -732,6 +759,7 @@ mod tests {
         let log = fake(dir.path(), "docker", "");
         let model = model();
         execute(
+            &sh(),
             Engine::Docker,
             &model,
             "0123456789abcdef",
@@ -760,6 +788,7 @@ mod tests {
         let host = host(dir.path(), true);
         for _ in 0..2 {
             let code = execute(
+                &sh(),
                 Engine::Apptainer,
                 &model,
                 "0123456789abcdef",

@@ -3,12 +3,17 @@
 mod bench;
 mod build_rocshmem;
 mod build_shim;
+mod cmake;
+mod codegen;
 mod container;
 mod images;
 mod pins;
 mod project;
+mod runner;
 mod test;
+mod tools;
 
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -27,22 +32,31 @@ enum Command {
     BuildShim(build_shim::Args),
     Bench(bench::Args),
     Images(images::Args),
+    Codegen(codegen::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Test(args) => test::run(args),
-        Command::BuildRocshmem(args) => build_rocshmem::run(args).map(|()| ExitCode::SUCCESS),
-        Command::BuildShim(args) => build_shim::run(args).map(|()| ExitCode::SUCCESS),
-        Command::Bench(args) => bench::run(args),
-        Command::Images(args) => images::run(args).map(|()| ExitCode::SUCCESS),
-    };
+    let result = xshell::Shell::new()
+        .context("reading the current folder")
+        .and_then(|sh| run(&sh, cli.command));
     match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Runs one command; every program it starts goes through `sh`.
+fn run(sh: &xshell::Shell, command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Test(args) => test::run(sh, args),
+        Command::BuildRocshmem(args) => build_rocshmem::run(sh, args).map(|()| ExitCode::SUCCESS),
+        Command::BuildShim(args) => build_shim::run(sh, args).map(|()| ExitCode::SUCCESS),
+        Command::Bench(args) => bench::run(sh, args),
+        Command::Images(args) => images::run(sh, args).map(|()| ExitCode::SUCCESS),
+        Command::Codegen(args) => codegen::run(sh, args).map(|()| ExitCode::SUCCESS),
     }
 }

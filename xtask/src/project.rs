@@ -2,8 +2,8 @@
 
 use anyhow::bail;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use symmem_gpu::Backend;
+use xshell::{Shell, cmd};
 
 /// The workspace root (xtask lives one level below it).
 pub fn project_root() -> PathBuf {
@@ -23,28 +23,41 @@ pub fn target_dir() -> PathBuf {
 
 /// Builds binary `bin` of package `package` and returns its path, as cargo reports it.
 /// `instead` is the flag that gives a built binary, for the error when cargo is missing.
-pub fn build_binary(package: &str, bin: &str, instead: &str) -> anyhow::Result<PathBuf> {
+pub fn build_binary(
+    sh: &Shell,
+    package: &str,
+    bin: &str,
+    instead: &str,
+) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    build_binary_with(&cargo, package, bin, instead)
+    build_binary_with(sh, &cargo, package, bin, instead)
 }
 
 fn build_binary_with(
+    sh: &Shell,
     cargo: &std::ffi::OsStr,
     package: &str,
     bin: &str,
     instead: &str,
 ) -> anyhow::Result<PathBuf> {
-    let output = Command::new(cargo)
-        .current_dir(project_root())
-        .args(["build", "--package", package, "--bin", bin])
-        .args(["--message-format", "json-render-diagnostics"])
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|err| build_spawn_error(cargo, bin, instead, err))?;
-    if !output.status.success() {
-        bail!("building {bin} failed (see the compiler output above)");
+    if crate::tools::program(Path::new(cargo)).is_none() {
+        bail!(
+            "cannot build {bin}: `{}` was not found (is cargo on PATH?). Without cargo, pass a \
+             built binary instead: {instead} PATH/{bin}",
+            Path::new(cargo).display()
+        );
     }
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let _root = sh.push_dir(project_root());
+    // Cargo's messages (stderr) show as it builds; its JSON (stdout) is read here.
+    let stdout = cmd!(
+        sh,
+        "{cargo} build --package {package} --bin {bin} --message-format json-render-diagnostics"
+    )
+    .quiet()
+    .read()
+    .map_err(|err| {
+        anyhow::anyhow!("building {bin} failed (see the compiler output above): {err}")
+    })?;
     for line in stdout.lines() {
         let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
@@ -58,25 +71,6 @@ fn build_binary_with(
         }
     }
     bail!("cargo built {bin} but did not report its executable")
-}
-
-/// Why cargo could not be started to build `bin`, and the way around it: inside an image or
-/// a machine with the xtask binary but no cargo, the rank binary can be given directly.
-fn build_spawn_error(
-    cargo: &std::ffi::OsStr,
-    bin: &str,
-    instead: &str,
-    err: std::io::Error,
-) -> anyhow::Error {
-    let cargo = Path::new(cargo).display();
-    if err.kind() == std::io::ErrorKind::NotFound {
-        anyhow::anyhow!(
-            "cannot build {bin}: `{cargo}` was not found (is cargo on PATH?). Without cargo, \
-             pass a built binary instead: {instead} PATH/{bin}"
-        )
-    } else {
-        anyhow::anyhow!("cannot build {bin}: running `{cargo} build` failed: {err}")
-    }
 }
 
 /// The shim library for a GPU provider (`--shim-lib`, else `$SYMMEM_SHIM_LIB`, else what
@@ -110,6 +104,7 @@ mod tests {
     #[test]
     fn without_cargo_the_error_names_the_flag_that_gives_a_binary() {
         let err = build_binary_with(
+            &Shell::new().unwrap(),
             std::ffi::OsStr::new("/nonexistent/cargo"),
             "symmem-conformance",
             "symmem-conformance",

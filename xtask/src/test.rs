@@ -135,7 +135,7 @@ struct Run {
     report: RunReport,
 }
 
-pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
+pub fn run(sh: &xshell::Shell, args: TestArgs) -> anyhow::Result<ExitCode> {
     if let Some(engine) = args.container {
         if args.provider == Some(Provider::Nvshmem) {
             bail!("--container runs the ROCm images, which have no NVSHMEM: drop --provider");
@@ -153,7 +153,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
             shim_lib: args.shim_lib.clone(),
             rank_binary: args.rank_binary.clone(),
         };
-        return crate::container::run(engine, args.image, &request);
+        return crate::container::run(sh, engine, args.image, &request);
     }
     let (provider, shim) = match args.provider.unwrap_or(Provider::Host) {
         Provider::Host => ("host", None),
@@ -170,7 +170,12 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         Some(path) => path.clone(),
         None => {
             eprintln!("building the conformance rank binary ...");
-            build_binary("symmem-conformance", "symmem-conformance", "--rank-binary")?
+            build_binary(
+                sh,
+                "symmem-conformance",
+                "symmem-conformance",
+                "--rank-binary",
+            )?
         }
     };
     let started = Instant::now();

@@ -25,3 +25,44 @@ fn the_xtask_alias_shows_cargo_progress() {
         path.display()
     );
 }
+
+/// Every program the xtask starts goes through its one `xshell::Shell` (`cmd!`); only the
+/// runner (src/runner.rs), which streams output, pipes and hands back exit codes, converts
+/// those commands to `std::process::Command`.
+#[test]
+fn programs_start_through_xshell_outside_the_runner() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let allowed = src.join("runner.rs");
+    let mut files = vec![src.clone()];
+    let mut offenders = Vec::new();
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(
+                std::fs::read_dir(&path)
+                    .unwrap()
+                    .map(|entry| entry.unwrap().path()),
+            );
+            continue;
+        }
+        if path.extension().is_none_or(|e| e != "rs") || path == allowed {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            // `process::Command`, `process::{Command, ...}`, `Command::new(`.
+            let named = line.contains("process::Command")
+                || (line.contains("process::{") && line.contains("Command"))
+                || line.contains("Command::new(");
+            if named {
+                offenders.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "std::process::Command outside src/runner.rs: run programs with xshell's `cmd!(sh, \
+         \"...\")` on the Shell passed down from main (or add what xshell cannot do to the \
+         runner):\n{}",
+        offenders.join("\n")
+    );
+}

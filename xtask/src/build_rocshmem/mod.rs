@@ -3,26 +3,21 @@
 
 pub(crate) mod arch;
 mod install;
-mod plan;
-mod runner;
+pub(crate) mod plan;
 mod source;
 mod stale;
-mod tools;
 
 use arch::TargetId;
-pub use tools::{hipconfig_dir, which};
-
-/// CMake >= 3.20 present (for other commands that drive CMake).
-pub fn tools_cmake() -> anyhow::Result<std::path::PathBuf> {
-    tools::cmake()
-}
 use plan::{CmakeDefine, Plan, PlanInputs, Source, Toolchain};
 
+use crate::cmake::{self, Step};
 use crate::pins::Pins;
 use crate::project::{project_root, target_dir};
+use crate::tools;
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use xshell::Shell;
 
 /// Build rocSHMEM (IPC, single node) from the commit pinned in pins.toml.
 ///
@@ -107,11 +102,38 @@ fn parse_targets(text: &str) -> anyhow::Result<Targets> {
     TargetId::parse_list(text).map(Targets)
 }
 
+/// The tools a rocSHMEM build needs: ROCm's (from the process's environment), CMake and the
+/// generator.
+fn toolchain(
+    sh: &Shell,
+    rocm: Option<&Path>,
+    hipcc_path: Option<&Path>,
+    cmake_args: &[CmakeDefine],
+) -> anyhow::Result<Toolchain> {
+    let parts = tools::rocm_parts(
+        sh,
+        rocm,
+        hipcc_path,
+        cmake_args,
+        &tools::Search::from_process(),
+    )?;
+    Ok(Toolchain {
+        rocm_path: parts.rocm_path,
+        rocm_found: parts.rocm_found,
+        rocm_version: parts.rocm_version,
+        hipcc: parts.hipcc,
+        hipcc_found: parts.hipcc_found,
+        llvm: parts.llvm,
+        cmake: tools::cmake(sh)?,
+        generator: tools::generator()?,
+    })
+}
+
 fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
     std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
+pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let targets = args.arch.0.clone();
     let pins_path = args
@@ -120,7 +142,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .unwrap_or_else(|| project_root().join("pins.toml"));
     let pin = Pins::load(&pins_path)?.rocshmem;
     CmakeDefine::check_unique(&args.cmake_args)?;
-    let toolchain = match tools::toolchain(
+    let toolchain = match toolchain(
+        sh,
         args.rocm_path.as_deref(),
         args.hipcc.as_deref(),
         &args.cmake_args,
@@ -131,7 +154,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             eprintln!("warning: {err:#}\nthe plan below shows <unknown> where it depends on ROCm");
             Toolchain::unknown(
                 "not found: see the warning above".into(),
-                tools::cmake().unwrap_or_else(|_| PathBuf::from("cmake")),
+                tools::cmake(sh).unwrap_or_else(|_| PathBuf::from("cmake")),
                 tools::generator().unwrap_or(plan::Generator::Ninja),
             )
         }
@@ -152,11 +175,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => Source::Fetch,
         Some(dir) => {
             let root = absolute(dir)?;
-            let state = source::LocalState::read(&git, &root)?;
+            let state = source::LocalState::read(sh, &git, &root)?;
             let mismatch = match state.mismatch(&pin) {
                 None => None,
                 Some(why) if args.allow_source_mismatch => {
-                    let details = state.mismatch_details(&git, &root, &pin.subdirectory)?;
+                    let details = state.mismatch_details(sh, &git, &root, &pin.subdirectory)?;
                     if !args.print_prefix {
                         eprintln!(
                             "warning: --source {} differs from the pin ({why}); building it \
@@ -223,10 +246,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for (what, line) in &plan.toolchain_lines {
         eprintln!("{what:<7} {line}");
     }
-    let interrupt = runner::Interrupt::install()?;
     std::fs::create_dir_all(&plan.build_dir)
         .with_context(|| format!("creating {}", plan.build_dir.display()))?;
     let log = plan.build_dir.join("symmem-build.log");
+    let cmake = cmake::Driver::new(sh, log.clone(), false)?;
     let step = |n: usize, what: &str| {
         eprintln!("[{n}/5] {what}");
         Instant::now()
@@ -236,7 +259,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let t = step(1, "source");
     match &plan.source {
         Source::Fetch => {
-            let reused = source::ensure_fetched(&git, &pin, &plan.checkout)?;
+            let reused = source::ensure_fetched(sh, &git, &pin, &plan.checkout)?;
             eprintln!(
                 "      {} {} at {}",
                 if reused {
@@ -261,17 +284,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     done(t);
     let t = step(2, "configure");
-    runner::run(&plan.configure, &log, false, &interrupt)?;
+    cmake.run(Step::Configure, &plan.configure)?;
     done(t);
     let t = step(3, &format!("build ({jobs} jobs; log: {})", log.display()));
-    runner::run(&plan.build, &log, true, &interrupt)?;
+    cmake.run(Step::Build, &plan.build)?;
     done(t);
     let t = step(4, "install (staging)");
     if plan.staging.exists() {
         std::fs::remove_dir_all(&plan.staging)
             .with_context(|| format!("removing the stale {}", plan.staging.display()))?;
     }
-    let installed = runner::run(&plan.install, &log, false, &interrupt);
+    let installed = cmake.run(Step::Install, &plan.install);
     if installed.is_err() {
         let _ = std::fs::remove_dir_all(&plan.staging);
     }

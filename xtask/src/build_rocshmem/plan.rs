@@ -3,25 +3,10 @@
 
 use super::arch::TargetId;
 use crate::pins::RocshmemPin;
+pub use crate::tools::Generator;
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-
-/// How CMake drives the build.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Generator {
-    Ninja,
-    Makefiles,
-}
-
-impl Generator {
-    pub fn cmake_name(self) -> &'static str {
-        match self {
-            Self::Ninja => "Ninja",
-            Self::Makefiles => "Unix Makefiles",
-        }
-    }
-}
 
 /// The tools found on this machine, with how each was found (printed in the plan, so that a
 /// wrong pick shows before minutes of building).
@@ -464,31 +449,20 @@ impl Plan {
         let mut all_defines = defines.clone();
         all_defines.push(("CMAKE_INSTALL_PREFIX".into(), prefix.display().to_string()));
 
-        let cmake = t.cmake.display().to_string();
-        let mut configure = vec![
-            cmake.clone(),
-            "-S".into(),
-            source_dir.display().to_string(),
-            "-B".into(),
-            build_dir.display().to_string(),
-            "-G".into(),
-            t.generator.cmake_name().into(),
-        ];
-        configure.extend(all_defines.iter().map(|(k, v)| format!("-D{k}={v}")));
-        let build = vec![
-            cmake.clone(),
-            "--build".into(),
-            build_dir.display().to_string(),
-            "--parallel".into(),
-            i.jobs.to_string(),
-        ];
-        let install = vec![
-            cmake,
-            "--install".into(),
-            build_dir.display().to_string(),
-            "--prefix".into(),
-            staging.display().to_string(),
-        ];
+        let crate::cmake::Steps {
+            configure,
+            build,
+            install,
+        } = crate::cmake::Project {
+            cmake: &t.cmake,
+            generator: t.generator,
+            source: &source_dir,
+            build_dir: &build_dir,
+            install_prefix: &staging,
+            defines: &all_defines,
+            jobs: Some(i.jobs),
+        }
+        .steps();
         let toolchain_lines = toolchain_lines(t);
         Self {
             hash,

@@ -6,7 +6,7 @@ use crate::pins::RocshmemPin;
 use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
 use std::path::Path;
-use std::process::Command;
+use xshell::{Shell, cmd};
 
 /// Where a fetch lands before its HEAD is checked and it moves to `checkout`.
 pub fn partial_dir(checkout: &Path) -> std::path::PathBuf {
@@ -47,11 +47,10 @@ pub fn fetch_commands(git: &Path, pin: &RocshmemPin, dest: &Path) -> Vec<Vec<Str
     ]
 }
 
-fn git_out(git: &Path, repo: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(git)
-        .arg("-C")
-        .arg(repo)
-        .args(args)
+fn git_out(sh: &Shell, git: &Path, repo: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = cmd!(sh, "{git} -C {repo} {args...}")
+        .quiet()
+        .ignore_status()
         .output()
         .with_context(|| format!("running git {}", args.join(" ")))?;
     if !out.status.success() {
@@ -73,7 +72,7 @@ pub struct LocalState {
 }
 
 impl LocalState {
-    pub fn read(git: &Path, root: &Path) -> anyhow::Result<Self> {
+    pub fn read(sh: &Shell, git: &Path, root: &Path) -> anyhow::Result<Self> {
         if !root.join(".git").exists() {
             bail!(
                 "--source {} is not a git checkout (no .git): clone the pinned repository there",
@@ -81,8 +80,9 @@ impl LocalState {
             );
         }
         Ok(Self {
-            head: git_out(git, root, &["rev-parse", "HEAD"])?,
+            head: git_out(sh, git, root, &["rev-parse", "HEAD"])?,
             changes: git_out(
+                sh,
                 git,
                 root,
                 &["status", "--porcelain", "--untracked-files=normal"],
@@ -111,6 +111,7 @@ impl LocalState {
     /// built, so they change the prefix; a clean checkout needs no digest, its HEAD says all).
     pub fn mismatch_details(
         &self,
+        sh: &Shell,
         git: &Path,
         root: &Path,
         subdirectory: &str,
@@ -120,9 +121,14 @@ impl LocalState {
         } else {
             let mut h = Sha256::new();
             h.update(&self.changes);
-            h.update(git_out(git, root, &["diff", "HEAD", "--binary"])?);
+            h.update(git_out(sh, git, root, &["diff", "HEAD", "--binary"])?);
             // `git diff` leaves untracked files out: their contents count too.
-            let untracked = git_out(git, root, &["ls-files", "--others", "--exclude-standard"])?;
+            let untracked = git_out(
+                sh,
+                git,
+                root,
+                &["ls-files", "--others", "--exclude-standard"],
+            )?;
             for file in untracked.lines() {
                 h.update(file);
                 h.update(std::fs::read(root.join(file)).unwrap_or_default());
@@ -178,9 +184,14 @@ pub fn declared_version(cmakelists: &str) -> Option<String> {
 
 /// Makes `checkout` hold exactly the pinned commit, reusing it when it already does.
 /// Returns true when it was reused.
-pub fn ensure_fetched(git: &Path, pin: &RocshmemPin, checkout: &Path) -> anyhow::Result<bool> {
+pub fn ensure_fetched(
+    sh: &Shell,
+    git: &Path,
+    pin: &RocshmemPin,
+    checkout: &Path,
+) -> anyhow::Result<bool> {
     if checkout.exists() {
-        match LocalState::read(git, checkout) {
+        match LocalState::read(sh, git, checkout) {
             Ok(state) if state.mismatch(pin).is_none() => return Ok(true),
             // Ours to manage: a stale or damaged checkout is fetched again.
             _ => std::fs::remove_dir_all(checkout)
@@ -195,8 +206,11 @@ pub fn ensure_fetched(git: &Path, pin: &RocshmemPin, checkout: &Path) -> anyhow:
             .with_context(|| format!("removing {}", partial.display()))?;
     }
     for command in fetch_commands(git, pin, &partial) {
-        let out = Command::new(&command[0])
+        let out = sh
+            .cmd(&command[0])
             .args(&command[1..])
+            .quiet()
+            .ignore_status()
             .output()
             .with_context(|| format!("running {}", command[0]))?;
         if !out.status.success() {
@@ -218,7 +232,7 @@ pub fn ensure_fetched(git: &Path, pin: &RocshmemPin, checkout: &Path) -> anyhow:
             );
         }
     }
-    let head = git_out(git, &partial, &["rev-parse", "HEAD"])?;
+    let head = git_out(sh, git, &partial, &["rev-parse", "HEAD"])?;
     if head != pin.commit {
         let _ = std::fs::remove_dir_all(&partial);
         bail!(
@@ -236,9 +250,14 @@ mod tests {
     use super::*;
 
     /// git for the tests that run it; `None` (with the reason) where it is missing outside CI.
-    fn git_or_skip() -> Option<&'static Path> {
+    fn git_or_skip(sh: &Shell) -> Option<&'static Path> {
         let git = Path::new("git");
-        if Command::new(git).arg("--version").output().is_ok() {
+        if cmd!(sh, "{git} --version")
+            .quiet()
+            .ignore_status()
+            .output()
+            .is_ok()
+        {
             return Some(git);
         }
         assert!(
@@ -253,7 +272,8 @@ mod tests {
     /// (the pins refuse such values too; this is the second line of defence).
     #[test]
     fn the_repository_is_never_read_as_an_option() {
-        let Some(git) = git_or_skip() else {
+        let sh = Shell::new().unwrap();
+        let Some(git) = git_or_skip(&sh) else {
             return;
         };
         let dir = tempfile::tempdir().unwrap();
@@ -266,8 +286,11 @@ mod tests {
         };
         // `git init`, then `git remote add`.
         for command in &fetch_commands(git, &pin, &dest)[..2] {
-            let out = Command::new(&command[0])
+            let out = sh
+                .cmd(&command[0])
                 .args(&command[1..])
+                .quiet()
+                .ignore_status()
                 .output()
                 .unwrap();
             assert!(
@@ -277,12 +300,18 @@ mod tests {
             );
         }
         assert_eq!(
-            git_out(git, &dest, &["remote", "get-url", "origin"]).unwrap(),
+            git_out(&sh, git, &dest, &["remote", "get-url", "origin"]).unwrap(),
             "--mirror=fetch"
         );
         // Taken as an option, it would have made origin a mirror.
         assert!(
-            git_out(git, &dest, &["config", "--get", "remote.origin.mirror"]).is_err(),
+            git_out(
+                &sh,
+                git,
+                &dest,
+                &["config", "--get", "remote.origin.mirror"]
+            )
+            .is_err(),
             "--mirror was taken as an option"
         );
     }
@@ -308,23 +337,22 @@ mod tests {
     /// only when it has changes, and it covers untracked files' contents too.
     #[test]
     fn mismatch_details_name_head_and_only_real_changes() {
-        let Some(git) = git_or_skip() else {
+        let sh = Shell::new().unwrap();
+        let Some(git) = git_or_skip(&sh) else {
             return;
         };
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         let run = |args: &[&str]| {
-            let out = Command::new(git)
-                .arg("-C")
-                .arg(root)
-                .args(args)
+            cmd!(sh, "{git} -C {root} {args...}")
+                .quiet()
                 .env("GIT_AUTHOR_NAME", "fixture")
                 .env("GIT_AUTHOR_EMAIL", "fixture@example.org")
                 .env("GIT_COMMITTER_NAME", "fixture")
                 .env("GIT_COMMITTER_EMAIL", "fixture@example.org")
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "git {args:?}");
+                .ignore_stdout()
+                .run()
+                .unwrap_or_else(|e| panic!("git {args:?}: {e}"));
         };
         std::fs::create_dir_all(root.join("projects/rocshmem")).unwrap();
         std::fs::write(
@@ -336,15 +364,15 @@ mod tests {
         run(&["add", "."]);
         run(&["commit", "--quiet", "-m", "fixture"]);
         let details = |root: &Path| {
-            LocalState::read(git, root)
+            LocalState::read(&sh, git, root)
                 .unwrap()
-                .mismatch_details(git, root, "projects/rocshmem")
+                .mismatch_details(&sh, git, root, "projects/rocshmem")
                 .unwrap()
         };
         let clean = details(root);
         assert_eq!(
             clean.head,
-            git_out(git, root, &["rev-parse", "HEAD"]).unwrap()
+            git_out(&sh, git, root, &["rev-parse", "HEAD"]).unwrap()
         );
         assert_eq!(clean.version, "3.5.0");
         assert_eq!(clean.changes, None);

@@ -568,7 +568,7 @@ mod tests {
     use super::*;
     use crate::project::project_root;
     use std::collections::BTreeSet;
-    use std::process::Command;
+    use xshell::{Shell, cmd};
 
     /// The root entries of a tree that is no git checkout, minus [`BUILD_STATE`].
     fn untracked_root_entries(root: &std::path::Path) -> BTreeSet<String> {
@@ -595,10 +595,10 @@ mod tests {
     fn every_tracked_root_entry_is_either_an_image_input_or_declared_outside() {
         let root = project_root();
         // Tracked entries; where the tree is no git checkout (e.g. a Nix build), what is there.
-        let output = Command::new("git")
-            .arg("-C")
-            .arg(&root)
-            .args(["ls-files", "-z"])
+        let sh = Shell::new().unwrap();
+        let output = cmd!(sh, "git -C {root} ls-files -z")
+            .quiet()
+            .ignore_status()
             .output();
         let tracked: BTreeSet<String> = match output {
             Ok(output) if output.status.success() => output

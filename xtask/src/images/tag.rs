@@ -26,7 +26,7 @@ use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
+use xshell::{Shell, cmd};
 
 /// Hex digits of the hash kept in the tag.
 pub const TAG_LEN: usize = 16;
@@ -35,7 +35,7 @@ pub const TAG_LEN: usize = 16;
 const SCHEME: &str = "symmem-image-tag-v1";
 
 /// The tag of the tree at `root`.
-pub fn compute(root: &Path) -> anyhow::Result<String> {
+pub fn compute(sh: &Shell, root: &Path) -> anyhow::Result<String> {
     let pins = root.join("pins.toml");
     Pins::load(&pins).with_context(|| {
         format!(
@@ -44,7 +44,7 @@ pub fn compute(root: &Path) -> anyhow::Result<String> {
             pins.display()
         )
     })?;
-    let files = input_files(root)?;
+    let files = input_files(sh, root)?;
     let mut hasher = Sha256::new();
     hasher.update(SCHEME.as_bytes());
     hasher.update([0]);
@@ -109,7 +109,7 @@ fn is_git_checkout(root: &Path) -> bool {
 }
 
 /// Every hashed file, relative to `root` with `/` separators, sorted.
-pub fn input_files(root: &Path) -> anyhow::Result<Vec<String>> {
+pub fn input_files(sh: &Shell, root: &Path) -> anyhow::Result<Vec<String>> {
     for input in INPUTS {
         let path = root.join(input);
         if std::fs::symlink_metadata(&path).is_err() {
@@ -121,7 +121,7 @@ pub fn input_files(root: &Path) -> anyhow::Result<Vec<String>> {
         }
     }
     if is_git_checkout(root) {
-        return tracked_files(root);
+        return tracked_files(sh, root);
     }
     let mut files = Vec::new();
     for input in INPUTS {
@@ -134,11 +134,11 @@ pub fn input_files(root: &Path) -> anyhow::Result<Vec<String>> {
 /// Files under the inputs that git does not track but that a Docker or Apptainer build from
 /// this tree would copy (untracked or ignored, outside [`EXCLUDES`](super::model::EXCLUDES)):
 /// such a build fails its tag check. Empty outside a git checkout, where the tag hashes them.
-pub fn stray_files(root: &Path) -> anyhow::Result<Vec<String>> {
+pub fn stray_files(sh: &Shell, root: &Path) -> anyhow::Result<Vec<String>> {
     if !is_git_checkout(root) {
         return Ok(Vec::new());
     }
-    let tracked: BTreeSet<String> = tracked_files(root)?.into_iter().collect();
+    let tracked: BTreeSet<String> = tracked_files(sh, root)?.into_iter().collect();
     let mut present = Vec::new();
     for input in INPUTS {
         list_present(root, input, &mut present);
@@ -150,12 +150,10 @@ pub fn stray_files(root: &Path) -> anyhow::Result<Vec<String>> {
 
 /// The files git tracks under the inputs (`git ls-files`: committed and staged), minus the
 /// exclusions.
-fn tracked_files(root: &Path) -> anyhow::Result<Vec<String>> {
-    let output = Command::new("git")
-        .arg("-C")
-        .arg(root)
-        .args(["ls-files", "-z", "--cached", "--"])
-        .args(INPUTS)
+fn tracked_files(sh: &Shell, root: &Path) -> anyhow::Result<Vec<String>> {
+    let output = cmd!(sh, "git -C {root} ls-files -z --cached -- {INPUTS...}")
+        .quiet()
+        .ignore_status()
         .output()
         .with_context(|| {
             format!(
@@ -252,6 +250,10 @@ fn list_present(root: &Path, relative: &str, files: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sh() -> Shell {
+        Shell::new().unwrap()
+    }
     use std::path::PathBuf;
 
     /// A minimal tree with one file of every input class, plus docs.
@@ -298,7 +300,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         make_tree(dir.path());
         change(dir.path());
-        compute(dir.path()).unwrap()
+        compute(&sh(), dir.path()).unwrap()
     }
 
     fn append(root: &Path, file: &str) {
@@ -399,7 +401,10 @@ mod tests {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, contents).unwrap();
         }
-        assert_eq!(compute(a.path()).unwrap(), compute(&b_deep).unwrap());
+        assert_eq!(
+            compute(&sh(), a.path()).unwrap(),
+            compute(&sh(), &b_deep).unwrap()
+        );
     }
 
     #[test]
@@ -407,23 +412,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         make_tree(dir.path());
         std::fs::remove_file(dir.path().join("Cargo.lock")).unwrap();
-        let e = format!("{:#}", compute(dir.path()).unwrap_err());
+        let e = format!("{:#}", compute(&sh(), dir.path()).unwrap_err());
         assert!(e.contains("image input `Cargo.lock` is missing"), "{e}");
         assert!(e.contains("xtask/src/images/model.rs"), "{e}");
     }
 
     #[test]
     fn the_repository_has_a_tag() {
-        let tag = compute(&crate::project::project_root()).unwrap();
+        let tag = compute(&sh(), &crate::project::project_root()).unwrap();
         assert!(tag.bytes().all(|b| b.is_ascii_hexdigit()) && tag.len() == TAG_LEN);
     }
 
     /// `git` in `root`, or `None` (with the reason printed) when git cannot run here.
     fn git(root: &Path, args: &[&str]) -> Option<()> {
-        match std::process::Command::new("git")
-            .arg("-C")
-            .arg(root)
-            .args(args)
+        let sh = sh();
+        match cmd!(sh, "git -C {root} {args...}")
+            .quiet()
+            .ignore_status()
             .output()
         {
             Ok(out) if out.status.success() => Some(()),
@@ -448,7 +453,7 @@ mod tests {
     fn in_a_git_checkout_untracked_files_keep_the_tag() {
         let Some(dir) = checkout() else { return };
         let root = dir.path();
-        let base = compute(root).unwrap();
+        let base = compute(&sh(), root).unwrap();
         // As another checkout of the same commit computes it (no .git: the tree as copied).
         let plain = tag_after(|_| {});
         assert_eq!(base, plain, "a clean checkout hashes like the copied tree");
@@ -460,22 +465,22 @@ mod tests {
             std::fs::write(root.join(stray), "stray\n").unwrap();
             assert_eq!(
                 base,
-                compute(root).unwrap(),
+                compute(&sh(), root).unwrap(),
                 "untracked {stray} must not change the tag"
             );
         }
         // Tracking one makes it an input; editing a tracked file changes the tag too.
         git(root, &["add", "crates/symmem/src/scratch.rs"]).unwrap();
-        let tracked = compute(root).unwrap();
+        let tracked = compute(&sh(), root).unwrap();
         assert_ne!(base, tracked, "a newly tracked file changes the tag");
         append(root, "crates/symmem/src/lib.rs");
         assert_ne!(
             tracked,
-            compute(root).unwrap(),
+            compute(&sh(), root).unwrap(),
             "an edited tracked file counts"
         );
         // The strays are the files a build from this tree would copy beyond the tag's.
-        let strays = stray_files(root).unwrap();
+        let strays = stray_files(&sh(), root).unwrap();
         assert_eq!(
             strays,
             ["crates/symmem/src/lib.rs.orig", "xtask/notes.txt"],
@@ -496,14 +501,14 @@ mod tests {
         );
         let dir = tempfile::tempdir().unwrap();
         make_tree(dir.path());
-        assert!(stray_files(dir.path()).unwrap().is_empty());
+        assert!(stray_files(&sh(), dir.path()).unwrap().is_empty());
     }
 
     #[test]
     fn a_tracked_input_missing_from_the_work_tree_is_an_error() {
         let Some(dir) = checkout() else { return };
         std::fs::remove_file(dir.path().join("crates/symmem/src/lib.rs")).unwrap();
-        let e = format!("{:#}", compute(dir.path()).unwrap_err());
+        let e = format!("{:#}", compute(&sh(), dir.path()).unwrap_err());
         assert!(e.contains("crates/symmem/src/lib.rs"), "{e}");
         assert!(e.contains("git checkout --"), "{e}");
     }
@@ -514,13 +519,13 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             make_tree(dir.path());
             std::fs::write(dir.path().join("pins.toml"), broken).unwrap();
-            let e = format!("{:#}", compute(dir.path()).unwrap_err());
+            let e = format!("{:#}", compute(&sh(), dir.path()).unwrap_err());
             assert!(e.contains("pins.toml"), "{e}");
         }
         let dir = tempfile::tempdir().unwrap();
         make_tree(dir.path());
         std::fs::write(dir.path().join("pins.toml"), [0xff, 0xfe, 0x00]).unwrap();
-        let e = format!("{:#}", compute(dir.path()).unwrap_err());
+        let e = format!("{:#}", compute(&sh(), dir.path()).unwrap_err());
         assert!(e.contains("pins.toml"), "{e}");
     }
 
@@ -530,7 +535,7 @@ mod tests {
         make_tree(dir.path());
         let dangling = dir.path().join("crates/symmem/src/gone.rs");
         std::os::unix::fs::symlink("/nonexistent/gone.rs", &dangling).unwrap();
-        let e = format!("{:#}", compute(dir.path()).unwrap_err());
+        let e = format!("{:#}", compute(&sh(), dir.path()).unwrap_err());
         assert!(e.contains("cannot read image input"), "{e}");
         assert!(e.contains("crates/symmem/src/gone.rs"), "{e}");
         assert!(e.contains("delete it"), "{e}");
@@ -541,12 +546,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         make_tree(dir.path());
         let fifo = dir.path().join("crates/symmem/src/pipe");
-        let status = std::process::Command::new("mkfifo").arg(&fifo).status();
-        if !status.is_ok_and(|s| s.success()) {
+        let shell = sh();
+        if cmd!(shell, "mkfifo {fifo}").quiet().run().is_err() {
             println!("SKIPPED: mkfifo is not available");
             return;
         }
-        let e = format!("{:#}", compute(dir.path()).unwrap_err());
+        let e = format!("{:#}", compute(&sh(), dir.path()).unwrap_err());
         assert!(e.contains("crates/symmem/src/pipe"), "{e}");
         assert!(e.contains("not a regular file"), "{e}");
     }
@@ -559,7 +564,7 @@ mod tests {
         let Some(root) = std::env::var_os(UNREADABLE_CHILD) else {
             return;
         };
-        match compute(Path::new(&root)) {
+        match compute(&sh(), Path::new(&root)) {
             Ok(tag) => println!("TAG {tag}"),
             Err(e) => println!("ERROR {e:#}"),
         }
@@ -568,7 +573,6 @@ mod tests {
     #[test]
     fn an_input_this_user_cannot_read_is_an_error() {
         use std::os::unix::fs::PermissionsExt;
-        use std::os::unix::process::CommandExt;
         // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } != 0 {
             println!("SKIPPED: needs root to run the tag as another user");
@@ -579,18 +583,12 @@ mod tests {
         make_tree(dir.path());
         let secret = dir.path().join("pins.toml");
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o000)).unwrap();
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "images::tag::tests::compute_as_another_user",
-                "--exact",
-                "--include-ignored",
-                "--nocapture",
-            ])
-            .env(UNREADABLE_CHILD, dir.path())
-            .uid(65534)
-            .gid(65534)
-            .output()
-            .unwrap();
+        let sh = sh();
+        let exe = std::env::current_exe().unwrap();
+        let test = "images::tag::tests::compute_as_another_user";
+        let child = cmd!(sh, "{exe} {test} --exact --include-ignored --nocapture")
+            .env(UNREADABLE_CHILD, dir.path());
+        let out = crate::runner::output_as(child, 65534, 65534).unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("ERROR "), "{text}");
         assert!(text.contains("pins.toml"), "{text}");

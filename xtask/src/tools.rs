@@ -1,4 +1,5 @@
-//! Finding git, CMake, Ninja, hipcc and ROCm on this machine; each miss names the fix.
+//! Finding programs on this machine (git, CMake, Ninja or Make, nvcc, hipcc, hipconfig, ROCm),
+//! for every command that needs them; each miss names the fix.
 //!
 //! ROCm comes in three layouts, and each broke an `/opt/rocm`-only search:
 //! - AMD's packages: `/opt/rocm`, with `.info/version`, `llvm/bin` and `bin/hipcc`.
@@ -12,12 +13,10 @@
 //! The ROCm parts take what they read from the process as a [`Search`], so that tests run them
 //! over fixture trees without touching the process's PATH or environment.
 
-use super::plan::{
-    CmakeDefine, Generator, LLVM_TOOLS, LlvmTools, RocmVersion, Toolchain, VersionSource,
-};
+use crate::build_rocshmem::plan::{CmakeDefine, LLVM_TOOLS, LlvmTools, RocmVersion, VersionSource};
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use xshell::{Shell, cmd};
 
 /// The fix for a missing or unusable ROCm. Exporting ROCM_PATH is offered for AMD's installs
 /// only: Debian's clang then looks for its device libraries there and fails.
@@ -25,6 +24,22 @@ const ROCM_FIX: &str = "pass --rocm-path DIR (what `hipconfig --rocmpath` prints
                         AMD's packages, /usr for Debian/Ubuntu's) or run inside `nix develop \
                         .#rocm`; for AMD's installs `export ROCM_PATH=DIR` works too (on \
                         Debian/Ubuntu it breaks hipcc)";
+
+/// How CMake drives the build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Generator {
+    Ninja,
+    Makefiles,
+}
+
+impl Generator {
+    pub fn cmake_name(self) -> &'static str {
+        match self {
+            Self::Ninja => "Ninja",
+            Self::Makefiles => "Unix Makefiles",
+        }
+    }
+}
 
 /// What ROCm discovery reads from the process.
 #[derive(Clone, Debug)]
@@ -72,7 +87,16 @@ pub fn which(name: &str) -> Option<PathBuf> {
         .find(|candidate| is_executable(candidate))
 }
 
-fn is_executable(path: &Path) -> bool {
+/// `program` as a command line names it: a path when it has a `/`, else a name on PATH.
+pub fn program(program: &Path) -> Option<PathBuf> {
+    if program.components().count() > 1 {
+        Some(program.to_path_buf()).filter(|p| is_executable(p))
+    } else {
+        which(program.to_str()?)
+    }
+}
+
+pub fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     path.metadata()
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -83,10 +107,10 @@ pub fn git() -> anyhow::Result<PathBuf> {
 }
 
 /// Runs `hipconfig <flag>` and returns the folder it prints (build-shim asks it too).
-pub fn hipconfig_dir(hipconfig: &Path, flag: &str) -> Result<PathBuf, String> {
-    let out = Command::new(hipconfig)
-        .arg(flag)
-        .stdin(Stdio::null())
+pub fn hipconfig_dir(sh: &Shell, hipconfig: &Path, flag: &str) -> Result<PathBuf, String> {
+    let out = cmd!(sh, "{hipconfig} {flag}")
+        .quiet()
+        .ignore_status()
         .output()
         .map_err(|e| format!("`{} {flag}` did not run: {e}", hipconfig.display()))?;
     let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -118,14 +142,26 @@ fn hipconfig_on_path(hipcc_given: Option<&Path>, s: &Search) -> Option<PathBuf> 
         .or_else(|| s.which("hipconfig"))
 }
 
+/// A ROCm install and how it was found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FoundRocm {
+    pub path: PathBuf,
+    /// How, for the plan and the log: "from --rocm-path", "from `<hipconfig> --rocmpath`", ...
+    pub how: String,
+    /// The hipconfig that named it, when one did (it knows where HIP's clang is).
+    pub named_by: Option<PathBuf>,
+}
+
 /// The ROCm install and how it was found: `--rocm-path`, else `$ROCM_PATH`, else the ROCm
 /// that `hipconfig --rocmpath` reports (so Debian's `/usr` is found without exporting
-/// ROCM_PATH, which would break its clang), else `/opt/rocm`.
-pub fn rocm_path(
+/// ROCM_PATH, which would break its clang), else `/opt/rocm`. A given folder that does not
+/// exist is an error; `Ok(Err(tried))` says what was tried when none was found.
+pub fn find_rocm(
+    sh: &Shell,
     given: Option<&Path>,
     hipcc_given: Option<&Path>,
     s: &Search,
-) -> anyhow::Result<(PathBuf, String)> {
+) -> anyhow::Result<Result<FoundRocm, Vec<String>>> {
     let explicit = match (given, &s.rocm_path_env) {
         (Some(p), _) => Some((p.to_path_buf(), "from --rocm-path")),
         (None, Some(p)) => Some((p.clone(), "from $ROCM_PATH")),
@@ -135,14 +171,22 @@ pub fn rocm_path(
         if !path.is_dir() {
             bail!("no ROCm at {} ({from}): {ROCM_FIX}", path.display());
         }
-        return Ok((path, from.into()));
+        return Ok(Ok(FoundRocm {
+            path,
+            how: from.into(),
+            named_by: None,
+        }));
     }
     let mut tried = vec!["--rocm-path is not given, ROCM_PATH is unset".to_string()];
     match hipconfig_on_path(hipcc_given, s) {
-        Some(hipconfig) => match hipconfig_dir(&hipconfig, "--rocmpath") {
+        Some(hipconfig) => match hipconfig_dir(sh, &hipconfig, "--rocmpath") {
             Ok(dir) if dir.is_dir() => {
                 let how = format!("from `{} --rocmpath`", hipconfig.display());
-                return Ok((dir, how));
+                return Ok(Ok(FoundRocm {
+                    path: dir,
+                    how,
+                    named_by: Some(hipconfig),
+                }));
             }
             Ok(dir) => tried.push(format!(
                 "`{} --rocmpath` says {}, which is not a folder",
@@ -154,13 +198,27 @@ pub fn rocm_path(
         None => tried.push("no hipcc or hipconfig on PATH".into()),
     }
     if s.default_rocm.is_dir() {
-        return Ok((
-            s.default_rocm.clone(),
-            format!("the default; {}", tried.join("; ")),
-        ));
+        return Ok(Ok(FoundRocm {
+            path: s.default_rocm.clone(),
+            how: format!("the default; {}", tried.join("; ")),
+            named_by: None,
+        }));
     }
     tried.push(format!("{} does not exist", s.default_rocm.display()));
-    bail!("no ROCm found ({}): {ROCM_FIX}", tried.join("; "))
+    Ok(Err(tried))
+}
+
+/// [`find_rocm`], where finding none is an error naming what was tried and the fix.
+pub fn rocm_path(
+    sh: &Shell,
+    given: Option<&Path>,
+    hipcc_given: Option<&Path>,
+    s: &Search,
+) -> anyhow::Result<(PathBuf, String)> {
+    match find_rocm(sh, given, hipcc_given, s)? {
+        Ok(found) => Ok((found.path, found.how)),
+        Err(tried) => bail!("no ROCm found ({}): {ROCM_FIX}", tried.join("; ")),
+    }
 }
 
 /// Reads `#define <NAME> <number>` from a header.
@@ -264,6 +322,7 @@ pub fn hipcc(given: Option<&Path>, rocm: &Path, s: &Search) -> anyhow::Result<(P
 /// Fails when one is in neither place: rocSHMEM would warn, build without the bitcode, and
 /// verification would fail minutes later.
 pub fn llvm_tools(
+    sh: &Shell,
     rocm: &Path,
     hipcc: &Path,
     given: &dyn Fn(&str) -> bool,
@@ -302,7 +361,7 @@ pub fn llvm_tools(
             hipcc.display()
         );
     };
-    let dir = hipconfig_dir(&hipconfig, "--hipclangpath").map_err(|e| {
+    let dir = hipconfig_dir(sh, &hipconfig, "--hipclangpath").map_err(|e| {
         anyhow::anyhow!(
             "rocSHMEM's device bitcode needs clang++, llvm-link and opt, but {why} and {e}: {fix}"
         )
@@ -325,13 +384,14 @@ pub fn llvm_tools(
 }
 
 /// CMake >= 3.20 (rocSHMEM's minimum).
-pub fn cmake() -> anyhow::Result<PathBuf> {
+pub fn cmake(sh: &Shell) -> anyhow::Result<PathBuf> {
     let cmake = which("cmake").context(
         "cmake not found on PATH: install CMake >= 3.20 (apt-get install cmake, pip install cmake) \
          or run inside `nix develop`",
     )?;
-    let out = Command::new(&cmake)
-        .arg("--version")
+    let out = cmd!(sh, "{cmake} --version")
+        .quiet()
+        .ignore_status()
         .output()
         .context("running cmake --version")?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -345,6 +405,33 @@ pub fn cmake() -> anyhow::Result<PathBuf> {
         );
     }
     Ok(cmake)
+}
+
+/// nvcc: `given` (--nvcc), else `$CUDACXX`, else nvcc on PATH, else `$CUDA_HOME/bin/nvcc`
+/// (or `$CUDA_PATH`'s).
+pub fn nvcc(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let found = given
+        .map(Path::to_path_buf)
+        .or_else(|| var("CUDACXX"))
+        .or_else(|| which("nvcc"))
+        .or_else(|| {
+            var("CUDA_HOME")
+                .or_else(|| var("CUDA_PATH"))
+                .map(|h| h.join("bin/nvcc"))
+        });
+    match found {
+        Some(p) if p.is_file() => Ok(std::path::absolute(&p).unwrap_or(p)),
+        _ => bail!(
+            "nvcc not found: install the CUDA toolkit (or `pip install nvidia-cuda-nvcc==13.0.* \
+             nvidia-cuda-runtime==13.0.* nvidia-cuda-crt==13.0.* nvidia-cuda-cccl==13.0.* \
+             nvidia-nvvm==13.0.*`) and pass --nvcc or set CUDACXX"
+        ),
+    }
 }
 
 /// Ninja when present, else Make.
@@ -371,12 +458,13 @@ pub struct RocmParts {
 }
 
 pub fn rocm_parts(
+    sh: &Shell,
     rocm: Option<&Path>,
     hipcc_path: Option<&Path>,
     cmake_args: &[CmakeDefine],
     s: &Search,
 ) -> anyhow::Result<RocmParts> {
-    let (rocm_path, rocm_found) = rocm_path(rocm, hipcc_path, s)?;
+    let (rocm_path, rocm_found) = rocm_path(sh, rocm, hipcc_path, s)?;
     let explicit_version = cmake_args
         .iter()
         .find(|d| d.var() == "EXPLICIT_ROCM_VERSION");
@@ -391,7 +479,7 @@ pub fn rocm_parts(
     };
     let (hipcc, hipcc_found) = hipcc(hipcc_path, &rocm_path, s)?;
     let given = |var: &str| cmake_args.iter().any(|d| d.var() == var);
-    let llvm = llvm_tools(&rocm_path, &hipcc, &given)?;
+    let llvm = llvm_tools(sh, &rocm_path, &hipcc, &given)?;
     Ok(RocmParts {
         rocm_path,
         rocm_found,
@@ -399,24 +487,6 @@ pub fn rocm_parts(
         hipcc,
         hipcc_found,
         llvm,
-    })
-}
-
-pub fn toolchain(
-    rocm: Option<&Path>,
-    hipcc_path: Option<&Path>,
-    cmake_args: &[CmakeDefine],
-) -> anyhow::Result<Toolchain> {
-    let parts = rocm_parts(rocm, hipcc_path, cmake_args, &Search::from_process())?;
-    Ok(Toolchain {
-        rocm_path: parts.rocm_path,
-        rocm_found: parts.rocm_found,
-        rocm_version: parts.rocm_version,
-        hipcc: parts.hipcc,
-        hipcc_found: parts.hipcc_found,
-        llvm: parts.llvm,
-        cmake: cmake()?,
-        generator: generator()?,
     })
 }
 
@@ -435,21 +505,14 @@ mod tests {
     /// An executable script that is run. Written by a child `sh`, so no thread of this
     /// test process holds it open for writing when another test forks ("Text file busy").
     fn script(path: &Path, body: &str) {
-        use std::io::Write;
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        let mut child = Command::new("sh")
-            .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
-            .arg(path)
-            .stdin(Stdio::piped())
-            .spawn()
+        let sh = Shell::new().unwrap();
+        let write = "cat > \"$1\" && chmod 755 \"$1\"";
+        cmd!(sh, "sh -c {write} sh {path}")
+            .quiet()
+            .stdin(body)
+            .run()
             .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(body.as_bytes())
-            .unwrap();
-        assert!(child.wait().unwrap().success());
     }
 
     /// A hipconfig stand-in answering --rocmpath and --hipclangpath (without a newline, as
@@ -539,7 +602,7 @@ mod tests {
     }
 
     fn parts(given: Option<&Path>, s: &Search) -> anyhow::Result<RocmParts> {
-        rocm_parts(given, None, &[], s)
+        rocm_parts(&Shell::new().unwrap(), given, None, &[], s)
     }
 
     #[test]
@@ -668,7 +731,7 @@ mod tests {
             "{e}"
         );
         let given = [CmakeDefine::parse("-DLLVM_OPT=/elsewhere/opt").unwrap()];
-        let p = rocm_parts(None, None, &given, &s).unwrap();
+        let p = rocm_parts(&Shell::new().unwrap(), None, None, &given, &s).unwrap();
         assert!(
             matches!(p.llvm, LlvmTools::FromHipconfig { .. }),
             "{:?}",
@@ -683,7 +746,7 @@ mod tests {
             .iter()
             .map(|a| CmakeDefine::parse(a).unwrap())
             .collect();
-        let p = rocm_parts(Some(&usr), None, &all, &s).unwrap();
+        let p = rocm_parts(&Shell::new().unwrap(), Some(&usr), None, &all, &s).unwrap();
         assert_eq!(p.llvm, LlvmTools::Given);
 
         // A ROCm folder with a partial llvm/bin goes to hipconfig too.
@@ -731,7 +794,9 @@ mod tests {
     #[test]
     fn missing_rocm_names_the_fix() {
         let dir = tempfile::tempdir().unwrap();
+        let sh = Shell::new().unwrap();
         let e = rocm_path(
+            &sh,
             Some(Path::new("/nonexistent/rocm")),
             None,
             &search(dir.path(), &[], None),
@@ -751,6 +816,7 @@ mod tests {
             &dir.path().join("gone"),
         );
         let e = rocm_path(
+            &sh,
             None,
             None,
             &search(dir.path(), std::slice::from_ref(&bin), None),
@@ -771,7 +837,7 @@ mod tests {
             "#!/bin/sh\necho broken >&2\nexit 1\n",
         );
         let amd = amd_tree(dir.path());
-        let (found, how) = rocm_path(None, None, &search(dir.path(), &[bin], None)).unwrap();
+        let (found, how) = rocm_path(&sh, None, None, &search(dir.path(), &[bin], None)).unwrap();
         assert_eq!(found, amd);
         assert!(
             how.starts_with("the default;") && how.contains("broken"),

@@ -1,0 +1,352 @@
+//! The one place where the xtask runs a program through `std::process` rather than through
+//! `xshell` alone: what xshell cannot do. Every command starts as an `xshell::Cmd` (so the
+//! Shell's folder and environment apply) and is converted here to stream its output:
+//! - [`run`]: one build step, its output line by line to a log file (and with
+//!   [`Output::Echo`] to stderr), `[x/y]` progress to a bar, Ctrl-C stops the child, and
+//!   failures come back with the log's tail and what to do;
+//! - [`status`]: a program with the terminal, whose exit code is the caller's answer;
+//! - [`pipe`]: one program's stdout into another's stdin.
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+/// Set by SIGINT/SIGTERM while a step runs.
+pub struct Interrupt(Arc<AtomicBool>);
+
+impl Interrupt {
+    pub fn install() -> anyhow::Result<Self> {
+        let flag = Arc::new(AtomicBool::new(false));
+        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(signal, Arc::clone(&flag))
+                .context("installing the Ctrl-C handler")?;
+        }
+        Ok(Self(flag))
+    }
+    pub fn raised(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Parses ninja's `[12/345]` or make's `[ 45%]` at the start of a line as (done, total).
+pub fn progress_of(line: &str) -> Option<(u64, u64)> {
+    let inner = line
+        .trim_start()
+        .strip_prefix('[')?
+        .split_once(']')?
+        .0
+        .trim();
+    if let Some(percent) = inner.strip_suffix('%') {
+        return Some((percent.trim().parse().ok()?, 100));
+    }
+    let (done, total) = inner.split_once('/')?;
+    Some((done.trim().parse().ok()?, total.trim().parse().ok()?))
+}
+
+/// Where a step's output goes besides its log file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// The log only.
+    Log,
+    /// The log, and `[x/y]` progress lines as a bar (or every few seconds without a terminal).
+    Bar,
+    /// The log, and each line on stderr as it comes (stdout stays the caller's).
+    Echo,
+}
+
+/// Why a step did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error("interrupted; nothing was installed. Run the same command again to resume")]
+    Interrupted,
+    #[error(
+        "the disk is full ({}): free space there, or point CARGO_TARGET_DIR / --out-dir at a \
+         larger disk, then run again",
+        .dir.display()
+    )]
+    DiskFull { dir: PathBuf },
+    /// The program ran and failed: `tail` holds the log's last lines, unless they were echoed.
+    #[error("`{command}` failed ({status}). {}", Self::where_output(.log, .tail.as_deref()))]
+    Failed {
+        command: String,
+        status: ExitStatus,
+        log: PathBuf,
+        tail: Option<String>,
+    },
+    #[error(transparent)]
+    Other(#[from] anyhow::Error),
+}
+
+impl StepError {
+    fn where_output(log: &Path, tail: Option<&str>) -> String {
+        match tail {
+            Some(tail) => format!("Last lines of the log ({}):\n{tail}", log.display()),
+            None => format!("Its output is above and in {}", log.display()),
+        }
+    }
+}
+
+impl From<std::io::Error> for StepError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Other(e.into())
+    }
+}
+
+/// The std command `command` becomes: the Shell's folder and environment, nothing else.
+pub fn command(sh: &xshell::Shell, command: &[String]) -> Command {
+    Command::from(sh.cmd(&command[0]).args(&command[1..]))
+}
+
+/// Runs `command`, appending its output to `log`.
+pub fn run(
+    sh: &xshell::Shell,
+    command: &[String],
+    log: &Path,
+    output: Output,
+    interrupt: &Interrupt,
+) -> Result<(), StepError> {
+    let mut log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening the build log {}", log.display()))?;
+    let shown = crate::build_rocshmem::plan::shell_words(command);
+    writeln!(log_file, "$ {shown}")?;
+    let mut child = self::command(sh, command)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", command[0]))?;
+    let (tx, rx) = mpsc::channel::<String>();
+    let readers: Vec<_> = [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|pipe| {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        })
+    })
+    .collect();
+    drop(tx);
+    let progress = if output == Output::Bar {
+        let pb = ProgressBar::new(0);
+        pb.set_style(
+            ProgressStyle::with_template("      {bar:40} {pos}/{len} {wide_msg}")
+                .expect("valid template"),
+        );
+        Some(pb)
+    } else {
+        None
+    };
+    let mut last_report = Instant::now();
+    let mut disk_full = false;
+    let mut take = |line: String| -> std::io::Result<()> {
+        writeln!(log_file, "{line}")?;
+        if output == Output::Echo {
+            eprintln!("{line}");
+        }
+        disk_full |= line.contains("No space left on device");
+        if let (Some(pb), Some((done, total))) = (&progress, progress_of(&line)) {
+            pb.set_length(total);
+            pb.set_position(done);
+            // Without a terminal the bar is hidden: report every few seconds instead.
+            if pb.is_hidden() && last_report.elapsed() > Duration::from_secs(5) {
+                eprintln!("      [{done}/{total}]");
+                last_report = Instant::now();
+            }
+        }
+        Ok(())
+    };
+    let status = loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(line) => take(line)?,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                break child.wait().context("waiting for the build step")?;
+            }
+        }
+        if interrupt.raised() {
+            // The terminal's Ctrl-C reached the child too; a plain `kill` of xtask did not.
+            let _ = child.kill();
+            let _ = child.wait();
+            if let Some(pb) = &progress {
+                pb.finish_and_clear();
+            }
+            return Err(StepError::Interrupted);
+        }
+        if let Some(status) = child.try_wait().context("waiting for the build step")? {
+            // Drain what is left in the pipes.
+            for line in rx.iter() {
+                take(line)?;
+            }
+            break status;
+        }
+    };
+    for reader in readers {
+        let _ = reader.join();
+    }
+    if let Some(pb) = &progress {
+        pb.finish_and_clear();
+    }
+    if status.success() {
+        return Ok(());
+    }
+    if disk_full {
+        return Err(StepError::DiskFull {
+            dir: log.parent().unwrap_or(log).to_path_buf(),
+        });
+    }
+    let tail = (output != Output::Echo).then(|| {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(25).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    });
+    Err(StepError::Failed {
+        command: shown,
+        status,
+        log: log.to_path_buf(),
+        tail,
+    })
+}
+
+/// Runs `cmd` with the terminal (its output shown as it comes) and returns its exit status,
+/// whatever it is: for programs whose exit code is the answer (a container's test run).
+pub fn status(cmd: xshell::Cmd<'_>) -> anyhow::Result<ExitStatus> {
+    let mut command = Command::from(cmd);
+    command
+        .status()
+        .with_context(|| format!("starting {}", command.get_program().to_string_lossy()))
+}
+
+/// Runs `first | second` (`second`'s stdout discarded) and returns both exit statuses.
+pub fn pipe(
+    first: xshell::Cmd<'_>,
+    second: xshell::Cmd<'_>,
+) -> anyhow::Result<(ExitStatus, ExitStatus)> {
+    let mut first = Command::from(first);
+    let mut producer = first
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", first.get_program().to_string_lossy()))?;
+    let mut second = Command::from(second);
+    let consumed = second
+        .stdin(producer.stdout.take().expect("stdout is piped"))
+        .stdout(Stdio::null())
+        .status()
+        .with_context(|| format!("starting {}", second.get_program().to_string_lossy()));
+    // Closes the read end held by `second`: a producer whose reader never started stops.
+    drop(second);
+    let produced = producer.wait()?;
+    Ok((produced, consumed?))
+}
+
+/// Runs `cmd` as another user and group (a test of what that user cannot read), capturing
+/// its output.
+#[cfg(test)]
+pub fn output_as(
+    cmd: xshell::Cmd<'_>,
+    uid: u32,
+    gid: u32,
+) -> std::io::Result<std::process::Output> {
+    use std::os::unix::process::CommandExt;
+    Command::from(cmd).uid(uid).gid(gid).output()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xshell::{Shell, cmd};
+
+    fn words(words: &[&str]) -> Vec<String> {
+        words.iter().map(|w| w.to_string()).collect()
+    }
+
+    /// A failed step names its command and status; its output is in the log, and in the error
+    /// only where it was not already shown on stderr.
+    #[test]
+    fn a_failed_step_names_the_command_and_where_its_output_is() {
+        let sh = Shell::new().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("step.log");
+        let interrupt = Interrupt::install().unwrap();
+        let step = words(&["sh", "-c", "echo configured; echo broken >&2; exit 3"]);
+        let e = run(&sh, &step, &log, Output::Log, &interrupt).unwrap_err();
+        let StepError::Failed {
+            tail: Some(tail), ..
+        } = &e
+        else {
+            panic!("{e:?}");
+        };
+        assert!(
+            tail.contains("configured") && tail.contains("broken"),
+            "{tail}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "`sh -c 'echo configured; echo broken >&2; exit 3'` failed (exit status: 3)"
+            ) && text.contains("Last lines of the log"),
+            "{text}"
+        );
+        let e = run(&sh, &step, &log, Output::Echo, &interrupt).unwrap_err();
+        assert!(
+            matches!(&e, StepError::Failed { tail: None, .. })
+                && e.to_string().contains("Its output is above and in"),
+            "{e}"
+        );
+        let logged = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(logged.matches("$ sh -c").count(), 2, "{logged}");
+        assert_eq!(logged.matches("broken").count(), 4, "{logged}");
+        run(&sh, &words(&["true"]), &log, Output::Bar, &interrupt).unwrap();
+    }
+
+    #[test]
+    fn status_and_pipe_hand_back_exit_codes() {
+        let sh = Shell::new().unwrap();
+        assert_eq!(status(cmd!(sh, "sh -c 'exit 4'")).unwrap().code(), Some(4));
+        let (first, second) = pipe(
+            cmd!(sh, "sh -c 'echo through; exit 2'"),
+            cmd!(sh, "sh -c 'test \"$(cat)\" = through'"),
+        )
+        .unwrap();
+        assert_eq!((first.code(), second.code()), (Some(2), Some(0)));
+        let (_, second) = pipe(
+            cmd!(sh, "echo other"),
+            cmd!(sh, "sh -c 'test \"$(cat)\" = through'"),
+        )
+        .unwrap();
+        assert_eq!(second.code(), Some(1));
+    }
+
+    #[test]
+    fn progress_lines() {
+        assert_eq!(
+            progress_of("[12/345] Building CXX object src/x.o"),
+            Some((12, 345))
+        );
+        assert_eq!(progress_of("[ 45%] Built target rocshmem"), Some((45, 100)));
+        assert_eq!(progress_of("[100%] Linking"), Some((100, 100)));
+        assert_eq!(progress_of("-- Configuring done"), None);
+        assert_eq!(progress_of("[abc] x"), None);
+    }
+}
