@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 use symmem::{CollectiveOp, Context, Error, PeerTable, SymmetricProvider, TranslatedOps};
-use symmem_conformance::{Aggregate, CheckResult, Extras, Status, Unavailable, run_suite};
+use symmem_conformance::{
+    Aggregate, CheckResult, Extras, HostExtras, Status, Unavailable, run_suite,
+};
 use symmem_host::{HostConfig, HostProvider};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -108,7 +110,7 @@ fn config(rank: usize, world_size: usize, dir: PathBuf) -> HostConfig {
 }
 
 struct ThreadExtras {
-    base: HostConfig,
+    host: HostExtras,
     sabotage: Sabotage,
 }
 
@@ -118,10 +120,7 @@ impl Extras<Sabotaged> for ThreadExtras {
         label: &str,
         nodes: &[u64],
     ) -> Result<Context<Sabotaged>, Unavailable> {
-        let mut cfg = self.base.clone();
-        cfg.rendezvous = cfg.rendezvous.join(label);
-        cfg.node_id = nodes[cfg.identity.rank];
-        let inner = HostProvider::new(cfg).map_err(|e| Unavailable::Failed(e.to_string()))?;
+        let inner = self.host.provider_with_nodes(label, nodes)?;
         Ok(Context::new(Sabotaged {
             inner,
             sabotage: self.sabotage,
@@ -144,7 +143,7 @@ fn suite(world_size: usize, sabotage: Sabotage) -> BTreeMap<&'static str, Status
                     adds: Default::default(),
                 });
                 let mut extras = ThreadExtras {
-                    base: cfg,
+                    host: HostExtras { base: cfg },
                     sabotage,
                 };
                 let mut results: Vec<CheckResult> = Vec::new();
