@@ -1,0 +1,77 @@
+//! Commands the tests start and signal.
+
+use std::os::unix::process::CommandExt as _;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// `program` with SIGINT, SIGTERM and SIGHUP at their defaults whatever this test inherited: a
+/// launcher honours signals it inherited as ignored (e.g. SIGINT when `cargo test` runs as a
+/// shell background job), and a test that signals it must not depend on how it was started.
+pub fn with_default_signals(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new(program);
+    // SAFETY: between fork and exec only `signal`, which is async-signal-safe, is called.
+    unsafe {
+        command.pre_exec(|| {
+            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                if libc::signal(signal, libc::SIG_DFL) == libc::SIG_ERR {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    command
+}
+
+/// Waits for `child` up to `limit`; past it, kills it and panics.
+pub fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("the child did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_child_starts_with_default_dispositions_even_if_ours_ignore() {
+        // This process ignores SIGHUP for a moment (nothing else in this test binary minds),
+        // as under nohup; the child must not inherit that. SigIgn in its /proc status tells.
+        // SAFETY: SIG_IGN installs no handler code.
+        let before = unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
+        let out = with_default_signals("/bin/grep")
+            .args(["SigIgn", "/proc/self/status"])
+            .output();
+        // SAFETY: puts back what was there, a disposition and no handler of ours.
+        unsafe { libc::signal(libc::SIGHUP, before) };
+        let out = out.expect("run grep");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mask = text
+            .trim()
+            .strip_prefix("SigIgn:")
+            .map(|m| u64::from_str_radix(m.trim(), 16).expect("hex"))
+            .unwrap_or_else(|| panic!("no SigIgn line: {text}"));
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            assert_eq!(mask & (1 << (signal - 1)), 0, "signal {signal} ignored");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "did not exit within")]
+    fn a_child_past_the_limit_is_killed_and_fails_the_test() {
+        let mut child = Command::new("/bin/sleep")
+            .arg("100")
+            .spawn()
+            .expect("sleep");
+        wait_within(&mut child, Duration::from_millis(50));
+    }
+}

@@ -1,0 +1,110 @@
+//! Runs through `symmem_launch`, and what every test asserts of their reports.
+
+use crate::process::{gone, group_empty, group_members};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use symmem_launch::{LaunchError, LaunchSpec, Lost, Outcome, OutputLine, RunReport, launch};
+
+/// A short grace between SIGTERM and SIGKILL, so that tests stay fast.
+pub const GRACE: Duration = Duration::from_secs(1);
+
+/// `ranks` ranks of `/bin/sh -c script`, grace [`GRACE`], timeout 10 s.
+pub fn sh(script: &str, ranks: usize) -> LaunchSpec {
+    LaunchSpec::new("/bin/sh", ranks)
+        .args(["-c", script])
+        .grace(GRACE)
+        .timeout(Duration::from_secs(10))
+}
+
+/// `ranks` ranks of a program that runs the host provider: 64 MiB heaps, grace [`GRACE`],
+/// timeout 60 s.
+pub fn host_ranks(program: impl AsRef<Path>, ranks: usize) -> LaunchSpec {
+    LaunchSpec::new(program.as_ref(), ranks)
+        .env("SYMMEM_HOST_HEAP_SIZE", "64M")
+        .timeout(Duration::from_secs(60))
+        .grace(GRACE)
+}
+
+/// What one launch did.
+#[derive(Debug)]
+pub struct Run {
+    pub result: Result<RunReport, LaunchError>,
+    /// Every output line, in the order the launcher passed them on.
+    pub lines: Vec<OutputLine>,
+    /// From the call to the launcher's return.
+    pub elapsed: Duration,
+}
+
+impl Run {
+    /// The report; panics with the error if the launch failed.
+    pub fn report(&self) -> &RunReport {
+        self.result.as_ref().expect("launch")
+    }
+
+    /// Every line as `[rank N] text`, one a line: for assertion messages.
+    pub fn output(&self) -> String {
+        self.lines
+            .iter()
+            .map(|l| format!("[rank {}] {}\n", l.rank, l.text))
+            .collect()
+    }
+
+    /// The text lines of one rank, in order.
+    pub fn lines_of(&self, rank: usize) -> Vec<&str> {
+        self.lines
+            .iter()
+            .filter(|l| l.rank == rank)
+            .map(|l| l.text.as_str())
+            .collect()
+    }
+}
+
+/// Runs `spec`, collecting every output line.
+pub fn run(spec: &LaunchSpec) -> Run {
+    let mut lines = Vec::new();
+    let start = Instant::now();
+    let result = launch(spec, &mut |line| lines.push(line.clone()));
+    Run {
+        result,
+        lines,
+        elapsed: start.elapsed(),
+    }
+}
+
+/// Every rank of `report` is gone, and nothing but zombies is left in its process group.
+pub fn assert_all_gone(report: &RunReport) {
+    for r in &report.ranks {
+        assert!(
+            gone(r.pid as i32),
+            "rank {} (pid {}) is still alive",
+            r.rank,
+            r.pid
+        );
+    }
+    assert!(
+        group_empty(report.pgid),
+        "processes left in group {}: {:?}",
+        report.pgid,
+        group_members(report.pgid)
+    );
+}
+
+/// The culprits, reason and reporters of a [`Outcome::PeerLost`]; panics on any other outcome.
+pub fn peer_lost(report: &RunReport) -> (&[usize], Lost, &[usize]) {
+    match &report.outcome {
+        Outcome::PeerLost {
+            culprits,
+            reason,
+            reporters,
+        } => (culprits, *reason, reporters),
+        other => panic!("unexpected outcome {other:?}: {report}"),
+    }
+}
+
+/// [`peer_lost`], with the reporters sorted (they race to give up).
+pub fn peer_lost_sorted(report: &RunReport) -> (&[usize], Lost, Vec<usize>) {
+    let (culprits, reason, reporters) = peer_lost(report);
+    let mut sorted = reporters.to_vec();
+    sorted.sort_unstable();
+    (culprits, reason, sorted)
+}
