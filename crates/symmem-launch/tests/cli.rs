@@ -1,36 +1,24 @@
 //! The `symmem-run` binary, as a user runs it.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt as _;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{GRACE, MARGIN, eventually, gone};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use symmem_launch::{EXIT_CODES, EXIT_USAGE};
+use symmem_test_support::command::{wait_within, with_default_signals};
+use symmem_test_support::launch::GRACE;
+use symmem_test_support::process::{eventually, gone};
 
 const BIN: &str = env!("CARGO_BIN_EXE_symmem-run");
 
-/// symmem-run with SIGINT, SIGTERM and SIGHUP at their defaults, whatever this test inherited:
-/// a launcher honours signals it inherited as ignored (e.g. SIGINT when `cargo test` runs as a
-/// shell background job), and the tests that signal it must not depend on how they were started.
+/// Scheduling slack on a loaded 2-core machine.
+const MARGIN: Duration = Duration::from_secs(3);
+
+/// symmem-run with default signal dispositions: see [`with_default_signals`].
 fn symmem_run() -> Command {
-    let mut command = Command::new(BIN);
-    // SAFETY: between fork and exec only `signal`, which is async-signal-safe, is called.
-    unsafe {
-        command.pre_exec(|| {
-            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-                if libc::signal(signal, libc::SIG_DFL) == libc::SIG_ERR {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    command
+    with_default_signals(BIN)
 }
 
 fn start(args: &[&str]) -> Child {
@@ -65,17 +53,10 @@ fn started_pids(child: &mut Child) -> (Vec<i32>, BufReader<std::process::ChildSt
     }
 }
 
-fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("symmem-run did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
+/// Every rank pid is gone.
+fn assert_ranks_gone(pids: &[i32]) {
+    for &pid in pids {
+        assert!(gone(pid), "rank pid {pid} survived");
     }
 }
 
@@ -105,9 +86,7 @@ fn sigint_stops_every_rank_and_exits_130() {
     assert!(sent.elapsed() < GRACE + MARGIN);
     assert_eq!(status.code(), Some(130), "{status:?}");
     assert!(rest(stderr).contains("interrupted by SIGINT; all ranks stopped"));
-    for pid in pids {
-        assert!(gone(pid), "rank pid {pid} survived");
-    }
+    assert_ranks_gone(&pids);
 }
 
 #[test]
@@ -152,9 +131,7 @@ fn a_second_sigint_skips_the_grace_period() {
     assert!(sent.elapsed() < MARGIN);
     assert_eq!(status.code(), Some(130), "{status:?}");
     assert!(rest(stderr).contains("interrupted by SIGINT; all ranks stopped"));
-    for pid in pids {
-        assert!(gone(pid), "rank pid {pid} survived");
-    }
+    assert_ranks_gone(&pids);
 }
 
 #[test]
@@ -178,9 +155,7 @@ fn ranks_that_lose_a_peer_exit_75_and_the_culprit_is_named() {
             && text.contains("gave up waiting for it (status 75); it was stopped"),
         "{text}"
     );
-    for pid in pids {
-        assert!(gone(pid), "rank pid {pid} survived");
-    }
+    assert_ranks_gone(&pids);
 }
 
 #[test]
@@ -225,9 +200,7 @@ fn failing_rank_sets_the_exit_code() {
     assert!(
         rest(stderr).contains("rank 1 exited with status 7 first; the other ranks were stopped")
     );
-    for pid in pids {
-        assert!(gone(pid), "rank pid {pid} survived");
-    }
+    assert_ranks_gone(&pids);
 }
 
 #[test]

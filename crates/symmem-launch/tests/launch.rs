@@ -1,28 +1,18 @@
 //! The launcher against real processes.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{GRACE, MARGIN, gone, group_empty, lines_of, run, sh};
 use symmem_launch::{
-    EXIT_PEER_FAILED, Ended, LaunchError, LaunchSpec, Lost, MAX_RANKS, Outcome, RunReport, Started,
-    Stream, launch_with,
+    EXIT_PEER_FAILED, Ended, LaunchError, LaunchSpec, Lost, MAX_RANKS, Outcome, Started, Stream,
+    launch_with,
 };
+use symmem_test_support::launch::{GRACE, assert_all_gone, lines_of, peer_lost_sorted, run, sh};
+use symmem_test_support::process::gone;
 
-fn assert_all_gone(report: &RunReport) {
-    for r in &report.ranks {
-        assert!(
-            gone(r.pid as i32),
-            "rank {} (pid {}) is still alive",
-            r.rank,
-            r.pid
-        );
-    }
-    assert!(group_empty(report.pgid), "group {} not empty", report.pgid);
-}
+/// Scheduling slack on a loaded 2-core machine.
+const MARGIN: Duration = Duration::from_secs(3);
 
 #[test]
 fn every_rank_gets_torchrun_environment_and_a_private_rendezvous() {
@@ -186,21 +176,12 @@ fn a_rank_that_exits_0_while_needed_is_named() {
         exit 75"#;
     let (report, _, elapsed) = run(&sh(script, 4));
     let report = report.expect("launch");
-    let Outcome::PeerLost {
-        culprits,
-        reason,
-        reporters,
-    } = &report.outcome
-    else {
-        panic!("unexpected outcome {:?}", report.outcome);
-    };
+    let (culprits, reason, reporters) = peer_lost_sorted(&report);
     assert_eq!(
-        (culprits.as_slice(), *reason),
-        ([1].as_slice(), Lost::ExitedEarly)
+        (culprits, reason, reporters.as_slice()),
+        ([1].as_slice(), Lost::ExitedEarly, [0, 2, 3].as_slice()),
+        "{report}"
     );
-    let mut sorted = reporters.clone();
-    sorted.sort_unstable();
-    assert_eq!(sorted, [0, 2, 3]);
     assert_eq!(report.exit_code(), EXIT_PEER_FAILED);
     let summary = report.to_string();
     assert!(
@@ -238,23 +219,13 @@ fn a_departure_seen_after_the_reports_it_caused_is_still_named() {
         exit 0"#;
     let (report, _, elapsed) = run(&sh(script, 4));
     let report = report.expect("launch");
-    let Outcome::PeerLost {
-        culprits,
-        reason,
-        reporters,
-    } = &report.outcome
-    else {
-        panic!("unexpected outcome {report}");
-    };
+    // In the order they gave up, which the ranks race for: sorted.
+    let (culprits, reason, reporters) = peer_lost_sorted(&report);
     assert_eq!(
-        (culprits.as_slice(), *reason),
-        ([1].as_slice(), Lost::ExitedEarly),
+        (culprits, reason, reporters.as_slice()),
+        ([1].as_slice(), Lost::ExitedEarly, [0, 2, 3].as_slice()),
         "{report}"
     );
-    // In the order they gave up, which the ranks race for.
-    let mut sorted = reporters.clone();
-    sorted.sort_unstable();
-    assert_eq!(sorted, [0, 2, 3]);
     assert_eq!(report.exit_code(), EXIT_PEER_FAILED);
     assert!(
         report.ranks.iter().all(|r| !r.stopped),
@@ -273,21 +244,12 @@ fn a_rank_the_others_gave_up_on_is_named_as_hung() {
         sleep 0.3; exit 75"#;
     let (report, _, elapsed) = run(&sh(script, 4));
     let report = report.expect("launch");
-    let Outcome::PeerLost {
-        culprits,
-        reason,
-        reporters,
-    } = &report.outcome
-    else {
-        panic!("unexpected outcome {:?}", report.outcome);
-    };
+    let (culprits, reason, reporters) = peer_lost_sorted(&report);
     assert_eq!(
-        (culprits.as_slice(), *reason),
-        ([3].as_slice(), Lost::StillRunning)
+        (culprits, reason, reporters.as_slice()),
+        ([3].as_slice(), Lost::StillRunning, [0, 1, 2].as_slice()),
+        "{report}"
     );
-    let mut sorted = reporters.clone();
-    sorted.sort_unstable();
-    assert_eq!(sorted, [0, 1, 2]);
     assert_eq!(report.exit_code(), 75);
     let summary = report.to_string();
     assert!(

@@ -25,50 +25,29 @@ pub fn host_ranks(program: impl AsRef<Path>, ranks: usize) -> LaunchSpec {
         .grace(GRACE)
 }
 
-/// What one launch did.
-#[derive(Debug)]
-pub struct Run {
-    pub result: Result<RunReport, LaunchError>,
-    /// Every output line, in the order the launcher passed them on.
-    pub lines: Vec<OutputLine>,
-    /// From the call to the launcher's return.
-    pub elapsed: Duration,
+/// The text lines of one rank, in order.
+pub fn lines_of(lines: &[OutputLine], rank: usize) -> Vec<&str> {
+    lines
+        .iter()
+        .filter(|l| l.rank == rank)
+        .map(|l| l.text.as_str())
+        .collect()
 }
 
-impl Run {
-    /// The report; panics with the error if the launch failed.
-    pub fn report(&self) -> &RunReport {
-        self.result.as_ref().expect("launch")
-    }
-
-    /// Every line as `[rank N] text`, one a line: for assertion messages.
-    pub fn output(&self) -> String {
-        self.lines
-            .iter()
-            .map(|l| format!("[rank {}] {}\n", l.rank, l.text))
-            .collect()
-    }
-
-    /// The text lines of one rank, in order.
-    pub fn lines_of(&self, rank: usize) -> Vec<&str> {
-        self.lines
-            .iter()
-            .filter(|l| l.rank == rank)
-            .map(|l| l.text.as_str())
-            .collect()
-    }
+/// Every line as `[rank N] text`, one a line: for assertion messages.
+pub fn output(lines: &[OutputLine]) -> String {
+    lines
+        .iter()
+        .map(|l| format!("[rank {}] {}\n", l.rank, l.text))
+        .collect()
 }
 
-/// Runs `spec`, collecting every output line.
-pub fn run(spec: &LaunchSpec) -> Run {
+/// Runs `spec`, collecting every output line; also says how long the launch took.
+pub fn run(spec: &LaunchSpec) -> (Result<RunReport, LaunchError>, Vec<OutputLine>, Duration) {
     let mut lines = Vec::new();
     let start = Instant::now();
     let result = launch(spec, &mut |line| lines.push(line.clone()));
-    Run {
-        result,
-        lines,
-        elapsed: start.elapsed(),
-    }
+    (result, lines, start.elapsed())
 }
 
 /// Every rank of `report` is gone, and nothing but zombies is left in its process group.

@@ -56,6 +56,16 @@ fn stat(pid: i32) -> Option<Stat> {
     })
 }
 
+/// Whether `signal` is in the `SigIgn` mask of `status`, the text of a `/proc/<pid>/status`.
+pub fn ignores(status: &str, signal: i32) -> bool {
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).expect("SigIgn is hex"))
+        .expect("SigIgn line");
+    mask & (1 << (signal - 1)) != 0
+}
+
 /// Polls `cond` every 10 ms for up to `limit`; whether it came true.
 pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
