@@ -2,29 +2,25 @@
 //! checks share before the first one that uses it), and an unknown id is a usage error that
 //! lists the valid ones.
 
-use std::time::Duration;
 use symmem_conformance::{CHECKS, CheckResult, Status, valid_ids};
-use symmem_launch::{LaunchSpec, OutputLine, Stream, launch};
+use symmem_launch::Stream;
+use symmem_test_support::launch::{host_ranks, output, run};
 
 const BIN: &str = env!("CARGO_BIN_EXE_symmem-conformance");
 
 /// The result lines of a clean `ranks`-rank run of the rank binary with `args`.
 fn results(ranks: usize, args: &[&str]) -> Vec<CheckResult> {
-    let spec = LaunchSpec::new(BIN, ranks)
+    let spec = host_ranks(BIN, ranks)
         .args(args.iter().copied())
-        .env("SYMMEM_COLLECTIVE_TIMEOUT", "30s")
-        .env("SYMMEM_HOST_HEAP_SIZE", "64M")
-        .timeout(Duration::from_secs(60))
-        .grace(Duration::from_secs(1));
-    let mut results = Vec::new();
-    let mut stderr = String::new();
-    let report = launch(&spec, &mut |line: &OutputLine| match line.stream {
-        Stream::Stdout => results.extend(CheckResult::parse(&line.text)),
-        Stream::Stderr => stderr.push_str(&format!("[rank {}] {}\n", line.rank, line.text)),
-    })
-    .expect("launch");
-    assert!(report.success(), "{args:?}: {report}\n{stderr}");
-    results
+        .env("SYMMEM_COLLECTIVE_TIMEOUT", "30s");
+    let (report, lines, _) = run(&spec);
+    let report = report.expect("launch");
+    assert!(report.success(), "{args:?}: {report}\n{}", output(&lines));
+    lines
+        .iter()
+        .filter(|l| l.stream == Stream::Stdout)
+        .filter_map(|l| CheckResult::parse(&l.text))
+        .collect()
 }
 
 #[test]

@@ -3,13 +3,13 @@
 //! with its own host provider (own heap, own socket), as separate processes would have.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 use symmem::{CollectiveOp, Context, Error, PeerTable, SymmetricProvider, TranslatedOps};
 use symmem_conformance::{
     Aggregate, CheckResult, Extras, HostExtras, Status, Unavailable, run_suite,
 };
-use symmem_host::{HostConfig, HostProvider};
+use symmem_host::HostProvider;
+use symmem_test_support::ranks::thread_ranks;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Sabotage {
@@ -102,13 +102,6 @@ impl TranslatedOps for Sabotaged {
     }
 }
 
-fn config(rank: usize, world_size: usize, dir: PathBuf) -> HostConfig {
-    let mut cfg = HostConfig::for_rank(rank, world_size, dir);
-    cfg.heap_bytes = 16 << 20;
-    cfg.timeout = Duration::from_secs(20);
-    cfg
-}
-
 struct ThreadExtras {
     host: HostExtras,
     sabotage: Sabotage,
@@ -131,31 +124,24 @@ impl Extras<Sabotaged> for ThreadExtras {
 
 /// Runs the whole suite on `world_size` thread-ranks; returns each check's verdict.
 fn suite(world_size: usize, sabotage: Sabotage) -> BTreeMap<&'static str, Status> {
-    let dir = tempfile::tempdir().unwrap();
-    let handles: Vec<_> = (0..world_size)
-        .map(|rank| {
-            let cfg = config(rank, world_size, dir.path().to_path_buf());
-            std::thread::spawn(move || {
-                let inner = HostProvider::new(cfg.clone()).unwrap();
-                let mut ctx = Context::new(Sabotaged {
-                    inner,
-                    sabotage,
-                    adds: Default::default(),
-                });
-                let mut extras = ThreadExtras {
-                    host: HostExtras { base: cfg },
-                    sabotage,
-                };
-                let mut results: Vec<CheckResult> = Vec::new();
-                run_suite(&mut ctx, &mut extras, &mut |r| results.push(r.clone())).unwrap();
-                results
-            })
-        })
-        .collect();
-    let results: Vec<CheckResult> = handles
-        .into_iter()
-        .flat_map(|h| h.join().unwrap())
-        .collect();
+    let results: Vec<CheckResult> = thread_ranks(world_size, Duration::from_secs(20), |cfg| {
+        let inner = HostProvider::new(cfg.clone()).unwrap();
+        let mut ctx = Context::new(Sabotaged {
+            inner,
+            sabotage,
+            adds: Default::default(),
+        });
+        let mut extras = ThreadExtras {
+            host: HostExtras { base: cfg },
+            sabotage,
+        };
+        let mut results: Vec<CheckResult> = Vec::new();
+        run_suite(&mut ctx, &mut extras, &mut |r| results.push(r.clone())).unwrap();
+        results
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     Aggregate::new(world_size, &results)
         .verdicts
         .into_iter()
