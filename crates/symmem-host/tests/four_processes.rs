@@ -4,11 +4,10 @@
 //!
 //! The test binary re-executes itself as each rank (the ignored test `rank_process`).
 
-use std::process::Stdio;
 use std::time::Duration;
 use symmem::{Context, Error, TranslateError};
 use symmem_host::HostProvider;
-use symmem_test_support::ranks::{assert_ranks_ok, host_rank_command, is_rank_process, wait_ranks};
+use symmem_test_support::ranks::{assert_ranks_ok, is_rank_process, run_host_rank_processes};
 
 const WORLD: usize = 4;
 const CHILD_ENV: &str = "SYMMEM_HOST_TEST_CHILD";
@@ -27,18 +26,11 @@ fn rank_process() {
 
 #[test]
 fn four_processes() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let children: Vec<_> = (0..WORLD)
-        .map(|rank| {
-            host_rank_command(CHILD_ENV, dir.path(), rank, WORLD)
-                .env("SYMMEM_NODE_ID", node_of(rank).to_string())
-                .env("SYMMEM_HOST_HEAP_SIZE", "64M")
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("spawn rank")
-        })
-        .collect();
-    assert_ranks_ok(&wait_ranks(children, Duration::from_secs(60)));
+    let exits = run_host_rank_processes(CHILD_ENV, WORLD, Duration::from_secs(60), |rank, cmd| {
+        cmd.env("SYMMEM_NODE_ID", node_of(rank).to_string())
+            .env("SYMMEM_HOST_HEAP_SIZE", "64M");
+    });
+    assert_ranks_ok(&exits);
 }
 
 fn rank_main() {

@@ -4,11 +4,10 @@
 //!
 //! The test binary re-executes itself as each rank (the ignored test `rank_process`).
 
-use std::process::Stdio;
 use std::time::Duration;
 use symmem::{Context, Error};
 use symmem_host::HostProvider;
-use symmem_test_support::ranks::{assert_ranks_ok, host_rank_command, is_rank_process, wait_ranks};
+use symmem_test_support::ranks::{assert_ranks_ok, is_rank_process, run_host_rank_processes};
 
 const WORLD: usize = 3;
 const CHILD_ENV: &str = "SYMMEM_HOST_EXHAUSTION_CHILD";
@@ -25,18 +24,10 @@ fn rank_process() {
 
 #[test]
 fn exhausting_the_heap_leaves_the_context_usable() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let children: Vec<_> = (0..WORLD)
-        .map(|rank| {
-            host_rank_command(CHILD_ENV, dir.path(), rank, WORLD)
-                .env("SYMMEM_HOST_HEAP_SIZE", HEAP.to_string())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn rank")
-        })
-        .collect();
-    assert_ranks_ok(&wait_ranks(children, Duration::from_secs(60)));
+    let exits = run_host_rank_processes(CHILD_ENV, WORLD, Duration::from_secs(60), |_, cmd| {
+        cmd.env("SYMMEM_HOST_HEAP_SIZE", HEAP.to_string());
+    });
+    assert_ranks_ok(&exits);
 }
 
 fn rank_main() {

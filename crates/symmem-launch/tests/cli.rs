@@ -1,7 +1,7 @@
 //! The `symmem-run` binary, as a user runs it.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -51,6 +51,17 @@ fn started_pids(child: &mut Child) -> (Vec<i32>, BufReader<std::process::ChildSt
             return (pids, stderr);
         }
     }
+}
+
+/// symmem-run of `ranks` ranks of `sh -c script`, grace 1 s, run to its end within
+/// [`GRACE`] + [`MARGIN`]: how it exited, the rest of its stderr, and the rank pids.
+fn run_sh(ranks: &str, script: &str) -> (ExitStatus, String, Vec<i32>) {
+    let mut child = start(&[
+        "--ranks", ranks, "--grace", "1s", "--", "/bin/sh", "-c", script,
+    ]);
+    let (pids, stderr) = started_pids(&mut child);
+    let status = wait_within(&mut child, GRACE + MARGIN);
+    (status, rest(stderr), pids)
 }
 
 /// Every rank pid is gone.
@@ -136,20 +147,11 @@ fn a_second_sigint_skips_the_grace_period() {
 
 #[test]
 fn ranks_that_lose_a_peer_exit_75_and_the_culprit_is_named() {
-    let mut child = start(&[
-        "--ranks",
+    let (status, text, pids) = run_sh(
         "3",
-        "--grace",
-        "1s",
-        "--",
-        "/bin/sh",
-        "-c",
         r#"if [ "$RANK" = 2 ]; then exec sleep 100; fi; sleep 0.2; exit 75"#,
-    ]);
-    let (pids, stderr) = started_pids(&mut child);
-    let status = wait_within(&mut child, GRACE + MARGIN);
+    );
     assert_eq!(status.code(), Some(75), "{status:?}");
-    let text = rest(stderr);
     assert!(
         text.contains("rank 2 was still running (hung?) when ranks ")
             && text.contains("gave up waiting for it (status 75); it was stopped"),
@@ -184,21 +186,14 @@ fn a_tmpdir_too_long_for_the_socket_path_is_refused_with_the_fix() {
 
 #[test]
 fn failing_rank_sets_the_exit_code() {
-    let mut child = start(&[
-        "--ranks",
+    let (status, text, pids) = run_sh(
         "3",
-        "--grace",
-        "1s",
-        "--",
-        "/bin/sh",
-        "-c",
         r#"if [ "$RANK" = 1 ]; then exit 7; fi; exec sleep 100"#,
-    ]);
-    let (pids, stderr) = started_pids(&mut child);
-    let status = wait_within(&mut child, GRACE + MARGIN);
+    );
     assert_eq!(status.code(), Some(7), "{status:?}");
     assert!(
-        rest(stderr).contains("rank 1 exited with status 7 first; the other ranks were stopped")
+        text.contains("rank 1 exited with status 7 first; the other ranks were stopped"),
+        "{text}"
     );
     assert_ranks_gone(&pids);
 }

@@ -8,7 +8,9 @@ use symmem_launch::{
     EXIT_PEER_FAILED, Ended, LaunchError, LaunchSpec, Lost, MAX_RANKS, Outcome, Started, Stream,
     launch_with,
 };
-use symmem_test_support::launch::{GRACE, assert_all_gone, lines_of, peer_lost_sorted, run, sh};
+use symmem_test_support::launch::{
+    GRACE, assert_all_gone, assert_ended_within, lines_of, peer_lost_sorted, run, sh,
+};
 use symmem_test_support::process::gone;
 
 /// Scheduling slack on a loaded 2-core machine.
@@ -160,8 +162,7 @@ fn peers_that_give_up_first_are_not_blamed() {
         assert_eq!(r.ended, Some(Ended::Exited(EXIT_PEER_FAILED)));
         assert_eq!(lines_of(&lines, r.rank), ["lost rank 2"]);
     }
-    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
-    assert_all_gone(&report);
+    assert_ended_within(&report, elapsed, GRACE + MARGIN);
 }
 
 #[test]
@@ -195,8 +196,7 @@ fn a_rank_that_exits_0_while_needed_is_named() {
         "{:?}",
         report.ranks
     );
-    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
-    assert_all_gone(&report);
+    assert_ended_within(&report, elapsed, GRACE + MARGIN);
 }
 
 #[test]
@@ -232,8 +232,7 @@ fn a_departure_seen_after_the_reports_it_caused_is_still_named() {
         "{:?}",
         report.ranks
     );
-    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
-    assert_all_gone(&report);
+    assert_ended_within(&report, elapsed, GRACE + MARGIN);
 }
 
 #[test]
@@ -265,8 +264,7 @@ fn a_rank_the_others_gave_up_on_is_named_as_hung() {
         .collect();
     assert_eq!(stopped, [3]);
     assert_eq!(report.ranks[3].ended, Some(Ended::Signaled(15)));
-    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
-    assert_all_gone(&report);
+    assert_ended_within(&report, elapsed, GRACE + MARGIN);
 }
 
 #[test]
@@ -288,8 +286,7 @@ fn rank_killed_by_a_signal() {
             .starts_with("rank 1 was killed by signal 11 (SIGSEGV) first"),
         "{report}"
     );
-    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
-    assert_all_gone(&report);
+    assert_ended_within(&report, elapsed, GRACE + MARGIN);
 }
 
 #[test]
@@ -365,8 +362,7 @@ fn grandchildren_in_the_group_are_killed_too() {
     );
     let grandchild: i32 = lines_of(&lines, 0)[0].parse().expect("rank 0 echoes a pid");
     assert!(gone(grandchild), "grandchild {grandchild} survived");
-    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
-    assert_all_gone(&report);
+    assert_ended_within(&report, elapsed, GRACE + MARGIN);
 }
 
 #[test]
@@ -382,8 +378,7 @@ fn background_processes_left_by_successful_ranks_are_stopped() {
             "background process {pid} of rank {rank} survived"
         );
     }
-    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
-    assert_all_gone(&report);
+    assert_ended_within(&report, elapsed, GRACE + MARGIN);
 }
 
 #[test]
@@ -431,8 +426,7 @@ fn processes_that_leave_the_group_are_named_and_ended() {
     );
     // They were ended, not waited for: no silent 2 s wait on their pipes.
     assert_eq!(report.output_wait, Duration::ZERO, "{summary}");
-    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
-    assert_all_gone(&report);
+    assert_ended_within(&report, elapsed, GRACE + MARGIN);
 }
 
 #[test]

@@ -68,6 +68,13 @@ pub fn assert_all_gone(report: &RunReport) {
     );
 }
 
+/// The run took less than `limit` (`elapsed`, as [`run`] measured it), and left nothing behind
+/// ([`assert_all_gone`]).
+pub fn assert_ended_within(report: &RunReport, elapsed: Duration, limit: Duration) {
+    assert!(elapsed < limit, "took {elapsed:?}: {report}");
+    assert_all_gone(report);
+}
+
 /// The culprits, reason and reporters of a [`Outcome::PeerLost`]; panics on any other outcome.
 pub fn peer_lost(report: &RunReport) -> (&[usize], Lost, &[usize]) {
     match &report.outcome {
@@ -86,4 +93,42 @@ pub fn peer_lost_sorted(report: &RunReport) -> (&[usize], Lost, Vec<usize>) {
     let mut sorted = reporters.to_vec();
     sorted.sort_unstable();
     (culprits, reason, sorted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_collects_each_ranks_lines_and_leaves_nothing() {
+        let (report, lines, elapsed) = run(&sh("echo one $RANK; echo two $RANK", 2));
+        let report = report.expect("launch");
+        assert!(report.success(), "{report}");
+        assert_eq!(lines_of(&lines, 1), ["one 1", "two 1"]);
+        let text = output(&lines);
+        assert!(text.contains("[rank 0] one 0\n"), "{text}");
+        assert!(text.contains("[rank 1] two 1\n"), "{text}");
+        assert_ended_within(&report, elapsed, Duration::from_secs(60));
+        // A run that succeeded lost no peer.
+        let lost = std::panic::catch_unwind(|| {
+            peer_lost(&report);
+        });
+        assert!(lost.is_err(), "peer_lost accepted {:?}", report.outcome);
+    }
+
+    #[test]
+    fn peer_lost_names_the_rank_the_others_gave_up_on() {
+        let (report, _, _) = run(&sh(
+            r#"if [ "$RANK" = 2 ]; then exec sleep 100; fi; sleep 0.2; exit 75"#,
+            3,
+        ));
+        let report = report.expect("launch");
+        let (culprits, reason, reporters) = peer_lost_sorted(&report);
+        assert_eq!(
+            (culprits, reason, reporters.as_slice()),
+            ([2].as_slice(), Lost::StillRunning, [0, 1].as_slice()),
+            "{report}"
+        );
+        assert_all_gone(&report);
+    }
 }

@@ -3,7 +3,7 @@
 //! run the test binary again.
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use symmem_host::HostConfig;
 
@@ -11,10 +11,19 @@ use symmem_host::HostConfig;
 /// ranks at once.
 pub const HEAP_BYTES: u64 = 16 << 20;
 
+/// Host settings of rank `rank` of `world_size` for tests: a [`HEAP_BYTES`] heap, collectives
+/// that give up after `timeout`, meeting in `dir`.
+pub fn host_config(rank: usize, world_size: usize, dir: &Path, timeout: Duration) -> HostConfig {
+    let mut config = HostConfig::for_rank(rank, world_size, dir);
+    config.heap_bytes = HEAP_BYTES;
+    config.timeout = timeout;
+    config
+}
+
 /// Runs `body` as every rank of a `world_size`-rank job, the ranks as threads of this
-/// process, and returns each rank's result in rank order. Each rank gets its own host settings:
-/// a [`HEAP_BYTES`] heap, collectives that give up after `timeout`, meeting in a temporary
-/// folder of this run. A rank's panic fails the caller.
+/// process, and returns each rank's result in rank order. Each rank gets its own
+/// [`host_config`], all meeting in a temporary folder of this run. A rank's panic fails the
+/// caller.
 pub fn thread_ranks<T: Send>(
     world_size: usize,
     timeout: Duration,
@@ -24,9 +33,7 @@ pub fn thread_ranks<T: Send>(
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..world_size)
             .map(|rank| {
-                let mut config = HostConfig::for_rank(rank, world_size, dir.path());
-                config.heap_bytes = HEAP_BYTES;
-                config.timeout = timeout;
+                let config = host_config(rank, world_size, dir.path(), timeout);
                 let body = &body;
                 scope.spawn(move || body(config))
             })
@@ -78,6 +85,30 @@ pub fn host_rank_command(child_env: &str, dir: &Path, rank: usize, world: usize)
         .env("SYMMEM_RENDEZVOUS", dir)
         .env("SYMMEM_COLLECTIVE_TIMEOUT", "20s");
     command
+}
+
+/// Runs `world` host ranks of this test binary ([`host_rank_command`]) meeting in a fresh
+/// temporary folder, `setup` adding each rank's own settings, with stdout and stderr piped;
+/// waits for them as [`wait_ranks`] does.
+pub fn run_host_rank_processes(
+    child_env: &str,
+    world: usize,
+    limit: Duration,
+    setup: impl Fn(usize, &mut Command),
+) -> Vec<RankExit> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let children = (0..world)
+        .map(|rank| {
+            let mut command = host_rank_command(child_env, dir.path(), rank, world);
+            setup(rank, &mut command);
+            command
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn rank")
+        })
+        .collect();
+    wait_ranks(children, limit)
 }
 
 /// Whether this process is a rank started by [`rank_process_command`]. When it is not (the
@@ -134,7 +165,6 @@ pub fn assert_ranks_ok(exits: &[RankExit]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::process::Stdio;
 
     #[test]
     fn thread_ranks_give_each_rank_its_own_settings_in_rank_order() {
