@@ -3,7 +3,7 @@
 //! leaves the others waiting.
 //!
 //! [`CHECKS`] is the one table of them: id, name and the function that runs it. What several
-//! checks share (two allocations and their tables) is a [`Fixture`] that the suite allocates
+//! checks share (two allocations and their tables) is a `Fixture` that the suite allocates
 //! before the first check that uses it, so any one check also runs alone.
 
 use crate::fault::{self, PlannedFault};
@@ -663,9 +663,10 @@ pub fn run_suite<P: TranslatedOps>(
 /// Runs the checks in `selected` on this rank, in table order whatever the order of
 /// `selected`, as [`run_suite`] runs them all. Every rank must select the same checks.
 ///
-/// The suite allocates the [`Fixture`] before the first selected check that uses it, within
-/// that check (its time, and its failure if the allocation fails), and frees it after the last
-/// check if no check freed it.
+/// The suite allocates what several checks share (two allocations and their tables) before the
+/// first selected check that uses it, within that check (its time, and its failure if the
+/// allocation fails), and frees it after the last check if no check freed it; a failure of
+/// that free is logged and counted in [`SuiteOutcome::failed`], as no check's result names it.
 pub fn run_checks<P: TranslatedOps>(
     ctx: &mut Context<P>,
     extras: &mut dyn Extras<P>,
@@ -717,7 +718,7 @@ pub fn run_checks<P: TranslatedOps>(
         && let Err(e) = fixture.free(suite.ctx)
     {
         // No check owns this collective: the exit status tells, the log says why.
-        eprintln!("freeing the allocations the checks share failed: {e}");
+        tracing::error!("freeing the allocations the checks share failed: {e}");
         outcome.failed += 1;
         outcome.peer_failed = e.is_peer_failure();
     }
