@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use symmem_launch::{EXIT_CODES, EXIT_USAGE};
-use symmem_test_support::command::{wait_within, with_default_signals};
+use symmem_test_support::command::{exit_codes_in_help, wait_within, with_default_signals};
 use symmem_test_support::launch::GRACE;
 use symmem_test_support::process::{eventually, gone};
 
@@ -304,14 +304,7 @@ fn help_lists_every_exit_code() {
     ] {
         assert!(help.contains(topic), "--help lacks {topic}");
     }
-    let section = &help[help.find("\nEXIT CODES\n").expect("EXIT CODES")..];
-    let section = &section[..section.find("\n\n").unwrap_or(section.len())];
-    let codes: Vec<&str> = section
-        .lines()
-        .filter_map(|l| l.strip_prefix("  "))
-        .filter(|l| !l.starts_with(' '))
-        .filter_map(|l| l.split_whitespace().next())
-        .collect();
+    let (codes, section) = exit_codes_in_help(&help);
     let expected: Vec<&str> = EXIT_CODES.iter().map(|(code, _)| *code).collect();
     assert_eq!(codes, expected, "{section}");
     for code in ["0", "2", "75", "124", "130"] {

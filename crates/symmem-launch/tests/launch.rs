@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use symmem_launch::{
-    EXIT_PEER_FAILED, Ended, LaunchError, LaunchSpec, Lost, MAX_RANKS, Outcome, Started, Stream,
-    launch_with,
+    EXIT_PEER_FAILED, Ended, LaunchError, LaunchSpec, Lost, MAX_RANKS, Outcome, RunReport, Started,
+    Stream, launch_with,
 };
 use symmem_test_support::launch::{
     GRACE, assert_all_gone, assert_ended_within, lines_of, peer_lost_sorted, run, sh,
@@ -15,6 +15,25 @@ use symmem_test_support::process::gone;
 
 /// Scheduling slack on a loaded 2-core machine.
 const MARGIN: Duration = Duration::from_secs(3);
+
+/// Rank 1 of 4 is named for leaving early (status 0) and ranks 0, 2 and 3 as those who reported
+/// it (sorted: they race to give up), the run exits 75, nobody had to be stopped, and it ended
+/// within [`GRACE`] + [`MARGIN`] leaving nothing behind.
+fn assert_rank_1_of_4_named_as_exited_early(report: &RunReport, elapsed: Duration) {
+    let (culprits, reason, reporters) = peer_lost_sorted(report);
+    assert_eq!(
+        (culprits, reason, reporters.as_slice()),
+        ([1].as_slice(), Lost::ExitedEarly, [0, 2, 3].as_slice()),
+        "{report}"
+    );
+    assert_eq!(report.exit_code(), EXIT_PEER_FAILED);
+    assert!(
+        report.ranks.iter().all(|r| !r.stopped),
+        "{:?}",
+        report.ranks
+    );
+    assert_ended_within(report, elapsed, GRACE + MARGIN);
+}
 
 #[test]
 fn every_rank_gets_torchrun_environment_and_a_private_rendezvous() {
@@ -177,13 +196,7 @@ fn a_rank_that_exits_0_while_needed_is_named() {
         exit 75"#;
     let (report, _, elapsed) = run(&sh(script, 4));
     let report = report.expect("launch");
-    let (culprits, reason, reporters) = peer_lost_sorted(&report);
-    assert_eq!(
-        (culprits, reason, reporters.as_slice()),
-        ([1].as_slice(), Lost::ExitedEarly, [0, 2, 3].as_slice()),
-        "{report}"
-    );
-    assert_eq!(report.exit_code(), EXIT_PEER_FAILED);
+    assert_rank_1_of_4_named_as_exited_early(&report, elapsed);
     let summary = report.to_string();
     assert!(
         summary.starts_with(
@@ -191,12 +204,6 @@ fn a_rank_that_exits_0_while_needed_is_named() {
         ),
         "{summary}"
     );
-    assert!(
-        report.ranks.iter().all(|r| !r.stopped),
-        "{:?}",
-        report.ranks
-    );
-    assert_ended_within(&report, elapsed, GRACE + MARGIN);
 }
 
 #[test]
@@ -219,20 +226,7 @@ fn a_departure_seen_after_the_reports_it_caused_is_still_named() {
         exit 0"#;
     let (report, _, elapsed) = run(&sh(script, 4));
     let report = report.expect("launch");
-    // In the order they gave up, which the ranks race for: sorted.
-    let (culprits, reason, reporters) = peer_lost_sorted(&report);
-    assert_eq!(
-        (culprits, reason, reporters.as_slice()),
-        ([1].as_slice(), Lost::ExitedEarly, [0, 2, 3].as_slice()),
-        "{report}"
-    );
-    assert_eq!(report.exit_code(), EXIT_PEER_FAILED);
-    assert!(
-        report.ranks.iter().all(|r| !r.stopped),
-        "{:?}",
-        report.ranks
-    );
-    assert_ended_within(&report, elapsed, GRACE + MARGIN);
+    assert_rank_1_of_4_named_as_exited_early(&report, elapsed);
 }
 
 #[test]

@@ -38,6 +38,24 @@ pub fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
     }
 }
 
+/// The exit codes a `--help` text lists in its `EXIT CODES` section (the first word of each
+/// line indented by two spaces, up to the next blank line), in order; with the section itself,
+/// for assertion messages. Panics if there is no such section.
+pub fn exit_codes_in_help(help: &str) -> (Vec<&str>, &str) {
+    let start = help
+        .find("\nEXIT CODES\n")
+        .unwrap_or_else(|| panic!("no EXIT CODES section in --help:\n{help}"));
+    let section = &help[start..];
+    let section = &section[..section.find("\n\n").unwrap_or(section.len())];
+    let codes = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("  "))
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    (codes, section)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +97,13 @@ mod tests {
             .spawn()
             .expect("sleep");
         wait_within(&mut child, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn exit_codes_are_read_from_their_section_only() {
+        let help = "Usage: x\n\n  0  not a code here\n\nEXIT CODES\n  0    success\n  75   a peer\n       failed (continued)\n  130  interrupted\n\n  7  after the section\n";
+        let (codes, section) = exit_codes_in_help(help);
+        assert_eq!(codes, ["0", "75", "130"], "{section}");
+        assert!(section.ends_with("130  interrupted"), "{section:?}");
     }
 }
