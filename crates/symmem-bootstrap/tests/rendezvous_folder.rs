@@ -13,9 +13,12 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use symmem::{CollectiveKind, CollectiveOp, RankIdentity};
 use symmem_bootstrap::{Bootstrap, default_rendezvous};
+use symmem_test_support::ranks::{
+    Environment, RankExit, assert_ranks_ok, is_rank_process, rank_process_command, wait_ranks,
+};
 
 const CHILD_ENV: &str = "SYMMEM_BOOTSTRAP_TEST_CHILD";
 /// Another local user: no account needed, only a uid that is not ours.
@@ -24,8 +27,7 @@ const OTHER_UID: u32 = 4242;
 #[test]
 #[ignore = "one rank of the tests below, which start it in a child process"]
 fn rank_process() {
-    if std::env::var_os(CHILD_ENV).is_none() {
-        eprintln!("rank_process only runs as a child of the rendezvous folder tests");
+    if !is_rank_process(CHILD_ENV, "the rendezvous folder tests") {
         return;
     }
     let identity = RankIdentity::from_env().expect("rank variables");
@@ -48,12 +50,6 @@ fn rank_process() {
     }
 }
 
-/// What one rank process did: whether it exited 0, and what it printed.
-struct Outcome {
-    ok: bool,
-    output: String,
-}
-
 /// A port number no other test of this binary uses, for a distinct job id.
 fn fresh_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -63,62 +59,27 @@ fn fresh_port() -> u16 {
 
 /// Runs `world` ranks as torchrun would start them (`MASTER_PORT` = `port`), in a clean
 /// environment plus `env`.
-fn run_ranks(world: usize, port: u16, env: &[(&str, &Path)]) -> Vec<Outcome> {
-    let exe = std::env::current_exe().expect("own path");
+fn run_ranks(world: usize, port: u16, env: &[(&str, &Path)]) -> Vec<RankExit> {
     let children: Vec<_> = (0..world)
         .map(|rank| {
-            let mut cmd = Command::new(&exe);
-            cmd.args([
-                "rank_process",
-                "--exact",
-                "--include-ignored",
-                "--nocapture",
-            ])
-            .env_clear()
-            .env(CHILD_ENV, "1")
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("RANK", rank.to_string())
-            .env("WORLD_SIZE", world.to_string())
-            .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", port.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            let mut cmd = rank_process_command(CHILD_ENV, Environment::PathOnly);
+            cmd.env("RANK", rank.to_string())
+                .env("WORLD_SIZE", world.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
             for (key, value) in env {
                 cmd.env(key, value);
             }
             cmd.spawn().expect("spawn rank")
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    children
-        .into_iter()
-        .map(|mut child| {
-            while child.try_wait().expect("wait").is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("rank output");
-            Outcome {
-                ok: out.status.success(),
-                output: String::from_utf8_lossy(&out.stdout).into_owned()
-                    + &String::from_utf8_lossy(&out.stderr),
-            }
-        })
-        .collect()
-}
-
-fn assert_all_ok(outcomes: &[Outcome]) {
-    for (rank, o) in outcomes.iter().enumerate() {
-        assert!(
-            o.ok && o.output.contains(&format!("rank {rank} ok")),
-            "rank {rank} failed: {}",
-            o.output
-        );
-    }
+    wait_ranks(children, Duration::from_secs(30))
 }
 
 /// The error line a failed rank printed.
-fn error_of(outcome: &Outcome) -> &str {
+fn error_of(outcome: &RankExit) -> &str {
     outcome
         .output
         .lines()
@@ -257,7 +218,7 @@ fn a_symbolic_link_as_the_folder_is_refused() {
 #[test]
 fn default_folders_work_and_are_removed() {
     let runtime = tempfile::tempdir().unwrap();
-    assert_all_ok(&run_ranks(
+    assert_ranks_ok(&run_ranks(
         3,
         fresh_port(),
         &[("XDG_RUNTIME_DIR", runtime.path())],
@@ -265,7 +226,7 @@ fn default_folders_work_and_are_removed() {
     assert_eq!(std::fs::read_dir(runtime.path()).unwrap().count(), 0);
 
     let tmp = shared_tmp();
-    assert_all_ok(&run_ranks(3, fresh_port(), &[("TMPDIR", tmp.path())]));
+    assert_ranks_ok(&run_ranks(3, fresh_port(), &[("TMPDIR", tmp.path())]));
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
 }
 
@@ -281,7 +242,7 @@ fn a_stale_socket_is_replaced_but_another_file_is_kept() {
             .file_type()
             .is_socket()
     );
-    assert_all_ok(&run_ranks(
+    assert_ranks_ok(&run_ranks(
         2,
         fresh_port(),
         &[("SYMMEM_RENDEZVOUS", dir.path())],
@@ -310,7 +271,7 @@ fn a_folder_path_longer_than_a_socket_address_works() {
         long.push("a-rather-long-folder-name");
     }
     let outcomes = run_ranks(2, fresh_port(), &[("SYMMEM_RENDEZVOUS", &long)]);
-    assert_all_ok(&outcomes);
+    assert_ranks_ok(&outcomes);
     // The folders rank 0 created are gone again.
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
 }

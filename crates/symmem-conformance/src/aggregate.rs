@@ -1,4 +1,4 @@
-use crate::{CHECKS, CheckResult, Status};
+use crate::{CHECKS, CheckInfo, CheckResult, Status};
 use symmem::describe_ranks;
 
 /// The verdict of one check over all ranks of one run.
@@ -25,7 +25,14 @@ impl Aggregate {
     /// is skipped when every rank skipped, and fails otherwise, including when a rank sent no
     /// result (it died, or the suite stopped before the check).
     pub fn new(world_size: usize, results: &[CheckResult]) -> Self {
-        let verdicts = CHECKS
+        let all: Vec<&CheckInfo> = CHECKS.iter().collect();
+        Self::of(world_size, &all, results)
+    }
+
+    /// Folds `results` as [`Aggregate::new`] does, over the checks in `checks` only (a run of
+    /// `symmem-conformance --check ...`): one verdict per check, in the order given.
+    pub fn of(world_size: usize, checks: &[&CheckInfo], results: &[CheckResult]) -> Self {
+        let verdicts = checks
             .iter()
             .map(|info| {
                 let mine: Vec<&CheckResult> =
@@ -163,5 +170,22 @@ mod tests {
         // Checks nobody reported on fail too.
         assert_eq!(v("10b").status, Status::Fail);
         assert_eq!(agg.count(Status::Pass), 1);
+    }
+
+    #[test]
+    fn folds_only_the_chosen_checks() {
+        let chosen = [crate::check("7").unwrap(), crate::check("3").unwrap()];
+        let results = vec![
+            result("3", 0, Status::Pass, ""),
+            result("3", 1, Status::Pass, ""),
+            result("7", 0, Status::Pass, ""),
+        ];
+        let agg = Aggregate::of(2, &chosen, &results);
+        let ids: Vec<&str> = agg.verdicts.iter().map(|v| v.id).collect();
+        assert_eq!(ids, ["7", "3"]);
+        assert_eq!(agg.verdicts[0].status, Status::Fail);
+        assert!(agg.verdicts[0].detail.contains("no result from rank 1"));
+        assert_eq!(agg.verdicts[1].status, Status::Pass);
+        assert_eq!((agg.count(Status::Pass), agg.count(Status::Fail)), (1, 1));
     }
 }

@@ -1,66 +1,115 @@
 //! The checks. They are collective: every rank runs them in the same order and issues the same
 //! collectives whatever its local verification finds, so one rank's failed assertion never
 //! leaves the others waiting.
+//!
+//! [`CHECKS`] is the one table of them: id, name and the function that runs it. What several
+//! checks share (two allocations and their tables) is a `Fixture` that the suite allocates
+//! before the first check that uses it, so any one check also runs alone.
 
-use crate::fault::{Fault, PlannedFault};
+use crate::fault::{self, PlannedFault};
 use crate::{CheckResult, Status};
 use std::time::Instant;
 use symmem::{Context, Error, PeerTable, SymmetricBuffer, TranslateError, TranslatedOps};
 
-/// Id and name of a check.
+/// One check: its id (reports, the aggregation and docs/gpu-results.md name it by this), its
+/// name, and what runs it.
 #[derive(Clone, Copy, Debug)]
 pub struct CheckInfo {
     pub id: &'static str,
     pub name: &'static str,
+    run: Run,
+}
+
+/// A check's function, by what it needs of the [`Fixture`].
+#[derive(Clone, Copy, Debug)]
+enum Run {
+    /// Needs nothing the checks share.
+    Alone(fn(&mut dyn Checks) -> Result<Outcome, Error>),
+    /// Reads the fixture (the suite allocates it first if no check has yet).
+    Uses(fn(&mut dyn Checks, &Fixture) -> Result<Outcome, Error>),
+    /// Frees the fixture (the suite allocates it first if no check has yet).
+    Frees(fn(&mut dyn Checks, Fixture) -> Result<Outcome, Error>),
 }
 
 /// Every check, in the order the suite runs them.
-pub const CHECKS: [CheckInfo; 11] = [
+pub static CHECKS: [CheckInfo; 11] = [
     CheckInfo {
         id: "1",
         name: "local entry is the allocation's base",
+        run: Run::Uses(|s, f| s.local_entry(f)),
     },
     CheckInfo {
         id: "2",
         name: "per-peer offsets equal across allocations",
+        run: Run::Uses(|s, f| s.offsets_equal(f)),
     },
     CheckInfo {
         id: "3",
         name: "one table translates another allocation",
+        run: Run::Uses(|s, f| s.table_translates_other_allocation(f)),
     },
     CheckInfo {
         id: "4",
         name: "store reaches every peer",
+        run: Run::Uses(|s, f| s.store_all_to_all(f)),
     },
     CheckInfo {
         id: "5",
         name: "load from every peer",
+        run: Run::Uses(|s, f| s.load_from_every_peer(f)),
     },
     CheckInfo {
         id: "6",
         name: "copy from peer to peer",
+        run: Run::Uses(|s, f| s.copy_peer_to_peer(f)),
     },
     CheckInfo {
         id: "7",
         name: "atomic add from every rank, exact",
+        run: Run::Uses(|s, f| s.atomic_add(f)),
     },
     CheckInfo {
         id: "8",
         name: "address map of existing buffer",
+        run: Run::Uses(|s, f| s.address_map_of_existing(f)),
     },
     CheckInfo {
         id: "9",
         name: "unreachable peer: base 0, refused",
+        run: Run::Alone(|s| s.unreachable_peers()),
     },
     CheckInfo {
         id: "10a",
         name: "free then allocate again",
+        run: Run::Frees(|s, f| s.free_then_allocate(f)),
     },
     CheckInfo {
         id: "10b",
         name: "out-of-order collective is an error",
+        run: Run::Alone(|s| s.out_of_order()),
     },
 ];
+
+/// An id that names no check.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown check {id:?}: pick one of the ids {}", valid_ids())]
+pub struct UnknownCheck {
+    pub id: String,
+}
+
+/// The ids of every check, in table order: "1, 2, ..., 10b".
+pub fn valid_ids() -> String {
+    CHECKS.iter().map(|c| c.id).collect::<Vec<_>>().join(", ")
+}
+
+/// The check with id `id`.
+pub fn check(id: &str) -> Result<&'static CheckInfo, UnknownCheck> {
+    let id = id.trim();
+    CHECKS
+        .iter()
+        .find(|c| c.id == id)
+        .ok_or_else(|| UnknownCheck { id: id.into() })
+}
 
 /// Further contexts the suite needs besides the main one.
 pub trait Extras<P: TranslatedOps> {
@@ -90,6 +139,7 @@ impl Unavailable {
     }
 }
 
+#[derive(Debug)]
 enum Outcome {
     Pass,
     Fail(String),
@@ -139,35 +189,43 @@ fn pattern(rank: usize, i: usize) -> u64 {
     ((rank as u64 + 1) << 32) | i as u64
 }
 
-struct Suite<'a, P: TranslatedOps> {
-    ctx: &'a mut Context<P>,
-    extras: &'a mut dyn Extras<P>,
-    a: Option<(SymmetricBuffer<u64>, PeerTable)>,
-    b: Option<(SymmetricBuffer<u64>, PeerTable)>,
-}
-
 const B_LEN: usize = 128;
 const CHUNK: usize = 8;
 
-impl<P: TranslatedOps> Suite<'_, P> {
-    fn rank(&self) -> usize {
-        self.ctx.rank()
+/// What the checks share: allocations A (a slot per rank, at least 64 words) and B (`B_LEN`
+/// words), made by every rank in that order, with their peer-bases tables.
+#[derive(Debug)]
+struct Fixture {
+    a: SymmetricBuffer<u64>,
+    ta: PeerTable,
+    b: SymmetricBuffer<u64>,
+    tb: PeerTable,
+}
+
+impl Fixture {
+    /// Collective: allocates A, then B.
+    fn allocate<P: TranslatedOps>(ctx: &mut Context<P>) -> Result<Self, Error> {
+        let (a, ta) = ctx.allocate_symmetric::<u64>(ctx.world_size().max(64))?;
+        let (b, tb) = ctx.allocate_symmetric::<u64>(B_LEN)?;
+        Ok(Self { a, ta, b, tb })
     }
-    fn world(&self) -> usize {
-        self.ctx.world_size()
+
+    /// Collective: frees B, then A.
+    fn free<P: TranslatedOps>(self, ctx: &mut Context<P>) -> Result<(), Error> {
+        ctx.free(self.b)?;
+        ctx.free(self.a)
     }
-    fn a(&self) -> &(SymmetricBuffer<u64>, PeerTable) {
-        self.a.as_ref().expect("check 1 allocates A")
-    }
-    fn b(&self) -> &(SymmetricBuffer<u64>, PeerTable) {
-        self.b.as_ref().expect("check 1 allocates B")
-    }
+
+    /// The ranks this rank reaches by load/store (itself included), as A's table says.
     fn reachable(&self) -> Vec<usize> {
-        let table = &self.a().1;
-        (0..self.world()).filter(|&p| table.direct(p)).collect()
+        (0..self.ta.bases().len())
+            .filter(|&p| self.ta.direct(p))
+            .collect()
     }
+
+    /// Why a check that needs peers to talk to cannot run here, if it cannot.
     fn needs_peers(&self) -> Option<Outcome> {
-        if self.world() < 2 {
+        if self.ta.bases().len() < 2 {
             return Some(Outcome::Skip("needs >= 2 ranks".into()));
         }
         if self.reachable().len() < 2 {
@@ -177,50 +235,71 @@ impl<P: TranslatedOps> Suite<'_, P> {
         }
         None
     }
+}
 
-    fn run(&mut self, id: &str) -> Result<Outcome, Error> {
-        match id {
-            "1" => self.local_entry(),
-            "2" => self.offsets_equal(),
-            "3" => self.table_translates_other_allocation(),
-            "4" => self.store_all_to_all(),
-            "5" => self.load_from_every_peer(),
-            "6" => self.copy_peer_to_peer(),
-            "7" => self.atomic_add(),
-            "8" => self.address_map_of_existing(),
-            "9" => self.unreachable_peers(),
-            "10a" => self.free_then_allocate(),
-            "10b" => self.out_of_order(),
-            other => unreachable!("unknown check {other}"),
-        }
+/// The checks over one provider. Object safe, so that [`CHECKS`] holds them once for every
+/// provider; [`Suite`] implements them.
+trait Checks {
+    fn local_entry(&mut self, f: &Fixture) -> Result<Outcome, Error>;
+    fn offsets_equal(&mut self, f: &Fixture) -> Result<Outcome, Error>;
+    fn table_translates_other_allocation(&mut self, f: &Fixture) -> Result<Outcome, Error>;
+    fn store_all_to_all(&mut self, f: &Fixture) -> Result<Outcome, Error>;
+    fn load_from_every_peer(&mut self, f: &Fixture) -> Result<Outcome, Error>;
+    fn copy_peer_to_peer(&mut self, f: &Fixture) -> Result<Outcome, Error>;
+    fn atomic_add(&mut self, f: &Fixture) -> Result<Outcome, Error>;
+    fn address_map_of_existing(&mut self, f: &Fixture) -> Result<Outcome, Error>;
+    fn unreachable_peers(&mut self) -> Result<Outcome, Error>;
+    fn free_then_allocate(&mut self, f: Fixture) -> Result<Outcome, Error>;
+    fn out_of_order(&mut self) -> Result<Outcome, Error>;
+}
+
+struct Suite<'a, P: TranslatedOps> {
+    ctx: &'a mut Context<P>,
+    extras: &'a mut dyn Extras<P>,
+}
+
+impl<P: TranslatedOps> Suite<'_, P> {
+    fn rank(&self) -> usize {
+        self.ctx.rank()
+    }
+    fn world(&self) -> usize {
+        self.ctx.world_size()
     }
 
-    fn local_entry(&mut self) -> Result<Outcome, Error> {
-        let len_a = self.world().max(64);
-        let (a, ta) = self.ctx.allocate_symmetric::<u64>(len_a)?;
-        let (b, tb) = self.ctx.allocate_symmetric::<u64>(B_LEN)?;
+    /// Writes `pattern(rank, i)` into this rank's B, then synchronises.
+    fn fill_b(&mut self, f: &Fixture, v: &mut Verify) -> Result<(), Error> {
+        let rank = self.rank();
+        let data: Vec<u64> = (0..B_LEN).map(|i| pattern(rank, i)).collect();
+        v.ok("writing own B", self.ctx.write(&f.b, &data));
+        self.ctx.barrier()
+    }
+}
+
+impl<P: TranslatedOps> Checks for Suite<'_, P> {
+    fn local_entry(&mut self, f: &Fixture) -> Result<Outcome, Error> {
         let mut v = Verify::default();
         v.eq(
             "first table's local entry",
-            ta.bases()[self.rank()],
-            a.addr(),
+            f.ta.bases()[self.rank()],
+            f.a.addr(),
         );
         v.eq(
             "second table's local entry",
-            tb.bases()[self.rank()],
-            b.addr(),
+            f.tb.bases()[self.rank()],
+            f.b.addr(),
         );
-        v.that("the two allocations share an address", a.addr() != b.addr());
-        self.a = Some((a, ta));
-        self.b = Some((b, tb));
+        v.that(
+            "the two allocations share an address",
+            f.a.addr() != f.b.addr(),
+        );
         Ok(v.outcome())
     }
 
-    fn offsets_equal(&mut self) -> Result<Outcome, Error> {
-        if let Some(skip) = self.needs_peers() {
+    fn offsets_equal(&mut self, f: &Fixture) -> Result<Outcome, Error> {
+        if let Some(skip) = f.needs_peers() {
             return Ok(skip);
         }
-        let ((a, ta), (b, tb)) = (self.a(), self.b());
+        let Fixture { a, ta, b, tb } = f;
         let mut v = Verify::default();
         let provider = self.ctx.provider();
         let rank = self.rank();
@@ -265,25 +344,17 @@ impl<P: TranslatedOps> Suite<'_, P> {
         Ok(v.outcome())
     }
 
-    /// Writes `pattern(rank, i)` into this rank's B, then synchronises.
-    fn fill_b(&mut self, v: &mut Verify) -> Result<(), Error> {
-        let rank = self.rank();
-        let data: Vec<u64> = (0..B_LEN).map(|i| pattern(rank, i)).collect();
-        v.ok("writing own B", self.ctx.write(&self.b().0, &data));
-        self.ctx.barrier()
-    }
-
-    fn table_translates_other_allocation(&mut self) -> Result<Outcome, Error> {
-        if let Some(skip) = self.needs_peers() {
+    fn table_translates_other_allocation(&mut self, f: &Fixture) -> Result<Outcome, Error> {
+        if let Some(skip) = f.needs_peers() {
             return Ok(skip);
         }
         let mut v = Verify::default();
-        self.fill_b(&mut v)?;
-        let (rank, reachable) = (self.rank(), self.reachable());
+        self.fill_b(f, &mut v)?;
+        let (rank, reachable) = (self.rank(), f.reachable());
         let src =
             reachable[(reachable.iter().position(|&p| p == rank).unwrap() + 1) % reachable.len()];
         // A's table with B's and A's pointers: Iris's copy(src, dst, from, to, heap_bases).
-        let ((a, ta), (b, _)) = (self.a(), self.b());
+        let Fixture { a, ta, b, tb } = f;
         let bytes = (CHUNK * 8) as u64;
         v.ok(
             format!("copy from rank {src}'s B through A's table"),
@@ -300,7 +371,6 @@ impl<P: TranslatedOps> Suite<'_, P> {
         }
         // Overlapping ranges in one rank's copy are refused on every provider, and touch
         // nothing: one word forward within own B.
-        let (b, tb) = self.b();
         let overlap = self
             .ctx
             .copy_bytes(tb, b.addr(), rank, b.addr_of(1), rank, bytes);
@@ -319,13 +389,12 @@ impl<P: TranslatedOps> Suite<'_, P> {
         Ok(v.outcome())
     }
 
-    fn store_all_to_all(&mut self) -> Result<Outcome, Error> {
+    fn store_all_to_all(&mut self, f: &Fixture) -> Result<Outcome, Error> {
         let mut v = Verify::default();
-        let (rank, world, reachable) = (self.rank(), self.world(), self.reachable());
-        let a = &self.a().0;
+        let (rank, world, reachable) = (self.rank(), self.world(), f.reachable());
+        let (a, ta) = (&f.a, &f.ta);
         v.ok("zeroing own A", self.ctx.write(a, &vec![0u64; a.len()]));
         self.ctx.barrier()?;
-        let (a, ta) = (&self.a().0, &self.a().1);
         for &peer in &reachable {
             let value = 1000 * (rank as u64 + 1) + peer as u64;
             v.ok(
@@ -334,7 +403,7 @@ impl<P: TranslatedOps> Suite<'_, P> {
             );
         }
         self.ctx.barrier()?;
-        if let Some(got) = v.ok("reading own A", self.ctx.read(&self.a().0)) {
+        if let Some(got) = v.ok("reading own A", self.ctx.read(a)) {
             for (writer, &slot) in got.iter().enumerate().take(world) {
                 let want = if reachable.contains(&writer) {
                     1000 * (writer as u64 + 1) + rank as u64
@@ -347,11 +416,11 @@ impl<P: TranslatedOps> Suite<'_, P> {
         Ok(v.outcome())
     }
 
-    fn load_from_every_peer(&mut self) -> Result<Outcome, Error> {
+    fn load_from_every_peer(&mut self, f: &Fixture) -> Result<Outcome, Error> {
         let mut v = Verify::default();
-        self.fill_b(&mut v)?;
-        let (b, tb) = self.b();
-        for peer in self.reachable() {
+        self.fill_b(f, &mut v)?;
+        let (b, tb) = (&f.b, &f.tb);
+        for peer in f.reachable() {
             let mut got = vec![0u64; CHUNK];
             let at = b.addr_of(CHUNK);
             if v.ok(
@@ -368,18 +437,18 @@ impl<P: TranslatedOps> Suite<'_, P> {
         Ok(v.outcome())
     }
 
-    fn copy_peer_to_peer(&mut self) -> Result<Outcome, Error> {
-        if let Some(skip) = self.needs_peers() {
+    fn copy_peer_to_peer(&mut self, f: &Fixture) -> Result<Outcome, Error> {
+        if let Some(skip) = f.needs_peers() {
             return Ok(skip);
         }
-        if self.reachable().len() != self.world() {
+        if f.reachable().len() != self.world() {
             return Ok(Outcome::Skip(
                 "needs every peer load/store reachable".into(),
             ));
         }
         let (rank, world) = (self.rank(), self.world());
         let mut v = Verify::default();
-        self.fill_b(&mut v)?;
+        self.fill_b(f, &mut v)?;
         let (c, tc) = self.ctx.allocate_symmetric::<u64>(CHUNK * world)?;
         // Rank r moves CHUNK words of rank r+1's B into slot r of rank r+2's C.
         let (src, dst) = ((rank + 1) % world, (rank + 2) % world);
@@ -387,7 +456,7 @@ impl<P: TranslatedOps> Suite<'_, P> {
             format!("copy from rank {src} to rank {dst}"),
             self.ctx.copy_bytes(
                 &tc,
-                self.b().0.addr(),
+                f.b.addr(),
                 src,
                 c.addr_of(rank * CHUNK),
                 dst,
@@ -410,10 +479,10 @@ impl<P: TranslatedOps> Suite<'_, P> {
         Ok(v.outcome())
     }
 
-    fn atomic_add(&mut self) -> Result<Outcome, Error> {
+    fn atomic_add(&mut self, f: &Fixture) -> Result<Outcome, Error> {
         const ADDS: u64 = 200;
         let mut v = Verify::default();
-        let reachable = self.reachable();
+        let reachable = f.reachable();
         let (counter, table) = self.ctx.allocate_symmetric::<u64>(1)?;
         v.ok("zeroing own counter", self.ctx.write(&counter, &[0]));
         self.ctx.barrier()?;
@@ -437,7 +506,7 @@ impl<P: TranslatedOps> Suite<'_, P> {
         Ok(v.outcome())
     }
 
-    fn address_map_of_existing(&mut self) -> Result<Outcome, Error> {
+    fn address_map_of_existing(&mut self, f: &Fixture) -> Result<Outcome, Error> {
         let mut v = Verify::default();
         let (buf, map) = self.ctx.allocate_symmetric_map::<u32>(100)?;
         if let Some(again) = v.ok(
@@ -449,9 +518,8 @@ impl<P: TranslatedOps> Suite<'_, P> {
         v.eq("map base", map.base, buf.addr());
         v.eq("map bytes", map.bytes, 400);
         v.eq("map local rank", map.local_rank, self.rank());
-        let (a, ta) = self.a();
-        if let Some(map_a) = v.ok("address map of A", self.ctx.symmetric_address_map(a)) {
-            v.eq("A's table", &map_a.table, ta);
+        if let Some(map_a) = v.ok("address map of A", self.ctx.symmetric_address_map(&f.a)) {
+            v.eq("A's table", &map_a.table, &f.ta);
         }
         self.ctx.free(buf)?;
         Ok(v.outcome())
@@ -501,13 +569,10 @@ impl<P: TranslatedOps> Suite<'_, P> {
         Ok(v.outcome())
     }
 
-    fn free_then_allocate(&mut self) -> Result<Outcome, Error> {
+    fn free_then_allocate(&mut self, f: Fixture) -> Result<Outcome, Error> {
         let mut v = Verify::default();
-        let (a, _) = self.a.take().expect("A");
-        let (b, _) = self.b.take().expect("B");
-        let a_len = a.len();
-        self.ctx.free(b)?;
-        self.ctx.free(a)?;
+        let a_len = f.a.len();
+        f.free(self.ctx)?;
         let (again, table) = self.ctx.allocate_symmetric::<u64>(a_len)?;
         v.eq(
             "local entry after reallocation",
@@ -574,30 +639,6 @@ impl<P: TranslatedOps> Suite<'_, P> {
     }
 }
 
-fn apply_fault(planned: &Option<PlannedFault>, rank: usize, check: &str) {
-    let Some(p) = planned
-        .as_ref()
-        .filter(|p| p.rank == rank && p.check == check)
-    else {
-        return;
-    };
-    eprintln!("injecting fault {:?} at check {check}", p.fault);
-    match p.fault {
-        Fault::Panic => panic!("injected panic at check {check}"),
-        Fault::Exit => std::process::exit(0),
-        Fault::Hang => loop {
-            std::thread::sleep(std::time::Duration::from_secs(3600));
-        },
-        Fault::HangIgnoreTerm => {
-            // SAFETY: setting a signal disposition to SIG_IGN installs no handler code.
-            unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
-            loop {
-                std::thread::sleep(std::time::Duration::from_secs(3600));
-            }
-        }
-    }
-}
-
 /// How the suite ended on this rank.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SuiteOutcome {
@@ -615,19 +656,35 @@ pub fn run_suite<P: TranslatedOps>(
     extras: &mut dyn Extras<P>,
     emit: &mut dyn FnMut(&CheckResult),
 ) -> Result<SuiteOutcome, String> {
+    let all: Vec<&CheckInfo> = CHECKS.iter().collect();
+    run_checks(ctx, extras, &all, emit)
+}
+
+/// Runs the checks in `selected` on this rank, in table order whatever the order of
+/// `selected`, as [`run_suite`] runs them all. Every rank must select the same checks.
+///
+/// The suite allocates what several checks share (two allocations and their tables) before the
+/// first selected check that uses it, within that check (its time, and its failure if the
+/// allocation fails), and frees it after the last check if no check freed it; a failure of
+/// that free is logged and counted in [`SuiteOutcome::failed`], as no check's result names it.
+pub fn run_checks<P: TranslatedOps>(
+    ctx: &mut Context<P>,
+    extras: &mut dyn Extras<P>,
+    selected: &[&CheckInfo],
+    emit: &mut dyn FnMut(&CheckResult),
+) -> Result<SuiteOutcome, String> {
     let planned = PlannedFault::from_env()?;
     let (rank, world_size, provider) = (ctx.rank(), ctx.world_size(), ctx.provider().name());
-    let mut suite = Suite {
-        ctx,
-        extras,
-        a: None,
-        b: None,
-    };
+    let mut suite = Suite { ctx, extras };
+    let mut fixture: Option<Fixture> = None;
     let mut outcome = SuiteOutcome::default();
-    for info in CHECKS {
-        apply_fault(&planned, rank, info.id);
+    let chosen = CHECKS
+        .iter()
+        .filter(|info| selected.iter().any(|s| s.id == info.id));
+    for info in chosen {
+        fault::apply(planned.as_ref(), rank, info.id);
         let started = Instant::now();
-        let (status, detail, stop) = match suite.run(info.id) {
+        let (status, detail, stop) = match run_one(&mut suite, &mut fixture, info.run) {
             Ok(Outcome::Pass) => (Status::Pass, String::new(), false),
             Ok(Outcome::Skip(reason)) => (Status::Skip, reason, false),
             Ok(Outcome::Fail(why)) => (Status::Fail, why, false),
@@ -653,10 +710,42 @@ pub fn run_suite<P: TranslatedOps>(
         });
         if stop {
             // Leaked on purpose: freeing is collective and the collectives just failed.
-            std::mem::forget(suite.a.take());
-            std::mem::forget(suite.b.take());
-            break;
+            std::mem::forget(fixture.take());
+            return Ok(outcome);
         }
     }
+    if let Some(fixture) = fixture.take()
+        && let Err(e) = fixture.free(suite.ctx)
+    {
+        // No check owns this collective: the exit status tells, the log says why.
+        tracing::error!("freeing the allocations the checks share failed: {e}");
+        outcome.failed += 1;
+        outcome.peer_failed = e.is_peer_failure();
+    }
     Ok(outcome)
+}
+
+/// Runs one check, allocating the fixture first if it uses one and none is left.
+fn run_one<P: TranslatedOps>(
+    suite: &mut Suite<'_, P>,
+    fixture: &mut Option<Fixture>,
+    run: Run,
+) -> Result<Outcome, Error> {
+    let mut take = |ctx: &mut Context<P>| match fixture.take() {
+        Some(shared) => Ok(shared),
+        None => Fixture::allocate(ctx),
+    };
+    match run {
+        Run::Alone(check) => check(suite),
+        Run::Uses(check) => {
+            let shared = take(suite.ctx)?;
+            let result = check(suite, &shared);
+            *fixture = Some(shared);
+            result
+        }
+        Run::Frees(check) => {
+            let shared = take(suite.ctx)?;
+            check(suite, shared)
+        }
+    }
 }

@@ -55,3 +55,25 @@ impl PlannedFault {
         })
     }
 }
+
+/// Makes this rank misbehave as `planned` says, if it plans a fault for `rank` at `check`.
+pub(crate) fn apply(planned: Option<&PlannedFault>, rank: usize, check: &str) {
+    let Some(p) = planned.filter(|p| p.rank == rank && p.check == check) else {
+        return;
+    };
+    eprintln!("injecting fault {:?} at check {check}", p.fault);
+    match p.fault {
+        Fault::Panic => panic!("injected panic at check {check}"),
+        Fault::Exit => std::process::exit(0),
+        Fault::Hang => loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        },
+        Fault::HangIgnoreTerm => {
+            // SAFETY: setting a signal disposition to SIG_IGN installs no handler code.
+            unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            }
+        }
+    }
+}

@@ -6,12 +6,11 @@
 //! The culprit is named only if the ranks that stop because of it exit with
 //! `EXIT_PEER_FAILED` (75): see `symmem_launch::Outcome`.
 
-use std::time::{Duration, Instant};
-use symmem_launch::{
-    EXIT_PEER_FAILED, Ended, LaunchSpec, Lost, Outcome, OutputLine, RunReport, launch,
-};
+use std::time::Duration;
+use symmem_conformance::FAULT_ENV;
+use symmem_launch::{EXIT_PEER_FAILED, Ended, Lost, Outcome, RunReport};
+use symmem_test_support::launch::{GRACE, assert_all_gone, host_ranks, output, peer_lost, run};
 
-const GRACE: Duration = Duration::from_secs(1);
 /// Slack for process start-up and teardown on a loaded 2-core machine (4 s was once exceeded
 /// by 0.3 s with both cores busy and builds running). The upper bounds only have to tell the
 /// path under test (a peer's report, the grace period) from the waits it must not have taken:
@@ -24,74 +23,29 @@ struct Finished {
     elapsed: Duration,
 }
 
-fn run(
+fn run_suite(
     ranks: usize,
     fault: &str,
     collective_timeout: &str,
     launcher_timeout: Duration,
 ) -> Finished {
-    let spec = LaunchSpec::new(env!("CARGO_BIN_EXE_symmem-conformance"), ranks)
-        .env("SYMMEM_CONFORMANCE_FAULT", fault)
+    let spec = host_ranks(env!("CARGO_BIN_EXE_symmem-conformance"), ranks)
+        .env(FAULT_ENV, fault)
         .env("SYMMEM_COLLECTIVE_TIMEOUT", collective_timeout)
-        .env("SYMMEM_HOST_HEAP_SIZE", "64M")
-        .timeout(launcher_timeout)
-        .grace(GRACE);
-    let mut output = String::new();
-    let started = Instant::now();
-    let report = launch(&spec, &mut |line: &OutputLine| {
-        output.push_str(&format!("[rank {}] {}\n", line.rank, line.text));
-    })
-    .expect("launch");
+        .timeout(launcher_timeout);
+    let (report, lines, elapsed) = run(&spec);
     let finished = Finished {
-        report,
-        output,
-        elapsed: started.elapsed(),
+        report: report.expect("launch"),
+        output: output(&lines),
+        elapsed,
     };
-    assert_nothing_left(&finished.report);
+    assert_all_gone(&finished.report);
     finished
-}
-
-/// True when `pid` names a live (non-zombie) process.
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // State is the field after the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z"),
-        Err(_) => false,
-    }
-}
-
-/// Every rank is gone, and no live process is left in the ranks' process group.
-fn assert_nothing_left(report: &RunReport) {
-    for rank in &report.ranks {
-        assert!(
-            !alive(rank.pid as i32),
-            "rank {} (pid {}) is still running",
-            rank.rank,
-            rank.pid
-        );
-    }
-    let in_group: Vec<i32> = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| {
-            nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(pid)))
-                .is_ok_and(|g| g.as_raw() == report.pgid)
-        })
-        .filter(|&pid| alive(pid))
-        .collect();
-    assert!(
-        in_group.is_empty(),
-        "processes left in group {}: {in_group:?}",
-        report.pgid
-    );
 }
 
 #[test]
 fn a_rank_that_panics_mid_suite_ends_the_run() {
-    let f = run(4, "panic@2:4", "30s", Duration::from_secs(60));
+    let f = run_suite(4, "panic@2:4", "30s", Duration::from_secs(60));
     assert!(!f.report.success());
     assert_ne!(f.report.exit_code(), 0);
     assert!(
@@ -133,23 +87,11 @@ fn a_rank_that_panics_mid_suite_ends_the_run() {
     assert!(f.elapsed < GRACE + MARGIN, "took {:?}", f.elapsed);
 }
 
-/// The culprits, reason and reporters of a [`Outcome::PeerLost`].
-fn peer_lost(f: &Finished) -> (&[usize], Lost, &[usize]) {
-    match &f.report.outcome {
-        Outcome::PeerLost {
-            culprits,
-            reason,
-            reporters,
-        } => (culprits, *reason, reporters),
-        other => panic!("unexpected outcome {other:?}: {}\n{}", f.report, f.output),
-    }
-}
-
 #[test]
 fn a_rank_that_exits_before_a_collective_is_named() {
-    let f = run(4, "exit@1:5", "30s", Duration::from_secs(60));
+    let f = run_suite(4, "exit@1:5", "30s", Duration::from_secs(60));
     assert!(!f.report.success());
-    let (culprits, reason, reporters) = peer_lost(&f);
+    let (culprits, reason, reporters) = peer_lost(&f.report);
     assert_eq!((culprits, reason), ([1].as_slice(), Lost::ExitedEarly));
     assert!(
         !reporters.is_empty() && !reporters.contains(&1),
@@ -172,14 +114,14 @@ fn a_rank_that_exits_before_a_collective_is_named() {
 
 #[test]
 fn a_hung_rank_is_named_and_stopped() {
-    let f = run(4, "hang@3:4", "2s", Duration::from_secs(60));
+    let f = run_suite(4, "hang@3:4", "2s", Duration::from_secs(60));
     assert!(!f.report.success());
     assert!(
         f.output.contains("rank 3 never arrived at collective"),
         "{}",
         f.output
     );
-    let (culprits, reason, reporters) = peer_lost(&f);
+    let (culprits, reason, reporters) = peer_lost(&f.report);
     assert_eq!((culprits, reason), ([3].as_slice(), Lost::StillRunning));
     assert!(
         !reporters.is_empty() && !reporters.contains(&3),
@@ -203,14 +145,14 @@ fn a_hung_rank_is_named_and_stopped() {
 
 #[test]
 fn a_hung_rank_ignoring_sigterm_is_killed_after_the_grace_period() {
-    let f = run(2, "hang-ignore-term@1:3", "2s", Duration::from_secs(60));
+    let f = run_suite(2, "hang-ignore-term@1:3", "2s", Duration::from_secs(60));
     assert!(!f.report.success());
     assert!(
         f.output.contains("rank 1 never arrived at collective"),
         "{}",
         f.output
     );
-    let (culprits, reason, reporters) = peer_lost(&f);
+    let (culprits, reason, reporters) = peer_lost(&f.report);
     assert_eq!(
         (culprits, reason, reporters),
         ([1].as_slice(), Lost::StillRunning, [0].as_slice())
@@ -236,7 +178,7 @@ fn a_hung_rank_ignoring_sigterm_is_killed_after_the_grace_period() {
 #[test]
 fn the_launcher_timeout_names_the_ranks_still_running() {
     // Collectives would wait a minute; the launcher gives up after 2 s.
-    let f = run(3, "hang@1:2", "60s", Duration::from_secs(2));
+    let f = run_suite(3, "hang@1:2", "60s", Duration::from_secs(2));
     match &f.report.outcome {
         Outcome::TimedOut { still_running } => assert_eq!(still_running, &vec![0, 1, 2]),
         other => panic!("unexpected outcome {other:?}"),
@@ -253,7 +195,7 @@ fn the_launcher_timeout_names_the_ranks_still_running() {
 
 #[test]
 fn a_clean_run_passes_with_every_result() {
-    let f = run(2, "", "30s", Duration::from_secs(60));
+    let f = run_suite(2, "", "30s", Duration::from_secs(60));
     assert!(f.report.success(), "{}\n{}", f.report, f.output);
     let results = f
         .output

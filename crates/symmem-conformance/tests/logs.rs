@@ -1,29 +1,26 @@
 //! The rank binary's logs as they reach a log file: under a launcher its stderr is a pipe, so
 //! its warnings must come without ANSI colour codes, even where NO_COLOR is not set.
 
-use std::time::Duration;
 use symmem_conformance::FAULT_ENV;
-use symmem_launch::{LaunchSpec, OutputLine, Stream, launch};
+use symmem_launch::Stream;
+use symmem_test_support::launch::{host_ranks, run};
 
 #[test]
 fn warnings_on_a_pipe_have_no_colour_codes() {
     // Rank 1 leaves before check 3: rank 0 then warns about its allocations never freed.
-    let spec = LaunchSpec::new(env!("CARGO_BIN_EXE_symmem-conformance"), 2)
+    let spec = host_ranks(env!("CARGO_BIN_EXE_symmem-conformance"), 2)
         .env(FAULT_ENV, "exit@1:3")
         .env("SYMMEM_COLLECTIVE_TIMEOUT", "20s")
-        .env("SYMMEM_HOST_HEAP_SIZE", "64M")
         // Empty means unset (no-color.org): colours would be on, were stderr a terminal.
         .env("NO_COLOR", "")
-        .env("RUST_LOG", "warn")
-        .timeout(Duration::from_secs(60))
-        .grace(Duration::from_secs(1));
-    let mut stderr = Vec::new();
-    launch(&spec, &mut |line: &OutputLine| {
-        if line.stream == Stream::Stderr {
-            stderr.push(line.text.clone());
-        }
-    })
-    .expect("launch");
+        .env("RUST_LOG", "warn");
+    let (report, lines, _) = run(&spec);
+    report.expect("launch");
+    let stderr: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.stream == Stream::Stderr)
+        .map(|l| l.text.as_str())
+        .collect();
     let text = stderr.join("\n");
     assert!(
         stderr.iter().any(|l| l.contains("WARN")),

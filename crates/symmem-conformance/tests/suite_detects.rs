@@ -3,11 +3,13 @@
 //! with its own host provider (own heap, own socket), as separate processes would have.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 use symmem::{CollectiveOp, Context, Error, PeerTable, SymmetricProvider, TranslatedOps};
-use symmem_conformance::{Aggregate, CheckResult, Extras, Status, Unavailable, run_suite};
-use symmem_host::{HostConfig, HostProvider};
+use symmem_conformance::{
+    Aggregate, CheckResult, Extras, HostExtras, Status, Unavailable, run_suite,
+};
+use symmem_host::HostProvider;
+use symmem_test_support::ranks::thread_ranks;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Sabotage {
@@ -100,15 +102,8 @@ impl TranslatedOps for Sabotaged {
     }
 }
 
-fn config(rank: usize, world_size: usize, dir: PathBuf) -> HostConfig {
-    let mut cfg = HostConfig::for_rank(rank, world_size, dir);
-    cfg.heap_bytes = 16 << 20;
-    cfg.timeout = Duration::from_secs(20);
-    cfg
-}
-
 struct ThreadExtras {
-    base: HostConfig,
+    host: HostExtras,
     sabotage: Sabotage,
 }
 
@@ -118,10 +113,7 @@ impl Extras<Sabotaged> for ThreadExtras {
         label: &str,
         nodes: &[u64],
     ) -> Result<Context<Sabotaged>, Unavailable> {
-        let mut cfg = self.base.clone();
-        cfg.rendezvous = cfg.rendezvous.join(label);
-        cfg.node_id = nodes[cfg.identity.rank];
-        let inner = HostProvider::new(cfg).map_err(|e| Unavailable::Failed(e.to_string()))?;
+        let inner = self.host.provider_with_nodes(label, nodes)?;
         Ok(Context::new(Sabotaged {
             inner,
             sabotage: self.sabotage,
@@ -132,31 +124,24 @@ impl Extras<Sabotaged> for ThreadExtras {
 
 /// Runs the whole suite on `world_size` thread-ranks; returns each check's verdict.
 fn suite(world_size: usize, sabotage: Sabotage) -> BTreeMap<&'static str, Status> {
-    let dir = tempfile::tempdir().unwrap();
-    let handles: Vec<_> = (0..world_size)
-        .map(|rank| {
-            let cfg = config(rank, world_size, dir.path().to_path_buf());
-            std::thread::spawn(move || {
-                let inner = HostProvider::new(cfg.clone()).unwrap();
-                let mut ctx = Context::new(Sabotaged {
-                    inner,
-                    sabotage,
-                    adds: Default::default(),
-                });
-                let mut extras = ThreadExtras {
-                    base: cfg,
-                    sabotage,
-                };
-                let mut results: Vec<CheckResult> = Vec::new();
-                run_suite(&mut ctx, &mut extras, &mut |r| results.push(r.clone())).unwrap();
-                results
-            })
-        })
-        .collect();
-    let results: Vec<CheckResult> = handles
-        .into_iter()
-        .flat_map(|h| h.join().unwrap())
-        .collect();
+    let results: Vec<CheckResult> = thread_ranks(world_size, Duration::from_secs(20), |cfg| {
+        let inner = HostProvider::new(cfg.clone()).unwrap();
+        let mut ctx = Context::new(Sabotaged {
+            inner,
+            sabotage,
+            adds: Default::default(),
+        });
+        let mut extras = ThreadExtras {
+            host: HostExtras { base: cfg },
+            sabotage,
+        };
+        let mut results: Vec<CheckResult> = Vec::new();
+        run_suite(&mut ctx, &mut extras, &mut |r| results.push(r.clone())).unwrap();
+        results
+    })
+    .into_iter()
+    .flatten()
+    .collect();
     Aggregate::new(world_size, &results)
         .verdicts
         .into_iter()

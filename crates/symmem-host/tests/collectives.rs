@@ -6,32 +6,26 @@ use std::thread;
 use std::time::{Duration, Instant};
 use symmem::{Context, Error, TranslateError};
 use symmem_host::{HostConfig, HostProvider};
+use symmem_test_support::ranks::{host_config, thread_ranks};
+
+/// How long collectives wait for a rank in these tests.
+const TIMEOUT: Duration = Duration::from_secs(10);
 
 fn config(rank: usize, world_size: usize, dir: &Path) -> HostConfig {
-    let mut cfg = HostConfig::for_rank(rank, world_size, dir);
-    cfg.heap_bytes = 16 << 20;
-    cfg.timeout = Duration::from_secs(10);
-    cfg
+    host_config(rank, world_size, dir, TIMEOUT)
 }
 
-/// Runs `body` as every rank of a `world_size`-rank job and returns each rank's result.
-fn ranks<T: Send + 'static>(
+/// Runs `body` as every rank of a `world_size`-rank job, its settings changed by `tweak`, and
+/// returns each rank's result.
+fn ranks<T: Send>(
     world_size: usize,
-    tweak: impl Fn(&mut HostConfig) + Sync + Send + Copy + 'static,
-    body: impl Fn(Context<HostProvider>) -> T + Send + Sync + Copy + 'static,
+    tweak: impl Fn(&mut HostConfig) + Sync,
+    body: impl Fn(Context<HostProvider>) -> T + Sync,
 ) -> Vec<T> {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let handles: Vec<_> = (0..world_size)
-        .map(|rank| {
-            let mut cfg = config(rank, world_size, dir.path());
-            tweak(&mut cfg);
-            thread::spawn(move || body(Context::new(HostProvider::new(cfg).expect("provider"))))
-        })
-        .collect();
-    handles
-        .into_iter()
-        .map(|h| h.join().expect("rank thread"))
-        .collect()
+    thread_ranks(world_size, TIMEOUT, |mut cfg| {
+        tweak(&mut cfg);
+        body(Context::new(HostProvider::new(cfg).expect("provider")))
+    })
 }
 
 #[test]

@@ -4,12 +4,10 @@
 //!
 //! The test binary re-executes itself as each rank (the ignored test `rank_process`).
 
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use symmem::{Context, Error, TranslateError};
 use symmem_host::HostProvider;
-
-mod common;
+use symmem_test_support::ranks::{assert_ranks_ok, is_rank_process, run_host_rank_processes};
 
 const WORLD: usize = 4;
 const CHILD_ENV: &str = "SYMMEM_HOST_TEST_CHILD";
@@ -21,62 +19,18 @@ fn node_of(rank: usize) -> u64 {
 #[test]
 #[ignore = "one rank of `four_processes`, which starts it in a child process"]
 fn rank_process() {
-    if std::env::var_os(CHILD_ENV).is_none() {
-        eprintln!("rank_process only runs as a child of four_processes");
-        return;
+    if is_rank_process(CHILD_ENV, "four_processes") {
+        rank_main();
     }
-    rank_main();
 }
 
 #[test]
 fn four_processes() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut children: Vec<_> = (0..WORLD)
-        .map(|rank| {
-            common::rank_command(CHILD_ENV, dir.path(), rank, WORLD)
-                .env("SYMMEM_NODE_ID", node_of(rank).to_string())
-                .env("SYMMEM_HOST_HEAP_SIZE", "64M")
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("spawn rank")
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut failed = Vec::new();
-    for (rank, child) in children.iter_mut().enumerate() {
-        let status = loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                break Some(status);
-            }
-            if Instant::now() > deadline {
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        match status {
-            Some(s) if s.success() => {}
-            other => failed.push(format!("rank {rank}: {other:?}")),
-        }
-    }
-    for child in &mut children {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let outputs: Vec<String> = children
-        .into_iter()
-        .map(|c| {
-            let mut s = String::new();
-            std::io::Read::read_to_string(&mut c.stdout.expect("piped"), &mut s).ok();
-            s
-        })
-        .collect();
-    assert!(failed.is_empty(), "ranks failed: {failed:?}");
-    for (rank, out) in outputs.iter().enumerate() {
-        assert!(
-            out.contains(&format!("rank {rank} ok")),
-            "rank {rank} printed {out:?}"
-        );
-    }
+    let exits = run_host_rank_processes(CHILD_ENV, WORLD, Duration::from_secs(60), |rank, cmd| {
+        cmd.env("SYMMEM_NODE_ID", node_of(rank).to_string())
+            .env("SYMMEM_HOST_HEAP_SIZE", "64M");
+    });
+    assert_ranks_ok(&exits);
 }
 
 fn rank_main() {

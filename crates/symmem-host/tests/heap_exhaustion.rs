@@ -4,12 +4,10 @@
 //!
 //! The test binary re-executes itself as each rank (the ignored test `rank_process`).
 
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use symmem::{Context, Error};
 use symmem_host::HostProvider;
-
-mod common;
+use symmem_test_support::ranks::{assert_ranks_ok, is_rank_process, run_host_rank_processes};
 
 const WORLD: usize = 3;
 const CHILD_ENV: &str = "SYMMEM_HOST_EXHAUSTION_CHILD";
@@ -19,50 +17,17 @@ const CHUNK: usize = 16 << 10;
 #[test]
 #[ignore = "one rank of `exhausting_the_heap_leaves_the_context_usable`, started as a child"]
 fn rank_process() {
-    if std::env::var_os(CHILD_ENV).is_none() {
-        eprintln!(
-            "rank_process only runs as a child of exhausting_the_heap_leaves_the_context_usable"
-        );
-        return;
+    if is_rank_process(CHILD_ENV, "exhausting_the_heap_leaves_the_context_usable") {
+        rank_main();
     }
-    rank_main();
 }
 
 #[test]
 fn exhausting_the_heap_leaves_the_context_usable() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let children: Vec<_> = (0..WORLD)
-        .map(|rank| {
-            common::rank_command(CHILD_ENV, dir.path(), rank, WORLD)
-                .env("SYMMEM_HOST_HEAP_SIZE", HEAP.to_string())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn rank")
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let outputs: Vec<(bool, String)> = children
-        .into_iter()
-        .map(|mut child| {
-            while child.try_wait().expect("wait").is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("rank output");
-            (
-                out.status.success(),
-                String::from_utf8_lossy(&out.stdout).into_owned()
-                    + &String::from_utf8_lossy(&out.stderr),
-            )
-        })
-        .collect();
-    for (rank, (ok, out)) in outputs.iter().enumerate() {
-        assert!(
-            *ok && out.contains(&format!("rank {rank} ok")),
-            "rank {rank} failed:\n{out}"
-        );
-    }
+    let exits = run_host_rank_processes(CHILD_ENV, WORLD, Duration::from_secs(60), |_, cmd| {
+        cmd.env("SYMMEM_HOST_HEAP_SIZE", HEAP.to_string());
+    });
+    assert_ranks_ok(&exits);
 }
 
 fn rank_main() {

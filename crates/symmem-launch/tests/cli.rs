@@ -1,36 +1,24 @@
 //! The `symmem-run` binary, as a user runs it.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{GRACE, MARGIN, eventually, gone};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use symmem_launch::{EXIT_CODES, EXIT_USAGE};
+use symmem_test_support::command::{exit_codes_in_help, wait_within, with_default_signals};
+use symmem_test_support::launch::GRACE;
+use symmem_test_support::process::{eventually, gone};
 
 const BIN: &str = env!("CARGO_BIN_EXE_symmem-run");
 
-/// symmem-run with SIGINT, SIGTERM and SIGHUP at their defaults, whatever this test inherited:
-/// a launcher honours signals it inherited as ignored (e.g. SIGINT when `cargo test` runs as a
-/// shell background job), and the tests that signal it must not depend on how they were started.
+/// Scheduling slack on a loaded 2-core machine.
+const MARGIN: Duration = Duration::from_secs(3);
+
+/// symmem-run with default signal dispositions: see [`with_default_signals`].
 fn symmem_run() -> Command {
-    let mut command = Command::new(BIN);
-    // SAFETY: between fork and exec only `signal`, which is async-signal-safe, is called.
-    unsafe {
-        command.pre_exec(|| {
-            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-                if libc::signal(signal, libc::SIG_DFL) == libc::SIG_ERR {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    command
+    with_default_signals(BIN)
 }
 
 fn start(args: &[&str]) -> Child {
@@ -65,17 +53,21 @@ fn started_pids(child: &mut Child) -> (Vec<i32>, BufReader<std::process::ChildSt
     }
 }
 
-fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("symmem-run did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
+/// symmem-run of `ranks` ranks of `sh -c script`, grace 1 s, run to its end within
+/// [`GRACE`] + [`MARGIN`]: how it exited, the rest of its stderr, and the rank pids.
+fn run_sh(ranks: &str, script: &str) -> (ExitStatus, String, Vec<i32>) {
+    let mut child = start(&[
+        "--ranks", ranks, "--grace", "1s", "--", "/bin/sh", "-c", script,
+    ]);
+    let (pids, stderr) = started_pids(&mut child);
+    let status = wait_within(&mut child, GRACE + MARGIN);
+    (status, rest(stderr), pids)
+}
+
+/// Every rank pid is gone.
+fn assert_ranks_gone(pids: &[i32]) {
+    for &pid in pids {
+        assert!(gone(pid), "rank pid {pid} survived");
     }
 }
 
@@ -105,9 +97,7 @@ fn sigint_stops_every_rank_and_exits_130() {
     assert!(sent.elapsed() < GRACE + MARGIN);
     assert_eq!(status.code(), Some(130), "{status:?}");
     assert!(rest(stderr).contains("interrupted by SIGINT; all ranks stopped"));
-    for pid in pids {
-        assert!(gone(pid), "rank pid {pid} survived");
-    }
+    assert_ranks_gone(&pids);
 }
 
 #[test]
@@ -152,35 +142,22 @@ fn a_second_sigint_skips_the_grace_period() {
     assert!(sent.elapsed() < MARGIN);
     assert_eq!(status.code(), Some(130), "{status:?}");
     assert!(rest(stderr).contains("interrupted by SIGINT; all ranks stopped"));
-    for pid in pids {
-        assert!(gone(pid), "rank pid {pid} survived");
-    }
+    assert_ranks_gone(&pids);
 }
 
 #[test]
 fn ranks_that_lose_a_peer_exit_75_and_the_culprit_is_named() {
-    let mut child = start(&[
-        "--ranks",
+    let (status, text, pids) = run_sh(
         "3",
-        "--grace",
-        "1s",
-        "--",
-        "/bin/sh",
-        "-c",
         r#"if [ "$RANK" = 2 ]; then exec sleep 100; fi; sleep 0.2; exit 75"#,
-    ]);
-    let (pids, stderr) = started_pids(&mut child);
-    let status = wait_within(&mut child, GRACE + MARGIN);
+    );
     assert_eq!(status.code(), Some(75), "{status:?}");
-    let text = rest(stderr);
     assert!(
         text.contains("rank 2 was still running (hung?) when ranks ")
             && text.contains("gave up waiting for it (status 75); it was stopped"),
         "{text}"
     );
-    for pid in pids {
-        assert!(gone(pid), "rank pid {pid} survived");
-    }
+    assert_ranks_gone(&pids);
 }
 
 #[test]
@@ -209,25 +186,16 @@ fn a_tmpdir_too_long_for_the_socket_path_is_refused_with_the_fix() {
 
 #[test]
 fn failing_rank_sets_the_exit_code() {
-    let mut child = start(&[
-        "--ranks",
+    let (status, text, pids) = run_sh(
         "3",
-        "--grace",
-        "1s",
-        "--",
-        "/bin/sh",
-        "-c",
         r#"if [ "$RANK" = 1 ]; then exit 7; fi; exec sleep 100"#,
-    ]);
-    let (pids, stderr) = started_pids(&mut child);
-    let status = wait_within(&mut child, GRACE + MARGIN);
+    );
     assert_eq!(status.code(), Some(7), "{status:?}");
     assert!(
-        rest(stderr).contains("rank 1 exited with status 7 first; the other ranks were stopped")
+        text.contains("rank 1 exited with status 7 first; the other ranks were stopped"),
+        "{text}"
     );
-    for pid in pids {
-        assert!(gone(pid), "rank pid {pid} survived");
-    }
+    assert_ranks_gone(&pids);
 }
 
 #[test]
@@ -336,14 +304,7 @@ fn help_lists_every_exit_code() {
     ] {
         assert!(help.contains(topic), "--help lacks {topic}");
     }
-    let section = &help[help.find("\nEXIT CODES\n").expect("EXIT CODES")..];
-    let section = &section[..section.find("\n\n").unwrap_or(section.len())];
-    let codes: Vec<&str> = section
-        .lines()
-        .filter_map(|l| l.strip_prefix("  "))
-        .filter(|l| !l.starts_with(' '))
-        .filter_map(|l| l.split_whitespace().next())
-        .collect();
+    let (codes, section) = exit_codes_in_help(&help);
     let expected: Vec<&str> = EXIT_CODES.iter().map(|(code, _)| *code).collect();
     assert_eq!(codes, expected, "{section}");
     for code in ["0", "2", "75", "124", "130"] {

@@ -13,8 +13,11 @@ use nix::sys::signal::{SigHandler, Signal, kill, signal};
 use nix::unistd::Pid;
 use symmem_launch::{Outcome, Started, launch_with};
 
-mod common;
-use common::{GRACE, MARGIN, gone, group_empty, run, sh};
+use symmem_test_support::launch::{GRACE, lines_of, run, sh};
+use symmem_test_support::process::{gone, group_empty, ignores};
+
+/// Scheduling slack on a loaded 2-core machine.
+const MARGIN: Duration = Duration::from_secs(3);
 
 /// The scenario a child runs, and the signals it ignores before it starts.
 const MODE_ENV: &str = "SYMMEM_LAUNCH_TEST_MODE";
@@ -59,16 +62,6 @@ fn signal_self_later(sig: Signal, after: Duration) {
         std::thread::sleep(after);
         kill(Pid::from_raw(std::process::id() as i32), sig).expect("kill");
     });
-}
-
-/// Whether `sig` is in the SigIgn mask of /proc/`pid`/status.
-fn ignores(status: &str, sig: Signal) -> bool {
-    let mask = status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigIgn:"))
-        .map(|m| u64::from_str_radix(m.trim(), 16).expect("SigIgn is hex"))
-        .expect("SigIgn line");
-    mask & (1 << (sig as u32 - 1)) != 0
 }
 
 /// The body of every child; does nothing when run as an ordinary test.
@@ -130,9 +123,9 @@ fn ignored_during_and_after_a_run(sig: Signal) {
         launch_with(&spec, &mut |l| lines.push(l.clone()), &mut on_started).expect("launch");
     assert_eq!(report.outcome, Outcome::Success, "{report}");
     for rank in 0..2 {
-        let status: String = common::lines_of(&lines, rank).join("\n");
+        let status: String = lines_of(&lines, rank).join("\n");
         assert!(
-            ignores(&status, sig),
+            ignores(&status, sig as i32),
             "rank {rank} lost the ignore of {sig}"
         );
     }
@@ -141,7 +134,7 @@ fn ignored_during_and_after_a_run(sig: Signal) {
         .output()
         .expect("cat");
     assert!(
-        ignores(&String::from_utf8_lossy(&later.stdout), sig),
+        ignores(&String::from_utf8_lossy(&later.stdout), sig as i32),
         "a process started after the run lost the ignore of {sig}"
     );
     kill(Pid::from_raw(std::process::id() as i32), sig).expect("kill");

@@ -1,27 +1,38 @@
 //! The launcher against real processes.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{GRACE, MARGIN, gone, group_empty, lines_of, run, sh};
 use symmem_launch::{
     EXIT_PEER_FAILED, Ended, LaunchError, LaunchSpec, Lost, MAX_RANKS, Outcome, RunReport, Started,
     Stream, launch_with,
 };
+use symmem_test_support::launch::{
+    GRACE, assert_all_gone, assert_ended_within, lines_of, peer_lost_sorted, run, sh,
+};
+use symmem_test_support::process::gone;
 
-fn assert_all_gone(report: &RunReport) {
-    for r in &report.ranks {
-        assert!(
-            gone(r.pid as i32),
-            "rank {} (pid {}) is still alive",
-            r.rank,
-            r.pid
-        );
-    }
-    assert!(group_empty(report.pgid), "group {} not empty", report.pgid);
+/// Scheduling slack on a loaded 2-core machine.
+const MARGIN: Duration = Duration::from_secs(3);
+
+/// Rank 1 of 4 is named for leaving early (status 0) and ranks 0, 2 and 3 as those who reported
+/// it (sorted: they race to give up), the run exits 75, nobody had to be stopped, and it ended
+/// within [`GRACE`] + [`MARGIN`] leaving nothing behind.
+fn assert_rank_1_of_4_named_as_exited_early(report: &RunReport, elapsed: Duration) {
+    let (culprits, reason, reporters) = peer_lost_sorted(report);
+    assert_eq!(
+        (culprits, reason, reporters.as_slice()),
+        ([1].as_slice(), Lost::ExitedEarly, [0, 2, 3].as_slice()),
+        "{report}"
+    );
+    assert_eq!(report.exit_code(), EXIT_PEER_FAILED);
+    assert!(
+        report.ranks.iter().all(|r| !r.stopped),
+        "{:?}",
+        report.ranks
+    );
+    assert_ended_within(report, elapsed, GRACE + MARGIN);
 }
 
 #[test]
@@ -170,8 +181,7 @@ fn peers_that_give_up_first_are_not_blamed() {
         assert_eq!(r.ended, Some(Ended::Exited(EXIT_PEER_FAILED)));
         assert_eq!(lines_of(&lines, r.rank), ["lost rank 2"]);
     }
-    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
-    assert_all_gone(&report);
+    assert_ended_within(&report, elapsed, GRACE + MARGIN);
 }
 
 #[test]
@@ -186,22 +196,7 @@ fn a_rank_that_exits_0_while_needed_is_named() {
         exit 75"#;
     let (report, _, elapsed) = run(&sh(script, 4));
     let report = report.expect("launch");
-    let Outcome::PeerLost {
-        culprits,
-        reason,
-        reporters,
-    } = &report.outcome
-    else {
-        panic!("unexpected outcome {:?}", report.outcome);
-    };
-    assert_eq!(
-        (culprits.as_slice(), *reason),
-        ([1].as_slice(), Lost::ExitedEarly)
-    );
-    let mut sorted = reporters.clone();
-    sorted.sort_unstable();
-    assert_eq!(sorted, [0, 2, 3]);
-    assert_eq!(report.exit_code(), EXIT_PEER_FAILED);
+    assert_rank_1_of_4_named_as_exited_early(&report, elapsed);
     let summary = report.to_string();
     assert!(
         summary.starts_with(
@@ -209,13 +204,6 @@ fn a_rank_that_exits_0_while_needed_is_named() {
         ),
         "{summary}"
     );
-    assert!(
-        report.ranks.iter().all(|r| !r.stopped),
-        "{:?}",
-        report.ranks
-    );
-    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
-    assert_all_gone(&report);
 }
 
 #[test]
@@ -238,31 +226,7 @@ fn a_departure_seen_after_the_reports_it_caused_is_still_named() {
         exit 0"#;
     let (report, _, elapsed) = run(&sh(script, 4));
     let report = report.expect("launch");
-    let Outcome::PeerLost {
-        culprits,
-        reason,
-        reporters,
-    } = &report.outcome
-    else {
-        panic!("unexpected outcome {report}");
-    };
-    assert_eq!(
-        (culprits.as_slice(), *reason),
-        ([1].as_slice(), Lost::ExitedEarly),
-        "{report}"
-    );
-    // In the order they gave up, which the ranks race for.
-    let mut sorted = reporters.clone();
-    sorted.sort_unstable();
-    assert_eq!(sorted, [0, 2, 3]);
-    assert_eq!(report.exit_code(), EXIT_PEER_FAILED);
-    assert!(
-        report.ranks.iter().all(|r| !r.stopped),
-        "{:?}",
-        report.ranks
-    );
-    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
-    assert_all_gone(&report);
+    assert_rank_1_of_4_named_as_exited_early(&report, elapsed);
 }
 
 #[test]
@@ -273,21 +237,12 @@ fn a_rank_the_others_gave_up_on_is_named_as_hung() {
         sleep 0.3; exit 75"#;
     let (report, _, elapsed) = run(&sh(script, 4));
     let report = report.expect("launch");
-    let Outcome::PeerLost {
-        culprits,
-        reason,
-        reporters,
-    } = &report.outcome
-    else {
-        panic!("unexpected outcome {:?}", report.outcome);
-    };
+    let (culprits, reason, reporters) = peer_lost_sorted(&report);
     assert_eq!(
-        (culprits.as_slice(), *reason),
-        ([3].as_slice(), Lost::StillRunning)
+        (culprits, reason, reporters.as_slice()),
+        ([3].as_slice(), Lost::StillRunning, [0, 1, 2].as_slice()),
+        "{report}"
     );
-    let mut sorted = reporters.clone();
-    sorted.sort_unstable();
-    assert_eq!(sorted, [0, 1, 2]);
     assert_eq!(report.exit_code(), 75);
     let summary = report.to_string();
     assert!(
@@ -303,8 +258,7 @@ fn a_rank_the_others_gave_up_on_is_named_as_hung() {
         .collect();
     assert_eq!(stopped, [3]);
     assert_eq!(report.ranks[3].ended, Some(Ended::Signaled(15)));
-    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
-    assert_all_gone(&report);
+    assert_ended_within(&report, elapsed, GRACE + MARGIN);
 }
 
 #[test]
@@ -326,8 +280,7 @@ fn rank_killed_by_a_signal() {
             .starts_with("rank 1 was killed by signal 11 (SIGSEGV) first"),
         "{report}"
     );
-    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
-    assert_all_gone(&report);
+    assert_ended_within(&report, elapsed, GRACE + MARGIN);
 }
 
 #[test]
@@ -403,8 +356,7 @@ fn grandchildren_in_the_group_are_killed_too() {
     );
     let grandchild: i32 = lines_of(&lines, 0)[0].parse().expect("rank 0 echoes a pid");
     assert!(gone(grandchild), "grandchild {grandchild} survived");
-    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
-    assert_all_gone(&report);
+    assert_ended_within(&report, elapsed, GRACE + MARGIN);
 }
 
 #[test]
@@ -420,8 +372,7 @@ fn background_processes_left_by_successful_ranks_are_stopped() {
             "background process {pid} of rank {rank} survived"
         );
     }
-    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
-    assert_all_gone(&report);
+    assert_ended_within(&report, elapsed, GRACE + MARGIN);
 }
 
 #[test]
@@ -469,8 +420,7 @@ fn processes_that_leave_the_group_are_named_and_ended() {
     );
     // They were ended, not waited for: no silent 2 s wait on their pipes.
     assert_eq!(report.output_wait, Duration::ZERO, "{summary}");
-    assert!(elapsed < GRACE + MARGIN, "took {elapsed:?}");
-    assert_all_gone(&report);
+    assert_ended_within(&report, elapsed, GRACE + MARGIN);
 }
 
 #[test]

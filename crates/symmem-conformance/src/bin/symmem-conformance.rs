@@ -1,13 +1,17 @@
 //! One rank of the conformance suite. Start it under a launcher (`cargo xtask test`,
 //! `symmem-run`, torchrun, mpirun, srun): it reads its rank from the environment, runs every
-//! check against the chosen provider and prints one JSON line per check on stdout.
+//! check (or those named by `--check`) against the chosen provider and prints one JSON line per
+//! check on stdout.
 
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
 use std::ffi::OsStr;
 use std::io::{IsTerminal, Write};
+use std::sync::OnceLock;
 use symmem::Context;
-use symmem_conformance::{Extras, SuiteOutcome, Unavailable, run_suite};
+use symmem_conformance::{
+    CHECKS, CheckInfo, Extras, HostExtras, SuiteOutcome, Unavailable, run_checks,
+};
 use symmem_gpu::{Backend, GpuConfig, GpuProvider};
 use symmem_host::{HostConfig, HostProvider};
 
@@ -23,32 +27,29 @@ enum Provider {
 /// Results go to stdout as JSON lines, logs to stderr (RUST_LOG=debug for more; coloured only on
 /// a terminal and without NO_COLOR). Exit status:
 /// 0 when no check failed, 1 when one did, 75 when this rank stopped because another rank
-/// failed (it is a witness, not the culprit), 2 when the suite could not start.
+/// failed (it is a witness, not the culprit), 2 when the suite could not start (a bad
+/// command line included).
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
     /// Provider to test.
     #[arg(long, value_enum, default_value = "host", env = "SYMMEM_PROVIDER")]
     provider: Provider,
+    /// Run only this check (an id such as 7 or 10a; repeat it, or give a comma list). Every
+    /// rank must be given the same checks. Without it, every check runs.
+    #[arg(
+        long = "check",
+        value_name = "ID",
+        value_delimiter = ',',
+        value_parser = symmem_conformance::check
+    )]
+    checks: Vec<&'static CheckInfo>,
 }
 
-struct HostExtras {
-    base: HostConfig,
-}
-
-impl Extras<HostProvider> for HostExtras {
-    fn context_with_nodes(
-        &mut self,
-        label: &str,
-        node_ids: &[u64],
-    ) -> Result<Context<HostProvider>, Unavailable> {
-        let mut config = self.base.clone();
-        config.rendezvous = config.rendezvous.join(label);
-        config.node_id = node_ids[config.identity.rank];
-        HostProvider::new(config)
-            .map(Context::new)
-            .map_err(|e| Unavailable::Failed(format!("opening a second host context: {e}")))
-    }
+/// The command line, parsed once: [`run_with`] needs the chosen checks whatever the provider.
+fn args() -> &'static Args {
+    static ARGS: OnceLock<Args> = OnceLock::new();
+    ARGS.get_or_init(Args::parse)
 }
 
 /// GPU libraries initialise once per process: no second context.
@@ -100,7 +101,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> anyhow::Result<SuiteOutcome> {
-    let args = Args::parse();
+    let args = args();
     match args.provider {
         Provider::Host => {
             let config = HostConfig::from_env().context("configuring the host provider")?;
@@ -126,7 +127,12 @@ fn run_with<P: symmem::TranslatedOps>(
     extras: &mut dyn Extras<P>,
 ) -> anyhow::Result<SuiteOutcome> {
     let stdout = std::io::stdout();
-    let outcome = run_suite(&mut ctx, extras, &mut |result| {
+    let all: Vec<&CheckInfo> = CHECKS.iter().collect();
+    let checks = match args().checks.as_slice() {
+        [] => &all[..],
+        chosen => chosen,
+    };
+    let outcome = run_checks(&mut ctx, extras, checks, &mut |result| {
         let mut out = stdout.lock();
         // A closed stdout only loses reports; the exit status still tells.
         let _ = writeln!(out, "{}", result.to_line());
