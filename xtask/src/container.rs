@@ -49,6 +49,8 @@ pub struct Request {
     /// Host files bind-mounted read-only into the run and passed on.
     pub shim_lib: Option<PathBuf>,
     pub rank_binary: Option<PathBuf>,
+    /// `--check` ids; empty: every check.
+    pub checks: Vec<String>,
 }
 
 /// Where `--shim-lib` and `--rank-binary` files appear inside the container.
@@ -100,6 +102,9 @@ impl Request {
             "--grace".into(),
             duration(self.grace),
         ]);
+        if !self.checks.is_empty() {
+            command.extend(["--check".into(), self.checks.join(",")]);
+        }
         let mounts = self.mounts()?;
         let mut mounted = mounts.iter().map(|(_, inside)| inside.clone());
         if self.shim_lib.is_some() {
@@ -492,6 +497,7 @@ mod tests {
             grace: Duration::from_millis(1500),
             shim_lib: None,
             rank_binary: None,
+            checks: Vec::new(),
         }
     }
 
@@ -509,6 +515,17 @@ mod tests {
         assert_eq!(
             inner().inner_command(&model()).unwrap().join(" "),
             "cargo xtask test --provider rocshmem --ranks 1,8 --timeout 120s --grace 1500ms"
+        );
+    }
+
+    #[test]
+    fn chosen_checks_reach_the_inner_command() {
+        let mut two = request(Some("host"));
+        two.checks = vec!["7".into(), "10b".into()];
+        assert_eq!(
+            two.inner_command(&model()).unwrap().join(" "),
+            "cargo xtask test --provider host --ranks 1,8 --timeout 120s --grace 1500ms \
+             --check 7,10b"
         );
     }
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use symmem::{count_ranks, parse_duration, parse_timeout};
-use symmem_conformance::{Aggregate, CHECKS, CheckResult, Status};
+use symmem_conformance::{Aggregate, CHECKS, CheckInfo, CheckResult, Status};
 use symmem_gpu::Backend;
 use symmem_launch::{
     EXIT_INTERRUPTED, LaunchSpec, MAX_RANKS, Outcome, OutputLine, RunReport, Stream,
@@ -61,6 +61,7 @@ fn after_help() -> String {
 /// Examples:
 ///   cargo xtask test --ranks 8
 ///   cargo xtask test --ranks 1,2,4,8 --provider host
+///   cargo xtask test --ranks 2 --check 7,9     # only these checks (ids as in the matrix)
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment, after_help = after_help())]
 pub struct TestArgs {
@@ -91,6 +92,22 @@ pub struct TestArgs {
     /// without cargo, e.g. a GPU node that got the binaries copied over).
     #[arg(long, value_name = "PATH")]
     rank_binary: Option<PathBuf>,
+    /// Run only these checks (ids as the matrix shows them: 1 .. 10b; repeat the flag or list
+    /// them with commas). Each runs alone with the allocations it needs; default: every check.
+    #[arg(long = "check", value_name = "ID", value_delimiter = ',', value_parser = parse_check)]
+    checks: Vec<&'static CheckInfo>,
+}
+
+fn parse_check(id: &str) -> Result<&'static CheckInfo, String> {
+    symmem_conformance::check(id).map_err(|e| e.to_string())
+}
+
+/// The checks to run, in table order, each once: `chosen`, or all of them when none is.
+fn selected(chosen: &[&'static CheckInfo]) -> Vec<&'static CheckInfo> {
+    CHECKS
+        .iter()
+        .filter(|c| chosen.is_empty() || chosen.iter().any(|k| k.id == c.id))
+        .collect()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -152,6 +169,7 @@ pub fn run(sh: &xshell::Shell, args: TestArgs) -> anyhow::Result<ExitCode> {
             grace: args.grace,
             shim_lib: args.shim_lib.clone(),
             rank_binary: args.rank_binary.clone(),
+            checks: args.checks.iter().map(|c| c.id.to_string()).collect(),
         };
         return crate::container::run(sh, engine, args.image, &request);
     }
@@ -178,6 +196,7 @@ pub fn run(sh: &xshell::Shell, args: TestArgs) -> anyhow::Result<ExitCode> {
             )?
         }
     };
+    let checks = selected(&args.checks);
     let started = Instant::now();
     let mut runs = Vec::new();
     for (i, &ranks) in args.ranks.0.iter().enumerate() {
@@ -189,10 +208,14 @@ pub fn run(sh: &xshell::Shell, args: TestArgs) -> anyhow::Result<ExitCode> {
             .args(["--provider", provider])
             .timeout(args.timeout)
             .grace(args.grace);
+        if !args.checks.is_empty() {
+            let ids: Vec<&str> = checks.iter().map(|c| c.id).collect();
+            spec = spec.args(["--check".to_string(), ids.join(",")]);
+        }
         if let Some(shim) = &shim {
             spec = spec.env("SYMMEM_SHIM_LIB", shim);
         }
-        let run = run_one(spec, ranks, &mut progress)?;
+        let run = run_one(spec, ranks, &checks, &mut progress)?;
         let interrupted = matches!(run.report.outcome, Outcome::Interrupted { .. });
         runs.push(run);
         if interrupted {
@@ -201,7 +224,7 @@ pub fn run(sh: &xshell::Shell, args: TestArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let total = started.elapsed();
-    print_matrix(&runs);
+    print_matrix(&runs, &checks);
     let count = |s| runs.iter().map(|r| r.aggregate.count(s)).sum::<usize>();
     let runs_failed = runs.iter().filter(|r| !r.report.success()).count();
     println!(
@@ -287,6 +310,7 @@ impl<W: Write> Progress<W> {
 fn run_one(
     spec: LaunchSpec,
     ranks: usize,
+    checks: &[&CheckInfo],
     progress: &mut Progress<impl Write>,
 ) -> anyhow::Result<Run> {
     let mut results: Vec<CheckResult> = Vec::new();
@@ -319,7 +343,7 @@ fn run_one(
             return Err(e.into());
         }
     };
-    let aggregate = Aggregate::new(ranks, &results);
+    let aggregate = Aggregate::of(ranks, checks, &results);
     let failed = aggregate.count(Status::Fail);
     if report.success() && failed == 0 {
         progress.finish(&format!("ok ({:.2} s)", report.elapsed.as_secs_f64()));
@@ -336,7 +360,7 @@ fn run_one(
     })
 }
 
-fn print_matrix(runs: &[Run]) {
+fn print_matrix(runs: &[Run], checks: &[&CheckInfo]) {
     const NAME: usize = 44;
     let mut out = String::new();
     out.push_str(&format!("\n{:<4}{:<NAME$}", "", "check"));
@@ -344,7 +368,7 @@ fn print_matrix(runs: &[Run]) {
         out.push_str(&format!("{:>14}", count_ranks(run.ranks)));
     }
     out.push('\n');
-    for (i, info) in CHECKS.iter().enumerate() {
+    for (i, info) in checks.iter().enumerate() {
         out.push_str(&format!("{:<4}{:<NAME$}", info.id, info.name));
         for run in runs {
             let v = &run.aggregate.verdicts[i];

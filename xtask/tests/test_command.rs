@@ -2,11 +2,11 @@
 //! what it prints, and how it exits.
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use symmem_test_support::command::{exit_codes_in_help, with_default_signals};
 
 const XTASK: &str = env!("CARGO_BIN_EXE_xtask");
 /// Scheduling slack on a loaded 2-core machine.
@@ -26,11 +26,9 @@ fn check_ids() -> String {
 }
 
 /// `xtask test` over the fake rank, with SIGINT, SIGTERM and SIGHUP at their defaults whatever
-/// this test inherited: the launcher honours signals it inherited as ignored (e.g. SIGINT when
-/// `cargo test` runs as a shell background job), and the test that signals it must not depend
-/// on how it was started.
+/// this test inherited (the launcher honours signals it inherited as ignored).
 fn xtask_test(args: &[&str]) -> Command {
-    let mut command = Command::new(XTASK);
+    let mut command = with_default_signals(XTASK);
     command
         .arg("test")
         .arg("--rank-binary")
@@ -39,17 +37,6 @@ fn xtask_test(args: &[&str]) -> Command {
         .env("FAKE_RANK_CHECKS", check_ids())
         .env_remove("FAKE_RANK_HANG")
         .stdin(Stdio::null());
-    // SAFETY: between fork and exec only `signal`, which is async-signal-safe, is called.
-    unsafe {
-        command.pre_exec(|| {
-            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-                if libc::signal(signal, libc::SIG_DFL) == libc::SIG_ERR {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
     command
 }
 
@@ -58,6 +45,41 @@ fn text(out: &Output) -> (String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+#[test]
+fn chosen_checks_run_alone_in_table_order() {
+    let out = xtask_test(&["--ranks", "2", "--check", "9", "--check", "7,9"])
+        .output()
+        .expect("run xtask");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // The ranks were asked for 7 and 9 only, in table order, and the matrix has just those rows.
+    assert!(stderr.contains("done with check 7"), "{stderr}");
+    assert!(!stderr.contains("done with check 1\n"), "{stderr}");
+    let rows: Vec<&str> = symmem_conformance::CHECKS
+        .iter()
+        .filter(|c| {
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("{:<4}{}", c.id, c.name)))
+        })
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(rows, ["7", "9"], "{stdout}");
+    assert!(stdout.contains("2 passed, 0 failed, 0 skipped"), "{stdout}");
+}
+
+#[test]
+fn an_unknown_check_is_a_usage_error_that_lists_the_ids() {
+    let out = xtask_test(&["--check", "11"]).output().expect("run xtask");
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+    assert!(stderr.contains("\"11\""), "{stderr}");
+    assert!(
+        stderr.contains("1, 2, 3, 4, 5, 6, 7, 8, 9, 10a, 10b"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -201,13 +223,6 @@ fn help_lists_the_exit_codes() {
         .expect("run xtask");
     assert!(out.status.success());
     let (help, _) = text(&out);
-    let section = &help[help.find("\nEXIT CODES\n").expect("EXIT CODES in --help")..];
-    let section = &section[..section.find("\n\n").unwrap_or(section.len())];
-    let codes: Vec<&str> = section
-        .lines()
-        .filter_map(|l| l.strip_prefix("  "))
-        .filter(|l| !l.starts_with(' '))
-        .filter_map(|l| l.split_whitespace().next())
-        .collect();
+    let (codes, section) = exit_codes_in_help(&help);
     assert_eq!(codes, ["0", "1", "2", "130"], "{section}");
 }
