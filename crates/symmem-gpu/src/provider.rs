@@ -314,7 +314,8 @@ impl GpuProvider {
     /// with the same `label`; the sibling meets the others at `<rendezvous>/<label>` with its
     /// own control plane, and has its own tables, allocations and node split. Its symmetric
     /// allocations are still the library's collectives over all PEs. Its finalize leaves the
-    /// library; the original's finalize waits until every sibling is finalized or dropped.
+    /// library; the original's finalize refuses while a sibling is open (finalize or drop them
+    /// first).
     pub fn sibling(&self, label: &str, node_id: u64) -> Result<GpuProvider, GpuError> {
         self.siblings().open(label, node_id)
     }

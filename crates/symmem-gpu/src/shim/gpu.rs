@@ -129,10 +129,8 @@ impl Gpu {
         if self.allocations.remove(&addr).is_none() {
             return Err(self.provider_error(GpuError::NoAllocation { addr }));
         }
-        if self.tables.remove(&addr).is_some() {
-            // The table's buffer was freed on the way out (the runtime waits for its users).
-            self.synchronize()?;
-        }
+        // The table's buffer frees itself (the runtime's free waits for queued work using it).
+        self.tables.remove(&addr);
         // SAFETY: `addr` was a live allocation of this library (removed above, so freed once);
         // its table is gone and staging never points into symmetric memory.
         unsafe { self.shim.free(addr) }.map_err(ShimError::into_symmem)
