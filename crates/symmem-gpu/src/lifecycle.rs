@@ -9,8 +9,9 @@ use std::cell::Cell;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LifecycleError {
     #[error(
-        "{open} sibling context(s) over this SHMEM library are still open; finalize (or drop) \
-         them before the original context: finalizing it ends the library under them"
+        "{open} sibling context(s) over this SHMEM library are still open on some rank; \
+         finalize (or drop) them, then finalize the original context again: finalizing it \
+         ends the library under them"
     )]
     SiblingsOpen { open: usize },
     #[error(
@@ -50,15 +51,9 @@ impl Lifecycle {
         self.siblings.set(self.siblings.get().saturating_sub(1));
     }
 
-    /// Whether the original may finalise the library now (asked before its collective).
-    pub(crate) fn may_finalize(&self) -> Result<(), LifecycleError> {
-        if !self.live.get() {
-            return Err(LifecycleError::LibraryFinalized);
-        }
-        match self.siblings.get() {
-            0 => Ok(()),
-            open => Err(LifecycleError::SiblingsOpen { open }),
-        }
+    /// Siblings open now: the original may finalise the library only at 0.
+    pub(crate) fn open_siblings(&self) -> usize {
+        self.siblings.get()
     }
 
     /// The original finalises the library: no sibling may open after this.
@@ -72,30 +67,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_original_finalizes_only_once_every_sibling_has_closed() {
+    fn siblings_are_counted_until_they_close() {
         let life = Lifecycle::started();
-        assert_eq!(life.may_finalize(), Ok(()));
+        assert_eq!(life.open_siblings(), 0);
         life.open_sibling().unwrap();
         life.open_sibling().unwrap();
-        assert_eq!(
-            life.may_finalize(),
-            Err(LifecycleError::SiblingsOpen { open: 2 })
-        );
+        assert_eq!(life.open_siblings(), 2);
         life.close_sibling();
-        assert_eq!(
-            life.may_finalize(),
-            Err(LifecycleError::SiblingsOpen { open: 1 })
-        );
+        assert_eq!(life.open_siblings(), 1);
         life.close_sibling();
-        assert_eq!(life.may_finalize(), Ok(()));
-        life.finalizing();
-        assert_eq!(life.may_finalize(), Err(LifecycleError::LibraryFinalized));
+        assert_eq!(life.open_siblings(), 0);
     }
 
     #[test]
     fn no_sibling_opens_over_a_finalized_library() {
         let life = Lifecycle::started();
+        life.open_sibling().unwrap();
+        life.close_sibling();
         life.finalizing();
         assert_eq!(life.open_sibling(), Err(LifecycleError::LibraryFinalized));
+        assert_eq!(life.open_siblings(), 0);
     }
 }

@@ -475,13 +475,34 @@ impl SymmetricProvider for GpuProvider {
     }
 
     fn finalize(&mut self, op: &CollectiveOp) -> Result<(), Error> {
-        if self.role == Role::Original {
-            // Asked before the collective: every rank opened the same siblings.
-            self.lifecycle
-                .may_finalize()
-                .map_err(|e| Error::provider(self.backend.name(), GpuError::from(e)))?;
+        match self.role {
+            Role::Sibling => self.agree(op)?,
+            Role::Original => {
+                // Every rank says how many siblings it still has open; if any has one, all
+                // refuse alike and the context stays usable (finalize the siblings, then
+                // this again).
+                let open = self.lifecycle.open_siblings() as u64;
+                let gathered = self
+                    .bootstrap
+                    .exchange(op, &open.to_le_bytes(), None, 0)
+                    .map_err(|e| e.into_symmem(self.backend.name()))?;
+                let open_anywhere = gathered
+                    .payloads
+                    .iter()
+                    .filter_map(|p| <[u8; 8]>::try_from(p.as_slice()).ok())
+                    .map(u64::from_le_bytes)
+                    .max()
+                    .unwrap_or(open);
+                if open_anywhere > 0 {
+                    return Err(Error::refused_by_all(
+                        self.backend.name(),
+                        GpuError::from(LifecycleError::SiblingsOpen {
+                            open: open_anywhere as usize,
+                        }),
+                    ));
+                }
+            }
         }
-        self.agree(op)?;
         let released = self.gpu.release();
         match self.role {
             Role::Sibling => self.lifecycle.close_sibling(),
