@@ -37,7 +37,7 @@ COPY_PATHS = [
 
 
 def copy_paths(copies):
-    return [p for p in COPY_PATHS if all(p[0] in c for c in copies)]
+    return [p for p in COPY_PATHS if all(isinstance(c.get(p[0]), (int, float)) for c in copies)]
 
 
 def svg_plot(copies, path, gpu):
@@ -131,6 +131,9 @@ def main():
             label = f"{s >> 30} GiB" if s >= 1 << 30 else f"{s >> 20} MiB"
             cells = [label] + [f"{c[key]:.0f} GB/s" for key, _, _ in paths] + [f"{c[key]:.3f}" for key, _ in ratios]
             lines.append("| " + " | ".join(cells) + " |")
+        peer_errors = sorted({c["runtime_peer_error"] for c in copies if "runtime_peer_error" in c})
+        if peer_errors:
+            lines += ["", "The runtime peer copy failed, so it has no column: " + "; ".join(peer_errors)]
         lines += ["", "![copy bandwidth](gpu/nvshmem-copy.svg)", ""]
         svg_plot(copies, docs / "gpu" / "nvshmem-copy.svg", gpu)
     for s in stores:
