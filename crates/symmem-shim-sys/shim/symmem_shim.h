@@ -1,9 +1,11 @@
 /*
  * symmem shim: the C ABI between symmem (Rust) and a SHMEM library (NVSHMEM or rocSHMEM).
  *
- * One header, two implementations (nvshmem_shim.cu, rocshmem_shim.hip) that share one kernel
- * source (kernels.inc). The Rust side loads the shared library at run time, so this header is
- * the whole contract: bindings are generated from it and checked for drift.
+ * One header, one implementation (common.inc: the SHMEM library's lifecycle, memory, copies,
+ * timing and launches; kernels.inc: the kernels) built twice: nvshmem_shim.cu and
+ * rocshmem_shim.hip only name the GPU runtime's and the SHMEM library's calls for it. The Rust
+ * side loads the shared library at run time, so this header is the whole contract: bindings are
+ * generated from it and checked for drift.
  *
  * Every function returns SYMMEM_SHIM_OK (0) or a negative status; after a failure,
  * symmem_shim_last_error() describes it (per thread, valid until the next call).
