@@ -26,11 +26,26 @@ def python_section(folder):
     return out
 
 
+# The copy paths of the bench, in the order they are drawn and tabled: JSON key, label, colour.
+# Older bench files lack the untranslated and peer paths; only what a file has is shown.
+COPY_PATHS = [
+    ("translated_kernel_gbps", "translated copy kernel (table)", "#c03"),
+    ("untranslated_kernel_gbps", "same kernel, no table", "#06c"),
+    ("runtime_peer_gbps", "runtime peer copy", "#393"),
+    ("runtime_d2d_gbps", "runtime device to device", "#888"),
+]
+
+
+def copy_paths(copies):
+    return [p for p in COPY_PATHS if all(isinstance(c.get(p[0]), (int, float)) for c in copies)]
+
+
 def svg_plot(copies, path, gpu):
-    """Bandwidth (GB/s) against size, translated copy kernel vs runtime copy: a plain SVG."""
-    w, h, left, right, top, bottom = 640, 360, 70, 20, 30, 50
+    """Bandwidth (GB/s) against size for every copy path of the bench: a plain SVG."""
+    w, h, left, right, top, bottom = 640, 380, 70, 20, 30, 70
     sizes = [c["bytes"] for c in copies]
-    ymax = max(max(c["translated_kernel_gbps"], c["runtime_d2d_gbps"]) for c in copies) * 1.1
+    paths = copy_paths(copies)
+    ymax = max(c[key] for c in copies for key, _, _ in paths) * 1.1
 
     def x(i):
         return left + i * (w - left - right) / max(1, len(sizes) - 1)
@@ -52,10 +67,10 @@ def svg_plot(copies, path, gpu):
     for i, s in enumerate(sizes):
         label = f"{s >> 30} GiB" if s >= 1 << 30 else f"{s >> 20} MiB"
         out.append(f'<text x="{x(i):.1f}" y="{h-bottom+18}" text-anchor="middle">{label}</text>')
-    out.append(line("runtime_d2d_gbps", "#888"))
-    out.append(line("translated_kernel_gbps", "#c03"))
-    out.append(f'<text x="{left+10}" y="{h-12}" fill="#c03">translated copy kernel (table)</text>')
-    out.append(f'<text x="{left+260}" y="{h-12}" fill="#888">cudaMemcpyAsync device to device</text>')
+    for i, (key, label, colour) in enumerate(paths):
+        out.append(line(key, colour))
+        lx, ly = left + 10 + (i % 2) * 280, h - 30 + (i // 2) * 16
+        out.append(f'<text x="{lx}" y="{ly}" fill="{colour}">{label}</text>')
     out.append("</svg>")
     path.write_text("\n".join(out) + "\n")
 
@@ -76,6 +91,7 @@ def main():
     allocs = {f["ranks"]: f for f in figures if f["figure"] == "alloc_free_4KiB"}
     copies = [f for f in figures if f["figure"] == "copy"]
     stores = [f for f in figures if f["figure"] == "store_1GiB"]
+    alltoall = {f["ranks"]: f for f in figures if f["figure"] == "all_to_all_store"}
     lines = ["# GPU results: NVSHMEM provider", "",
              "Produced by `scripts/gpu/report.py` from a run of `scripts/gpu/run-nvshmem.sh` (bundle made",
              f"by `scripts/gpu/bundle-nvshmem.sh`). {pes_per_gpu} (LOCAL_RANK % GPUs).", "",
@@ -88,20 +104,51 @@ def main():
             a = allocs[r]
             lines.append(f"| {r} | {a['raw_us']:.1f} us | {a['context_us']:.1f} us | {a['context_us']-a['raw_us']:+.1f} us |")
         lines.append("")
+    if allocs:
+        first = allocs[min(allocs)]
+        if "gpus" in first:
+            lines[lines.index("## Machine")-1:lines.index("## Machine")-1] = [
+                f"GPUs the ranks used: {first['gpus']} ({first['placement']})."]
     if copies:
-        lines += ["## Translated copy kernel into a peer PE vs cudaMemcpy device to device", "",
-                  "Bytes copied per second (each byte is read and written once).", "",
-                  "| size | translated kernel | cudaMemcpyAsync D2D | ratio |", "| --- | --- | --- | --- |"]
+        paths = copy_paths(copies)
+        placement = copies[0].get("placement", "")
+        timing = copies[0].get("timing", "host wall clock over all repetitions")
+        lines += ["## Copy from rank 0's buffer into rank 1's", "",
+                  f"Bytes copied per second (each byte is read and written once); timing: {timing}"
+                  + (f"; {placement}." if placement else "."), ""]
+        if len(paths) > 2:
+            lines += ["The untranslated path is the same kernel with no table (rank 1's address translated",
+                      "once on the host): translated/untranslated is the translation's own cost.", ""]
+        ratios = [("translated_over_runtime", "translated / runtime D2D"),
+                  ("untranslated_over_runtime", "untranslated / runtime D2D"),
+                  ("translated_over_untranslated", "translated / untranslated"),
+                  ("translated_over_peer_runtime", "translated / runtime peer")]
+        ratios = [r for r in ratios if all(r[0] in c for c in copies)] or [("ratio", "ratio")]
+        head = ["size"] + [label for _, label, _ in paths] + [label for _, label in ratios]
+        lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
         for c in copies:
             s = c["bytes"]
             label = f"{s >> 30} GiB" if s >= 1 << 30 else f"{s >> 20} MiB"
-            lines.append(f"| {label} | {c['translated_kernel_gbps']:.0f} GB/s | {c['runtime_d2d_gbps']:.0f} GB/s | {c['ratio']:.3f} |")
+            cells = [label] + [f"{c[key]:.0f} GB/s" for key, _, _ in paths] + [f"{c[key]:.3f}" for key, _ in ratios]
+            lines.append("| " + " | ".join(cells) + " |")
+        peer_errors = sorted({c["runtime_peer_error"] for c in copies if "runtime_peer_error" in c})
+        if peer_errors:
+            lines += ["", "The runtime peer copy failed, so it has no column: " + "; ".join(peer_errors)]
         lines += ["", "![copy bandwidth](gpu/nvshmem-copy.svg)", ""]
         svg_plot(copies, docs / "gpu" / "nvshmem-copy.svg", gpu)
     for s in stores:
         lines += ["## Stores of 1 GiB: translated into a peer PE vs plain local stores", "",
                   f"translated {s['translated_to_peer_gbps']:.0f} GB/s, local {s['plain_local_gbps']:.0f} GB/s, "
-                  f"ratio {s['ratio']:.3f}", ""]
+                  f"ratio {s['ratio']:.3f}" + (f" ({s['placement']})" if "placement" in s else ""), ""]
+    if alltoall:
+        lines += ["## All-to-all store: every rank copies its 64 MiB chunk into every PE through the table", "",
+                  "All ranks at once, one translated copy launch per PE; the slowest rank's GPU time (median",
+                  "of the repetitions) over all bytes moved gives the aggregate.", "",
+                  "| PEs | GPUs | aggregate | per rank |", "| --- | --- | --- | --- |"]
+        for r in sorted(alltoall):
+            a = alltoall[r]
+            lines.append(f"| {r} | {a['gpus']} ({a['placement']}) | {a['aggregate_gbps']:.0f} GB/s | {a['per_rank_gbps']:.0f} GB/s |")
+        lines.append("")
     lines += python_section(docs / "gpu" / "python")
     (docs / "gpu-results.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {docs / 'gpu-results.md'}")

@@ -27,7 +27,9 @@ status=0
   --rank-binary "$here/symmem-conformance" --shim-lib "$here/libsymmem_shim_nvshmem.so" \
   --timeout 300s 2>&1 | tee "$results/results.txt" || status=1
 
-# The bench: allocation latency at every rank count, copy and store bandwidth at 2 PEs.
+# The bench: allocation latency and the all-to-all store at every rank count, copy (translated,
+# untranslated, runtime peer and device-to-device) and store bandwidth at 2 PEs. Each rank takes
+# GPU LOCAL_RANK % GPUs, so a machine with several GPUs gives per-GPU (link) figures as is.
 "$here/xtask" bench --provider nvshmem --ranks "${BENCH_RANKS:-1,2,4,8}" \
   --bench-binary "$here/symmem-gpu-bench" --shim-lib "$here/libsymmem_shim_nvshmem.so" \
   --out "$results/bench.jsonl" || status=1

@@ -12,8 +12,11 @@ use symmem_launch::{
 };
 
 /// Measure a GPU provider: allocate + free latency against the library's raw malloc at each
-/// rank count, and at 2 ranks the translated copy kernel against the runtime's device-to-device
-/// copy (64 MiB .. 4 GiB) and translated stores into a peer against plain local stores.
+/// rank count, an all-to-all store through the table at each count of 2 or more, and at 2 ranks
+/// the copy into a peer (64 MiB .. 4 GiB) by the translated copy kernel, the same kernel
+/// untranslated, the runtime's peer copy and its device-to-device copy, and translated stores
+/// into a peer against plain local stores. Bandwidths are GPU-timed (events), medians. The
+/// figures say how many GPUs the ranks used ("one GPU: peers share it" when one).
 ///
 /// (The host provider's benches are `cargo bench -p symmem-host`.)
 ///

@@ -9,11 +9,24 @@
 //! makes the SHMEM library's unique id and the control plane hands it to every rank, which
 //! also compares every collective call across ranks before the library sees it.
 //!
+//! Layers: the generated bindings (`symmem-shim-sys`), then the `shim` module, which holds all
+//! of this crate's FFI and makes every launch safe ([`Gpu`]), then the provider, which has no
+//! `unsafe`. A process initialises its SHMEM library once; [`GpuProvider::sibling`] opens
+//! further contexts over it (own control plane, tables and emulated nodes).
+//!
 //! Environment: `SYMMEM_SHIM_LIB` (the shim library; default: next to the executable),
 //! `SYMMEM_GPU_HEAP_SIZE` (symmetric heap per PE; default: the library's),
-//! `SYMMEM_DEVICE` (GPU index; default `LOCAL_RANK % GPUs`), `SYMMEM_COLLECTIVE_TIMEOUT`.
+//! `SYMMEM_DEVICE` (GPU index; default `LOCAL_RANK % GPUs`), `SYMMEM_NODE_ID` (emulated node;
+//! peers on another node are not reachable), `SYMMEM_COLLECTIVE_TIMEOUT`.
 //! NVSHMEM's multicast (NVLS) is always disabled.
 
+mod lifecycle;
+mod peers;
 mod provider;
+mod shim;
 
-pub use provider::{Backend, GpuConfig, GpuError, GpuProvider, default_library};
+pub use lifecycle::LifecycleError;
+pub use provider::{
+    Backend, GpuConfig, GpuError, GpuProvider, NODE_ID_ENV, Siblings, default_library,
+};
+pub use shim::{Gpu, GpuId, ShimError, Status, Team};

@@ -1,9 +1,11 @@
 /*
  * symmem shim: the C ABI between symmem (Rust) and a SHMEM library (NVSHMEM or rocSHMEM).
  *
- * One header, two implementations (nvshmem_shim.cu, rocshmem_shim.hip) that share one kernel
- * source (kernels.inc). The Rust side loads the shared library at run time, so this header is
- * the whole contract: bindings are generated from it and checked for drift.
+ * One header, one implementation (common.inc: the SHMEM library's lifecycle, memory, copies,
+ * timing and launches; kernels.inc: the kernels) built twice: nvshmem_shim.cu and
+ * rocshmem_shim.hip only name the GPU runtime's and the SHMEM library's calls for it. The Rust
+ * side loads the shared library at run time, so this header is the whole contract: bindings are
+ * generated from it and checked for drift.
  *
  * Every function returns SYMMEM_SHIM_OK (0) or a negative status; after a failure,
  * symmem_shim_last_error() describes it (per thread, valid until the next call).
@@ -22,9 +24,7 @@ extern "C" {
 #endif
 
 /* Bumped on any incompatible change; the Rust side refuses a library of another version. */
-#define SYMMEM_SHIM_ABI_VERSION 2
-/* Large enough for the unique id of every backend. */
-#define SYMMEM_SHIM_UNIQUE_ID_MAX 512
+#define SYMMEM_SHIM_ABI_VERSION 3
 
 enum symmem_shim_status {
   SYMMEM_SHIM_OK = 0,
@@ -48,6 +48,9 @@ const char *symmem_shim_last_error(void);
 int symmem_shim_device_count(int *count);
 /* Selects the GPU of this process; call before symmem_shim_init. */
 int symmem_shim_set_device(int device);
+/* PCI bus id of the selected GPU ("0000:3b:00.0"), NUL-terminated; size >= 16. Names one GPU
+ * of the machine whatever the process's visible-device list. */
+int symmem_shim_device_bus_id(char *out, size_t size);
 
 /* ---- bootstrap and lifetime -------------------------------------------------------------- */
 /* First call on every rank, before the library reads its environment (which it does once, when
@@ -63,8 +66,6 @@ int symmem_shim_get_unique_id(uint8_t *id, size_t size);
 int symmem_shim_init(int rank, int n_pes, const uint8_t *id, size_t id_size);
 /* Collective. */
 int symmem_shim_finalize(void);
-int symmem_shim_my_pe(int *pe);
-int symmem_shim_n_pes(int *n_pes);
 
 /* ---- symmetric memory (collective: every PE, same order) --------------------------------- */
 int symmem_shim_malloc(size_t bytes, void **ptr);
@@ -80,31 +81,47 @@ int symmem_shim_device_free(void *ptr);
 int symmem_shim_copy_to_device_async(void *dst, const void *src, size_t bytes);
 /* Synchronous. */
 int symmem_shim_copy_to_host(void *dst, const void *src, size_t bytes);
-/* Asynchronous memset of device memory. */
-int symmem_shim_memset_async(void *dst, int value, size_t bytes);
 /* Asynchronous device-to-device copy by the runtime (the baseline for copy kernels). */
 int symmem_shim_copy_device_async(void *dst, const void *src, size_t bytes);
+/* Asynchronous peer copy by the runtime (cudaMemcpyPeerAsync / hipMemcpyPeerAsync) from src on
+ * the selected GPU to dst on the GPU whose PCI bus id is dst_bus_id (the baseline for copies
+ * into a peer; dst is this process's address of the peer's memory). */
+int symmem_shim_copy_peer_async(void *dst, const char *dst_bus_id, const void *src, size_t bytes);
 /* Waits for everything queued on the shim's stream. */
 int symmem_shim_synchronize(void);
 
-/* ---- translated kernels (asynchronous; table is a device int64[n_pes]) ------------------- */
-/* Writes value to count u64 at dst (a local address) translated from PE `from` to PE `to`.
- * table = NULL writes dst itself, untranslated (the plain local store baseline). */
-int symmem_shim_fill_u64(const int64_t *table, int n_pes, int from, int to, uint64_t *dst,
-                         uint64_t value, size_t count);
+/* ---- device-side timing on the shim's stream --------------------------------------------- */
+/* Records the start event: work queued after it is timed. */
+int symmem_shim_time_start(void);
+/* Records the stop event, waits for it and gives the GPU time since the start event. */
+int symmem_shim_time_stop(float *ms);
+
+/* ---- translated kernels (asynchronous) --------------------------------------------------- */
+/* The translation every kernel takes: one allocation's table (a device int64[n_pes]) and the PE
+ * whose local addresses the kernel is given. table = NULL means no translation: pointers are
+ * used as they are (the untranslated baselines). */
+typedef struct symmem_shim_team {
+  const int64_t *table;
+  int n_pes;
+  int pe;
+} symmem_shim_team;
+
+/* Writes value to count u64 at dst (a local address) translated to PE `to`. */
+int symmem_shim_fill_u64(symmem_shim_team team, int to, uint64_t *dst, uint64_t value,
+                         size_t count);
 /* Copies count u64 from values (device memory of this process) to dst translated to `to`. */
-int symmem_shim_store_u64(const int64_t *table, int n_pes, int from, int to, uint64_t *dst,
-                          const uint64_t *values, size_t count);
+int symmem_shim_store_u64(symmem_shim_team team, int to, uint64_t *dst, const uint64_t *values,
+                          size_t count);
 /* Copies count u64 from src translated to `src_pe` into out (device memory of this process). */
-int symmem_shim_load_u64(const int64_t *table, int n_pes, int from, int src_pe,
-                         const uint64_t *src, uint64_t *out, size_t count);
-/* Copies bytes from src on src_pe to dst on dst_pe; both are local addresses of PE `cur`
- * translated through the one table (as Iris's copy does). table = NULL copies untranslated. */
-int symmem_shim_copy(const int64_t *table, int n_pes, int cur, const void *src, int src_pe,
-                     void *dst, int dst_pe, size_t bytes);
+int symmem_shim_load_u64(symmem_shim_team team, int src_pe, const uint64_t *src, uint64_t *out,
+                         size_t count);
+/* Copies bytes from src on src_pe to dst on dst_pe; both are local addresses translated through
+ * the one table (as Iris's copy does). */
+int symmem_shim_copy(symmem_shim_team team, const void *src, int src_pe, void *dst, int dst_pe,
+                     size_t bytes);
 /* Adds value `repeats` times (one atomic per add) to the u64 at dst translated to `to`. */
-int symmem_shim_atomic_add_u64(const int64_t *table, int n_pes, int from, int to, uint64_t *dst,
-                               uint64_t value, size_t repeats);
+int symmem_shim_atomic_add_u64(symmem_shim_team team, int to, uint64_t *dst, uint64_t value,
+                               size_t repeats);
 
 #ifdef __cplusplus
 }

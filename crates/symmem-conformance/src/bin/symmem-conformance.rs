@@ -12,7 +12,7 @@ use symmem::Context;
 use symmem_conformance::{
     CHECKS, CheckInfo, Extras, HostExtras, SuiteOutcome, Unavailable, run_checks,
 };
-use symmem_gpu::{Backend, GpuConfig, GpuProvider};
+use symmem_gpu::{Backend, GpuConfig, GpuProvider, Siblings};
 use symmem_host::{HostConfig, HostProvider};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -52,18 +52,23 @@ fn args() -> &'static Args {
     ARGS.get_or_init(Args::parse)
 }
 
-/// GPU libraries initialise once per process: no second context.
-struct NoExtras;
+/// A GPU SHMEM library initialises once per process: further contexts are siblings of the
+/// main one (`GpuProvider::siblings`), over the same library, each with its own control plane.
+struct GpuExtras {
+    siblings: Siblings,
+    rank: usize,
+}
 
-impl Extras<GpuProvider> for NoExtras {
+impl Extras<GpuProvider> for GpuExtras {
     fn context_with_nodes(
         &mut self,
-        _label: &str,
-        _node_ids: &[u64],
+        label: &str,
+        node_ids: &[u64],
     ) -> Result<Context<GpuProvider>, Unavailable> {
-        Err(Unavailable::Unsupported(
-            "needs a second context, and a GPU SHMEM library initialises once per process".into(),
-        ))
+        self.siblings
+            .open(label, node_ids[self.rank])
+            .map(Context::new)
+            .map_err(|e| Unavailable::Failed(format!("opening a sibling GPU context: {e}")))
     }
 }
 
@@ -117,7 +122,11 @@ fn run() -> anyhow::Result<SuiteOutcome> {
             };
             let config = GpuConfig::from_env(backend).context("configuring the GPU provider")?;
             let provider = GpuProvider::new(config).context("starting the GPU provider")?;
-            run_with(Context::new(provider), &mut NoExtras)
+            let mut extras = GpuExtras {
+                siblings: provider.siblings(),
+                rank: symmem::SymmetricProvider::rank(&provider),
+            };
+            run_with(Context::new(provider), &mut extras)
         }
     }
 }
