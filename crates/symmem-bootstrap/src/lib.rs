@@ -15,4 +15,4 @@ mod rendezvous;
 mod wire;
 
 pub use error::{BootstrapError, CollectiveFailure};
-pub use rendezvous::{Bootstrap, Gathered, RENDEZVOUS_ENV, default_rendezvous};
+pub use rendezvous::{Bootstrap, Gathered, default_rendezvous};

@@ -1,4 +1,4 @@
-use crate::folder::{Create, Folder, OpenError, SOCKET_NAME};
+use crate::folder::{Create, Folder, OpenError};
 use crate::wire::{self, Message, Received};
 use crate::{BootstrapError, CollectiveFailure};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
@@ -7,9 +7,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use symmem::{CollectiveMismatch, CollectiveOp, RankIdentity};
+use symmem::{CollectiveMismatch, CollectiveOp, RENDEZVOUS_SOCKET, RankIdentity, settings};
 
-pub use symmem::RENDEZVOUS_ENV;
 /// Extra wait of the other ranks beyond rank 0's timeout, so rank 0's explanation of a
 /// failed collective reaches them before their own timeout fires.
 const ANSWER_MARGIN: Duration = Duration::from_secs(5);
@@ -38,7 +37,7 @@ pub struct Bootstrap {
     links: Links,
 }
 
-/// The rendezvous folder for this job: `$SYMMEM_RENDEZVOUS`, or
+/// The rendezvous folder for this job: [`settings::RENDEZVOUS`] (`$SYMMEM_RENDEZVOUS`), or
 /// `symmem-<uid>/<job id>` under `$XDG_RUNTIME_DIR` (else the temp folder), the job id being
 /// the launcher's (torchrun's `MASTER_ADDR-MASTER_PORT`, Slurm's job and step, Open MPI's or
 /// PMI's namespace).
@@ -49,8 +48,8 @@ pub struct Bootstrap {
 /// is writable by everyone: a name taken first by someone else is detected and refused, never
 /// used.
 pub fn default_rendezvous(identity: &RankIdentity) -> Result<PathBuf, BootstrapError> {
-    if let Some(dir) = std::env::var_os(RENDEZVOUS_ENV).filter(|d| !d.is_empty()) {
-        return Ok(PathBuf::from(dir));
+    if let Some(dir) = settings::RENDEZVOUS.read_path() {
+        return Ok(dir);
     }
     let base = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
@@ -476,7 +475,7 @@ fn connect_root(
     timeout: Duration,
 ) -> Result<UnixStream, BootstrapError> {
     let deadline = deadline_in(timeout);
-    let path = dir.join(SOCKET_NAME);
+    let path = dir.join(RENDEZVOUS_SOCKET);
     let stream = loop {
         // Opened anew each time: rank 0 may not have created it yet, or a previous job of
         // the same name may just be removing it.
@@ -539,8 +538,8 @@ fn connect_root(
             "rank 0 closed the connection without a welcome; see rank 0's output".into(),
         )),
         Received::TimedOut => Err(BootstrapError::Handshake(format!(
-            "rank 0 accepted the connection but sent no welcome within {} s; is it hung?",
-            timeout.as_secs()
+            "rank 0 accepted the connection but sent no welcome within {}; is it hung?",
+            symmem::format_duration(timeout)
         ))),
     }
 }

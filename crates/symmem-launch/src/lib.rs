@@ -52,5 +52,4 @@ pub use report::{
     Outcome, OutputLine, RankStatus, RunReport, Stream, exit_codes_help, signal_name,
 };
 pub use run::{Started, launch, launch_with};
-pub use spec::{DEFAULT_GRACE, DEFAULT_TIMEOUT, LaunchSpec, MAX_RANKS, RENDEZVOUS_ENV};
-pub use watchdog::RUN_ID_ENV;
+pub use spec::{DEFAULT_GRACE, DEFAULT_TIMEOUT, LaunchSpec, MAX_RANKS};

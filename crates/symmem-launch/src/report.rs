@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use symmem::{count_ranks, describe_ranks, rank_list};
+use symmem::{count_ranks, describe_ranks, format_duration, format_elapsed, rank_list};
 
 /// Which pipe a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -328,7 +328,7 @@ impl fmt::Display for RunReport {
                 f,
                 "; waited {} for the ranks' output: a process the launcher cannot see (another \
                  user's?) still holds their pipes",
-                secs(self.output_wait)
+                format_elapsed(self.output_wait)
             )?;
         }
         Ok(())
@@ -342,7 +342,7 @@ impl RunReport {
                 f,
                 "{} succeeded in {}",
                 count_ranks(self.ranks.len()),
-                secs(self.elapsed)
+                format_elapsed(self.elapsed)
             ),
             Outcome::RankFailed { rank, how } => {
                 write!(f, "rank {rank} {how}")?;
@@ -433,7 +433,7 @@ impl RunReport {
                 write!(
                     f,
                     "timed out after {}; {noun} still running: {}",
-                    short(self.timeout),
+                    format_duration(self.timeout),
                     rank_list(still_running)
                 )
             }
@@ -451,26 +451,6 @@ fn write_stopped(f: &mut fmt::Formatter<'_>, stopped: &[usize]) -> fmt::Result {
         [] => Ok(()),
         [_] => write!(f, "; {} was stopped", describe_ranks(stopped)),
         _ => write!(f, "; {} were stopped", describe_ranks(stopped)),
-    }
-}
-
-/// `1.2s`, or `85ms` under a second: elapsed times.
-fn secs(d: Duration) -> String {
-    if d < Duration::from_secs(1) {
-        format!("{}ms", d.as_millis())
-    } else {
-        format!("{:.1}s", d.as_secs_f64())
-    }
-}
-
-/// `3s`, `1.5s`, `500ms`: configured durations, as typed.
-fn short(d: Duration) -> String {
-    if d.subsec_nanos() == 0 {
-        format!("{}s", d.as_secs())
-    } else if d < Duration::from_secs(1) {
-        format!("{}ms", d.as_millis())
-    } else {
-        format!("{}s", d.as_secs_f64())
     }
 }
 
