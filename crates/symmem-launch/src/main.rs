@@ -33,27 +33,16 @@ ENVIRONMENT OF EACH RANK
   Stdin is /dev/null; each output line is printed as `[rank R] text` on the
   stream it was written to.
 
-FAILURE POLICY
-  The first rank that exits non-zero or is killed by a signal ends the run,
-  and so do the timeout and Ctrl-C (SIGINT, SIGTERM, SIGHUP). After a
-  failure the launcher waits 200 ms (at most the grace period) for the other
-  ranks to end on their own, then names the culprit. A rank that stops
-  because ANOTHER rank failed (a peer disconnected, never arrived, or
-  disagreed) should exit with status 75, so that it is not taken for the
-  culprit; the culprit is the earliest rank that failed otherwise, else a
-  rank that exited 0 while the others still needed it, else the ranks still
-  running (hung?) when the others gave up. All ranks, and any processes they
-  started, are in one process group: it gets SIGTERM, then SIGKILL after the
-  grace period (at once on a second Ctrl-C), and the launcher checks that
-  nothing is left. Processes the ranks started that left the group (setsid)
-  are found by {run_id} or by the output pipes they hold, ended the same
-  way and named in the summary. If symmem-run itself dies (even by kill -9),
-  the ranks die with it and a watchdog ends everything else of the run and
-  removes the rendezvous directory. A signal that symmem-run inherited as
-  ignored (SIGHUP under nohup, SIGINT in a shell's background job) stays
-  ignored: it does not stop the run, and the ranks inherit the ignore.
-  --grace 0 is allowed: SIGKILL follows SIGTERM at once, so ranks get no
-  time to clean up and the culprit is named without the 200 ms wait."
+FAILURE POLICY (in full: ARCHITECTURE.md, \"Failure policy\")
+  The first rank that fails, the timeout or Ctrl-C ends the run. A rank that
+  stops because ANOTHER rank failed should exit with status 75, so that it
+  is not taken for the culprit. After a failure the launcher waits 200 ms
+  (at most the grace period), names the culprit, then sends the ranks'
+  process group SIGTERM, and SIGKILL after the grace period (at once on a
+  second Ctrl-C). Processes that left the group are found by
+  {run_id}; if symmem-run itself dies, a watchdog ends the run. A signal
+  symmem-run inherited as ignored stays ignored. --grace 0 is allowed:
+  SIGKILL follows SIGTERM at once, with no 200 ms wait."
     )
 }
 

@@ -104,25 +104,9 @@ pub enum Lost {
 
 /// Why a run ended.
 ///
-/// When a rank fails, the launcher keeps watching for a short settle window
-/// (200 ms, or the grace period if that is shorter) before it sends
-/// `SIGTERM`, because the peers of a failed rank usually fail too within
-/// milliseconds. It then names the culprit as follows:
-///
-/// 1. the earliest-ended rank whose failure is not
-///    `Exited(`[`EXIT_PEER_FAILED`]`)`: [`Outcome::RankFailed`];
-/// 2. if every failure is a peer failure: the ranks that exited with status 0
-///    (whether seen before or after the first peer failure):
-///    [`Outcome::PeerLost`] with [`Lost::ExitedEarly`];
-/// 3. else the ranks still running at the end of the settle window:
-///    [`Outcome::PeerLost`] with [`Lost::StillRunning`];
-/// 4. else the first rank that failed (with status 75, though no other rank
-///    was seen failing): [`Outcome::RankFailed`].
-///
-/// Failures are ordered by the 10 ms poll in which the launcher saw them;
-/// within one poll, the lowest rank counts as first. A rank that is already
-/// exiting when the settle window closes is waited for (at most the grace
-/// period), so that a departure is not taken for a hang.
+/// Which rank is the culprit, and in which order the rules apply (settle
+/// window, status 75, ranks that exited early or hung), is the failure policy
+/// in ARCHITECTURE.md ("Failure policy"); `culprit.rs` implements it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Every rank exited with status 0.

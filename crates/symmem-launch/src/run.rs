@@ -92,20 +92,11 @@ pub struct Started<'a> {
 /// The run ends when every rank exited 0 ([`Outcome::Success`]), when a rank
 /// exits non-zero or by a signal, when `spec.timeout` elapses
 /// ([`Outcome::TimedOut`]), or when the launcher gets SIGINT, SIGTERM or
-/// SIGHUP ([`Outcome::Interrupted`]). After a failure the launcher watches
-/// for a short settle window (200 ms, at most `spec.grace`) to see how the
-/// other ranks end, and names the culprit ([`Outcome::RankFailed`] or
-/// [`Outcome::PeerLost`]; a rank that stops because another rank failed
-/// should exit with [`EXIT_PEER_FAILED`](crate::EXIT_PEER_FAILED) so that it is
-/// not taken for the culprit). Then the whole group gets `SIGTERM`,
-/// `spec.grace` later `SIGKILL`, every rank is reaped and the group is
-/// verified empty (grandchildren included) before this returns. Processes
-/// the ranks started that left the group (`setsid`) are found by the
-/// `SYMMEM_RUN_ID` they inherited (or by the ranks' output pipes they hold),
-/// ended the same way and named in [`RunReport::escaped`]. If the launcher
-/// dies, even by `SIGKILL`, the ranks get `SIGKILL` from the kernel, and a
-/// watchdog process kills the rest of the group and every process carrying
-/// the run's id, and removes the rendezvous directory it made.
+/// SIGHUP ([`Outcome::Interrupted`]). How the launcher then stops the ranks
+/// and names the culprit ([`Outcome::RankFailed`] or [`Outcome::PeerLost`]) is
+/// the failure policy in ARCHITECTURE.md ("Failure policy"). Every rank is
+/// reaped and the group verified empty before this returns; processes that
+/// left the group are named in [`RunReport::escaped`].
 ///
 /// While this runs, SIGINT, SIGTERM and SIGHUP of the calling process only
 /// stop the run; one received while the ranks are in their grace period (a

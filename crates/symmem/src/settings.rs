@@ -9,7 +9,7 @@
 //! default.
 //!
 //! To add a setting: declare a `const` here with [`Setting::new`] or [`Defaulted::new`], list
-//! it in [`ALL`], read it with its getter, and paste the table the README test prints.
+//! it in [`all`], read it with its getter, and paste the table the README test prints.
 
 use crate::provider_kind::ProviderKind;
 use crate::units::{format_bytes, format_duration, parse_bytes, parse_timeout};
