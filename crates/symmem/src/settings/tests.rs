@@ -140,7 +140,10 @@ const REGISTRY: &str = "crates/symmem/src/settings";
 fn no_setting_name_literal_outside_the_registry() {
     let root = workspace_root();
     let mut files = Vec::new();
-    rust_files(&root, &root, &mut files);
+    // Every Rust source of the workspace lives under these.
+    for top in ["crates", "xtask"] {
+        rust_files(&root, &root.join(top), &mut files);
+    }
     assert!(
         files
             .iter()
