@@ -39,8 +39,6 @@ const SETTLE: Duration = Duration::from_millis(200);
 /// sink is slower than the ranks, the readers (and then the ranks) wait.
 const CHANNEL_LINES: usize = 4096;
 
-/// The socket rank 0 binds in the rendezvous directory (symmem-bootstrap).
-
 /// The longest path a Unix socket address holds on Linux (`sun_path` is 108
 /// bytes, including the terminating NUL).
 const MAX_SOCKET_PATH: usize = 107;
