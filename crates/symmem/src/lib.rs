@@ -7,7 +7,10 @@
 //! libraries map each peer's whole heap linearly.
 //!
 //! This crate holds no FFI and no vendor code: providers (host shared memory, NVSHMEM,
-//! rocSHMEM) implement [`SymmetricProvider`] and the [`Context`] builds everything else.
+//! rocSHMEM, named by [`ProviderKind`]) implement [`SymmetricProvider`] and the [`Context`]
+//! builds everything else. Their errors become [`Error`] through [`Error::from_provider`].
+//! Every `SYMMEM_*` environment variable is declared in [`settings`]. What happens when a rank
+//! fails is the failure policy in the repository's ARCHITECTURE.md.
 
 mod collective;
 mod context;
