@@ -29,10 +29,10 @@ pub struct InvalidSetting {
 /// Who a setting is for, which is also the README table that documents it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Audience {
-    /// Users running symmem programs: README's "Settings" table.
+    /// Users running symmem programs: README's first "Settings" table.
     User,
-    /// Developers running symmem's own tests, benches and builds: README's "Settings for
-    /// development" table.
+    /// Developers running symmem's own tests, benches and builds: README's second "Settings"
+    /// table.
     Development,
 }
 
