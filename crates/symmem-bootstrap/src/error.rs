@@ -1,7 +1,11 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
-use symmem::{CollectiveMismatch, CollectiveOp, count_ranks, describe_ranks};
+use symmem::settings::{COLLECTIVE_TIMEOUT, RENDEZVOUS};
+use symmem::{
+    Blame, CollectiveMismatch, CollectiveOp, ProviderError, count_ranks, describe_ranks,
+    format_duration,
+};
 
 /// Why a collective failed; rank 0 sends the same failure to every rank.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
@@ -9,9 +13,11 @@ pub enum CollectiveFailure {
     #[error(transparent)]
     Mismatch(#[from] CollectiveMismatch),
     #[error(
-        "{} never arrived at collective {op} within {waited_ms} ms (hung, or out of order with \
-         the other ranks); raise SYMMEM_COLLECTIVE_TIMEOUT if ranks legitimately take longer",
-        describe_ranks(.missing)
+        "{} never arrived at collective {op} within {} (hung, or out of order with \
+         the other ranks); raise {} if ranks legitimately take longer",
+        describe_ranks(.missing),
+        format_duration(std::time::Duration::from_millis(*.waited_ms)),
+        COLLECTIVE_TIMEOUT.name
     )]
     NeverArrived {
         op: CollectiveOp,
@@ -40,21 +46,22 @@ pub enum BootstrapError {
     )]
     RootGone { op: CollectiveOp },
     #[error(
-        "rank 0 did not answer collective {op} within {} s; it is hung or was stopped (raise \
-         SYMMEM_COLLECTIVE_TIMEOUT if ranks legitimately take longer)",
-        .waited.as_secs()
+        "rank 0 did not answer collective {op} within {}; it is hung or was stopped (raise \
+         {} if ranks legitimately take longer)",
+        format_duration(*.waited),
+        COLLECTIVE_TIMEOUT.name
     )]
     RootSilent { op: CollectiveOp, waited: Duration },
     #[error(
         "cannot derive a rendezvous folder: no launcher job id in the environment; set \
          {}=<a folder on this host, the same for every rank of the job>",
-        crate::RENDEZVOUS_ENV
+        RENDEZVOUS.name
     )]
     NoRendezvous,
     #[error(
         "rendezvous folder {dir} is not usable ({cause}); set {}=<a writable folder you \
          own>",
-        crate::RENDEZVOUS_ENV
+        RENDEZVOUS.name
     )]
     RendezvousNotWritable { dir: PathBuf, cause: std::io::Error },
     #[error(
@@ -62,7 +69,7 @@ pub enum BootstrapError {
          owner could redirect the ranks or replace their socket, so it is refused. Have its \
          owner (or root) remove it if it is stale, or set {}=<a folder only you can write, \
          e.g. `mkdir -m 700 ~/.symmem-rendezvous`>",
-        crate::RENDEZVOUS_ENV
+        RENDEZVOUS.name
     )]
     RendezvousForeign {
         /// "the rendezvous folder", or what lies on the way to it.
@@ -76,7 +83,7 @@ pub enum BootstrapError {
         "{dir} ({what}) is writable by other users (mode {mode:04o}): any of them could replace \
          what the ranks rely on in it, so it is refused. Run `chmod go-w {dir}`, or set {}=<a \
          folder only you can write>",
-        crate::RENDEZVOUS_ENV
+        RENDEZVOUS.name
     )]
     RendezvousWritable {
         /// "the rendezvous folder", or what lies on the way to it.
@@ -88,7 +95,7 @@ pub enum BootstrapError {
         "rendezvous folder {dir} is a symbolic link (to {target}, owned by uid {uid}): whoever \
          can write the folder it is in could re-point it, so it is refused. Set {}=<the real \
          folder> (if {target} is yours and private, use that)",
-        crate::RENDEZVOUS_ENV
+        RENDEZVOUS.name
     )]
     RendezvousSymlink {
         dir: PathBuf,
@@ -97,14 +104,14 @@ pub enum BootstrapError {
     },
     #[error(
         "rendezvous folder {dir} is {what}, not a folder; remove it, or set {}=<another folder>",
-        crate::RENDEZVOUS_ENV
+        RENDEZVOUS.name
     )]
     RendezvousNotAFolder { dir: PathBuf, what: String },
     #[error(
         "{path} is {what}, not a socket left by a symmem job, so rank 0 neither removes it nor \
          binds there; remove it yourself if it is stale, or give this job its own folder with \
          {}",
-        crate::RENDEZVOUS_ENV
+        RENDEZVOUS.name
     )]
     RendezvousOccupied { path: PathBuf, what: String },
     #[error(
@@ -116,12 +123,12 @@ pub enum BootstrapError {
     #[error(
         "rendezvous {path} is in use by another running job; give this job its own folder \
          with {}",
-        crate::RENDEZVOUS_ENV
+        RENDEZVOUS.name
     )]
     RendezvousInUse { path: PathBuf },
     #[error(
-        "rank {rank} could not reach rank 0 at {path} within {} s; is rank 0 running, with \
-         the same {}?", .waited.as_secs(), crate::RENDEZVOUS_ENV
+        "rank {rank} could not reach rank 0 at {path} within {}; is rank 0 running, with \
+         the same {}?", format_duration(*.waited), RENDEZVOUS.name
     )]
     ConnectTimeout {
         rank: usize,
@@ -129,8 +136,8 @@ pub enum BootstrapError {
         waited: Duration,
     },
     #[error(
-        "{} never connected to rank 0 at {path} within {} s; did every rank start, with the \
-         same {} and world size?", describe_ranks(.missing), .waited.as_secs(), crate::RENDEZVOUS_ENV
+        "{} never connected to rank 0 at {path} within {}; did every rank start, with the \
+         same {} and world size?", describe_ranks(.missing), format_duration(*.waited), RENDEZVOUS.name
     )]
     AcceptTimeout {
         missing: Vec<usize>,
@@ -140,7 +147,7 @@ pub enum BootstrapError {
     #[error(
         "a process of uid {uid} (pid {pid}) joined the rendezvous, but this job runs as uid \
          {expected}; only the job's own user may map its heaps: use a private {} folder",
-        crate::RENDEZVOUS_ENV
+        RENDEZVOUS.name
     )]
     ForeignUid { uid: u32, pid: i32, expected: u32 },
     #[error("rendezvous handshake refused: {0}")]
@@ -166,17 +173,28 @@ impl BootstrapError {
         }
     }
 
-    /// Converts into the core error, keeping collective mismatches typed.
+    /// [`symmem::Error::from_provider`] under its former name, for symmem-gpu until it
+    /// converts (then remove this).
     pub fn into_symmem(self, provider: &'static str) -> symmem::Error {
+        symmem::Error::from_provider(provider, self)
+    }
+}
+
+impl ProviderError for BootstrapError {
+    fn blame(&self) -> Blame {
         match self {
-            Self::Collective(CollectiveFailure::Mismatch(m)) => {
-                symmem::Error::CollectiveMismatch(m)
+            // Another rank failed (gone, late, silent); this one only witnessed it.
+            Self::Collective(_) | Self::RootGone { .. } | Self::RootSilent { .. } => {
+                Blame::AnotherRank
             }
-            // Another rank failed; this one only witnessed it.
-            e @ (Self::Collective(_) | Self::RootGone { .. } | Self::RootSilent { .. }) => {
-                symmem::Error::peer_failed(provider, e)
-            }
-            other => symmem::Error::provider(provider, other),
+            _ => Blame::ThisRank,
+        }
+    }
+
+    fn into_mismatch(self) -> Result<CollectiveMismatch, Self> {
+        match self {
+            Self::Collective(CollectiveFailure::Mismatch(m)) => Ok(m),
+            other => Err(other),
         }
     }
 }

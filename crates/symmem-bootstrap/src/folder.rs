@@ -27,7 +27,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Component, Path, PathBuf};
 
-pub(crate) const SOCKET_NAME: &str = "rank0.sock";
+use symmem::RENDEZVOUS_SOCKET;
 
 /// Whether a rank may create the folder (rank 0) or only waits for it (the others).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -149,7 +149,7 @@ impl Folder {
 
     /// The socket's path as the rendezvous folder shows it to users.
     pub(crate) fn socket_display(&self) -> PathBuf {
-        self.path.join(SOCKET_NAME)
+        self.path.join(RENDEZVOUS_SOCKET)
     }
 
     fn fd(&self) -> RawFd {
@@ -166,7 +166,7 @@ impl Folder {
             Ok(seen.dev() == own.st_dev as u64 && seen.ino() == own.st_ino as u64)
         });
         match same {
-            Ok(true) => Ok(through.join(SOCKET_NAME)),
+            Ok(true) => Ok(through.join(RENDEZVOUS_SOCKET)),
             Ok(false) => Err(BootstrapError::NoProcFd {
                 dir: self.path.clone(),
                 cause: std::io::Error::other(format!("{} is not this folder", through.display())),
@@ -187,7 +187,7 @@ impl Folder {
     pub(crate) fn bind(&self) -> Result<BoundSocket<'_>, BootstrapError> {
         let address = self.socket_address()?;
         let shown = self.socket_display();
-        match fstatat_nofollow(self.fd(), OsStr::new(SOCKET_NAME)) {
+        match fstatat_nofollow(self.fd(), OsStr::new(RENDEZVOUS_SOCKET)) {
             Err(Errno::ENOENT) => {}
             Err(e) => return Err(not_usable(&shown, e.into())),
             Ok(stat) => {
@@ -226,7 +226,7 @@ impl Folder {
                 not_usable(self.path(), e)
             }
         })?;
-        let stat = fstatat_nofollow(self.fd(), OsStr::new(SOCKET_NAME)).map_err(|e| {
+        let stat = fstatat_nofollow(self.fd(), OsStr::new(RENDEZVOUS_SOCKET)).map_err(|e| {
             let _ = unlink_socket(self.fd());
             not_usable(&shown, e.into())
         })?;
@@ -262,7 +262,7 @@ pub(crate) struct BoundSocket<'a> {
 impl Drop for BoundSocket<'_> {
     fn drop(&mut self) {
         let fd = self.folder.fd();
-        if fstatat_nofollow(fd, OsStr::new(SOCKET_NAME))
+        if fstatat_nofollow(fd, OsStr::new(RENDEZVOUS_SOCKET))
             .is_ok_and(|s| (s.st_dev, s.st_ino) == self.identity)
         {
             let _ = unlink_socket(fd);
@@ -273,7 +273,7 @@ impl Drop for BoundSocket<'_> {
 fn unlink_socket(dir: RawFd) -> nix::Result<()> {
     nix::unistd::unlinkat(
         Some(dir),
-        SOCKET_NAME,
+        RENDEZVOUS_SOCKET,
         nix::unistd::UnlinkatFlags::NoRemoveDir,
     )
 }

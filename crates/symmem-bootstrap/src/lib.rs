@@ -2,17 +2,26 @@
 //! file-descriptor passing, and all-gather collectives that compare each rank's
 //! [`CollectiveOp`](symmem::CollectiveOp) and time out naming the ranks that never arrived.
 //!
-//! Topology: a star. Rank 0 binds `<rendezvous>/rank0.sock`; every other rank connects, both
-//! sides check the other's uid (SO_PEERCRED), and rank 0 removes the socket file once every
-//! rank is in, so nothing stays on disk. The rendezvous folder must be private to the job's
-//! user, and is used through its descriptor once checked (see `folder.rs`): another local user
-//! can neither steer where rank 0 binds nor make it remove anything. Each collective: every rank sends its call to rank 0,
-//! rank 0 compares them and answers every rank with the gathered payloads or one failure.
+//! Topology: a star around rank 0, and two protocols over it:
+//! - the handshake (`rendezvous.rs`): rank 0 binds `<rendezvous>/rank0.sock`, every other rank
+//!   connects, both sides check the other's uid (SO_PEERCRED), and rank 0 removes the socket
+//!   file once every rank is in, so nothing stays on disk. The rendezvous folder must be
+//!   private to the job's user, and is used through its descriptor once checked (`folder.rs`):
+//!   another local user can neither steer where rank 0 binds nor make it remove anything;
+//! - the collective exchange (`exchange.rs`): for each collective every rank sends its call to
+//!   rank 0, which compares them and answers every rank with the gathered payloads or one
+//!   failure.
+//!
+//! [`Bootstrap`] (`bootstrap.rs`) is one rank's end of both; `wire.rs` frames the messages.
 
+mod bootstrap;
 mod error;
+mod exchange;
 mod folder;
 mod rendezvous;
 mod wire;
 
+pub use bootstrap::Bootstrap;
 pub use error::{BootstrapError, CollectiveFailure};
-pub use rendezvous::{Bootstrap, Gathered, RENDEZVOUS_ENV, default_rendezvous};
+pub use exchange::Gathered;
+pub use rendezvous::default_rendezvous;

@@ -15,10 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
-use symmem::{CollectiveKind, CollectiveOp, Context, SymmetricProvider};
+use symmem::{CollectiveKind, CollectiveOp, Context, SymmetricProvider, settings};
 use symmem_host::{HostConfig, HostProvider};
 
-const PEER_ENV: &str = "SYMMEM_BENCH_COPY_PEER";
 const COPY_BYTES: usize = 64 << 20;
 const ALLOC_BYTES: usize = 4096;
 
@@ -160,7 +159,7 @@ fn copy_peer(dir: PathBuf) {
 fn copy(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let mut peer = std::process::Command::new(std::env::current_exe().unwrap())
-        .env(PEER_ENV, dir.path())
+        .env(settings::BENCH_COPY_PEER.name, dir.path())
         .spawn()
         .unwrap();
     let mut ctx = Context::new(HostProvider::new(config(0, 2, dir.path(), 256 << 20)).unwrap());
@@ -190,8 +189,8 @@ fn copy(c: &mut Criterion) {
 criterion_group!(benches, alloc_free, translate, copy);
 
 fn main() {
-    if let Some(dir) = std::env::var_os(PEER_ENV) {
-        copy_peer(PathBuf::from(dir));
+    if let Some(dir) = settings::BENCH_COPY_PEER.read_path() {
+        copy_peer(dir);
         return;
     }
     benches();

@@ -1,14 +1,7 @@
 use crate::HostError;
 use std::path::PathBuf;
 use std::time::Duration;
-use symmem::RankIdentity;
-
-pub const HEAP_SIZE_ENV: &str = "SYMMEM_HOST_HEAP_SIZE";
-pub const NODE_ID_ENV: &str = "SYMMEM_NODE_ID";
-pub const COLLECTIVE_TIMEOUT_ENV: &str = "SYMMEM_COLLECTIVE_TIMEOUT";
-/// Sparse: only touched pages use memory.
-pub const DEFAULT_HEAP_BYTES: u64 = 1 << 30;
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+use symmem::{RankIdentity, settings};
 
 /// How to build a [`HostProvider`](crate::HostProvider).
 #[derive(Clone, Debug)]
@@ -26,7 +19,8 @@ pub struct HostConfig {
 
 impl HostConfig {
     /// Rank `rank` of `world_size` ranks meeting in `rendezvous`, on node 0, with the default
-    /// heap size and timeout (the caller may change any field before `HostProvider::new`).
+    /// heap size and collective timeout of the settings' defaults (the caller may change any
+    /// field before `HostProvider::new`).
     pub fn for_rank(rank: usize, world_size: usize, rendezvous: impl Into<PathBuf>) -> Self {
         Self {
             identity: RankIdentity {
@@ -38,50 +32,26 @@ impl HostConfig {
                 job_key: None,
             },
             rendezvous: rendezvous.into(),
-            heap_bytes: DEFAULT_HEAP_BYTES,
-            node_id: 0,
-            timeout: DEFAULT_TIMEOUT,
+            heap_bytes: settings::HOST_HEAP_SIZE.value,
+            node_id: settings::NODE_ID.value,
+            timeout: settings::COLLECTIVE_TIMEOUT.value,
         }
     }
 
-    /// Reads the rank variables and the `SYMMEM_*` settings from the environment.
+    /// Reads the rank variables and the host provider's settings
+    /// ([`HOST_HEAP_SIZE`](symmem::settings::HOST_HEAP_SIZE),
+    /// [`NODE_ID`](symmem::settings::NODE_ID),
+    /// [`COLLECTIVE_TIMEOUT`](symmem::settings::COLLECTIVE_TIMEOUT),
+    /// [`RENDEZVOUS`](symmem::settings::RENDEZVOUS)) from the environment.
     pub fn from_env() -> Result<Self, HostError> {
         let identity = RankIdentity::from_env()?;
         let rendezvous = symmem_bootstrap::default_rendezvous(&identity)?;
-        let var = |name| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let heap_bytes = match var(HEAP_SIZE_ENV) {
-            Some(v) => symmem::parse_bytes(&v).ok_or(HostError::InvalidSetting {
-                var: HEAP_SIZE_ENV,
-                value: v,
-                expected: "a size such as 268435456, 512M or 4G",
-            })?,
-            None => DEFAULT_HEAP_BYTES,
-        };
-        let node_id = match var(NODE_ID_ENV) {
-            Some(v) => v.trim().parse().map_err(|_| HostError::InvalidSetting {
-                var: NODE_ID_ENV,
-                value: v,
-                expected: "a non-negative integer",
-            })?,
-            None => 0,
-        };
-        let timeout = match var(COLLECTIVE_TIMEOUT_ENV) {
-            Some(v) => symmem::parse_duration(&v)
-                .ok()
-                .filter(|d| !d.is_zero())
-                .ok_or(HostError::InvalidSetting {
-                    var: COLLECTIVE_TIMEOUT_ENV,
-                    value: v,
-                    expected: "a duration such as 60, 60s, 500ms or 2m",
-                })?,
-            None => DEFAULT_TIMEOUT,
-        };
         Ok(Self {
             identity,
             rendezvous,
-            heap_bytes,
-            node_id,
-            timeout,
+            heap_bytes: settings::HOST_HEAP_SIZE.get()?,
+            node_id: settings::NODE_ID.get()?,
+            timeout: settings::COLLECTIVE_TIMEOUT.get()?,
         })
     }
 }

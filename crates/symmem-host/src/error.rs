@@ -1,4 +1,5 @@
-use symmem::describe_ranks;
+use symmem::settings::{HOST_HEAP_SIZE, NODE_ID};
+use symmem::{Blame, InvalidSetting, ProviderError, ProviderKind, describe_ranks};
 use symmem_bootstrap::BootstrapError;
 
 /// Errors of the host provider. Each says what to do.
@@ -10,8 +11,8 @@ pub enum HostError {
          {largest_free} B of a {heap_bytes} B heap; nothing was allocated on any rank and the \
          context stays usable: free buffers first, or raise {} (e.g. {}=4G)",
         describe_ranks(.ranks),
-        crate::HEAP_SIZE_ENV,
-        crate::HEAP_SIZE_ENV
+        HOST_HEAP_SIZE.name,
+        HOST_HEAP_SIZE.name
     )]
     HeapExhausted {
         ranks: Vec<usize>,
@@ -29,7 +30,7 @@ pub enum HostError {
     #[error(
         "rank {rank} has a {bytes} B heap but rank {reference} has {expected} B; give every \
          rank the same {}",
-        crate::HEAP_SIZE_ENV
+        HOST_HEAP_SIZE.name
     )]
     HeapMismatch {
         rank: usize,
@@ -39,15 +40,11 @@ pub enum HostError {
     },
     #[error(
         "heap size {bytes} B is too small: use at least {min} B ({})",
-        crate::HEAP_SIZE_ENV
+        HOST_HEAP_SIZE.name
     )]
     HeapTooSmall { bytes: u64, min: u64 },
-    #[error("{var}={value:?} is not valid: expected {expected}")]
-    InvalidSetting {
-        var: &'static str,
-        value: String,
-        expected: &'static str,
-    },
+    #[error(transparent)]
+    InvalidSetting(#[from] InvalidSetting),
     #[error(
         "{addr:#x} is not the start of a live symmetric allocation on rank {rank}; free only \
          buffers returned by allocate"
@@ -69,8 +66,9 @@ pub enum HostError {
     },
     #[error(
         "the host provider needs every rank on this host, but the launcher says {local} of \
-         {world} ranks are local; run all ranks on one host (emulate nodes with SYMMEM_NODE_ID) \
-         or use a GPU provider across nodes"
+         {world} ranks are local; run all ranks on one host (emulate nodes with {}) or use a \
+         GPU provider across nodes",
+        NODE_ID.name
     )]
     NotSingleHost { local: usize, world: usize },
     #[error("rank {rank} sent an unreadable heap description; are all ranks the same build?")]
@@ -81,11 +79,26 @@ pub enum HostError {
     RankEnv(#[from] symmem::RankEnvError),
 }
 
+impl ProviderError for HostError {
+    fn blame(&self) -> Blame {
+        match self {
+            Self::Bootstrap(b) => b.blame(),
+            // Every rank learnt it and undid its part.
+            Self::HeapExhausted { .. } => Blame::EveryRank,
+            _ => Blame::ThisRank,
+        }
+    }
+
+    fn into_mismatch(self) -> Result<symmem::CollectiveMismatch, Self> {
+        match self {
+            Self::Bootstrap(b) => b.into_mismatch().map_err(Self::Bootstrap),
+            other => Err(other),
+        }
+    }
+}
+
 impl From<HostError> for symmem::Error {
     fn from(e: HostError) -> Self {
-        match e {
-            HostError::Bootstrap(b) => b.into_symmem("host"),
-            other => symmem::Error::provider("host", other),
-        }
+        symmem::Error::from_provider(ProviderKind::Host.name(), e)
     }
 }

@@ -6,9 +6,9 @@
 //! `ptr` is the same linear translation that rocSHMEM's IPC mapping gives. Nothing is named in
 //! /dev/shm: heaps vanish with the last process that maps them, and no other user can open one.
 //!
-//! Environment (all optional): `SYMMEM_HOST_HEAP_SIZE` (default 1G), `SYMMEM_NODE_ID`
-//! (emulated node of this rank, default 0), `SYMMEM_COLLECTIVE_TIMEOUT` (default 60s),
-//! `SYMMEM_RENDEZVOUS`, and the launcher's rank variables (torchrun, Open MPI, Slurm, PMI).
+//! Settings (all optional, declared in [`symmem::settings`], listed in README):
+//! `SYMMEM_HOST_HEAP_SIZE`, `SYMMEM_NODE_ID`, `SYMMEM_COLLECTIVE_TIMEOUT`, `SYMMEM_RENDEZVOUS`,
+//! and the launcher's rank variables (torchrun, Open MPI, Slurm, PMI).
 
 mod allocator;
 mod config;
@@ -17,9 +17,6 @@ mod heap;
 mod provider;
 
 pub use allocator::{ALIGNMENT, SymmetricAllocator};
-pub use config::{
-    COLLECTIVE_TIMEOUT_ENV, DEFAULT_HEAP_BYTES, DEFAULT_TIMEOUT, HEAP_SIZE_ENV, HostConfig,
-    NODE_ID_ENV,
-};
+pub use config::HostConfig;
 pub use error::HostError;
 pub use provider::HostProvider;

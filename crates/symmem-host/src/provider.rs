@@ -3,8 +3,8 @@ use crate::{HostConfig, HostError, SymmetricAllocator};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 use symmem::{
-    CollectiveKind, CollectiveOp, Error, PeerTable, SymmetricProvider, TranslateError,
-    TranslatedOps,
+    CollectiveKind, CollectiveOp, Error, PeerTable, ProviderKind, SymmetricProvider,
+    TranslateError, TranslatedOps,
 };
 use symmem_bootstrap::Bootstrap;
 
@@ -170,7 +170,7 @@ fn parse_info(payload: &[u8]) -> Option<(u64, u64)> {
 
 impl SymmetricProvider for HostProvider {
     fn name(&self) -> &'static str {
-        "host"
+        ProviderKind::Host.name()
     }
     fn rank(&self) -> usize {
         self.rank
@@ -218,15 +218,13 @@ impl SymmetricProvider for HostProvider {
             self.allocator.free(offset);
         }
         if !full.is_empty() {
-            return Err(symmem::Error::refused_by_all(
-                "host",
-                HostError::HeapExhausted {
-                    ranks: full,
-                    requested: bytes,
-                    largest_free: self.allocator.largest_free(),
-                    heap_bytes: self.allocator.size(),
-                },
-            ));
+            return Err(HostError::HeapExhausted {
+                ranks: full,
+                requested: bytes,
+                largest_free: self.allocator.largest_free(),
+                heap_bytes: self.allocator.size(),
+            }
+            .into());
         }
         match local {
             Some(offset) if outcomes.iter().all(|o| *o == outcome.as_bytes()) => {

@@ -1,5 +1,5 @@
 //! Naming the culprit of a failed run, from how and in which poll each rank
-//! ended. The rules are documented at [`Outcome`].
+//! ended, by the rules of the failure policy (ARCHITECTURE.md, "Failure policy").
 
 use crate::report::{EXIT_PEER_FAILED, Ended, Lost, Outcome};
 

@@ -62,8 +62,9 @@ pub enum LaunchError {
     /// The per-run rendezvous directory could not be created.
     #[error(
         "could not create the rendezvous directory in {}: {cause}; point TMPDIR at a \
-         writable directory, or set SYMMEM_RENDEZVOUS yourself",
-        dir.display()
+         writable directory, or set {} yourself",
+        dir.display(),
+        symmem::settings::RENDEZVOUS.name
     )]
     Rendezvous {
         /// Where it was to be created.

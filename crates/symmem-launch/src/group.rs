@@ -103,7 +103,7 @@ fn scan_proc(pgid: i32) -> Vec<i32> {
 /// of another run of this process. Processes of other users cannot be read and are not listed.
 pub(crate) fn escaped(run_id: &str, pipes: &[String], pgid: i32) -> Vec<i32> {
     let me = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
-    let marker = format!("{}={run_id}", crate::watchdog::RUN_ID_ENV);
+    let marker = symmem::settings::RUN_ID.assignment(run_id);
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };

@@ -15,15 +15,11 @@
 //!
 //! # Who failed
 //!
-//! When one rank fails, its peers usually fail too within milliseconds: they
-//! lose its socket, or give up waiting for it. So that the report names the
-//! culprit and not a victim, a rank that stops because ANOTHER rank failed
-//! should exit with [`EXIT_PEER_FAILED`] (75). After the first failure the
-//! launcher watches a little longer (200 ms, at most the grace period) before
-//! it stops the rest, then blames, in this order: the earliest rank that
-//! failed with another status ([`Outcome::RankFailed`]); a rank that exited 0
-//! while the others still needed it, or else the ranks still running when
-//! the others gave up (hung?) ([`Outcome::PeerLost`]). See [`Outcome`].
+//! A rank that stops because ANOTHER rank failed should exit with
+//! [`EXIT_PEER_FAILED`] (75), so that the report names the culprit and not a
+//! witness. How the launcher ends a run and whom it blames is the failure
+//! policy in ARCHITECTURE.md ("Failure policy"), written there once; the
+//! outcomes are [`Outcome`]'s variants.
 //!
 //! # Signals
 //!
@@ -52,5 +48,4 @@ pub use report::{
     Outcome, OutputLine, RankStatus, RunReport, Stream, exit_codes_help, signal_name,
 };
 pub use run::{Started, launch, launch_with};
-pub use spec::{DEFAULT_GRACE, DEFAULT_TIMEOUT, LaunchSpec, MAX_RANKS, RENDEZVOUS_ENV};
-pub use watchdog::RUN_ID_ENV;
+pub use spec::{DEFAULT_GRACE, DEFAULT_TIMEOUT, LaunchSpec, MAX_RANKS};

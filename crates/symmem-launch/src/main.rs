@@ -8,14 +8,18 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use symmem::{count_ranks, parse_duration, parse_timeout};
+use symmem::{count_ranks, format_duration, parse_duration, parse_timeout, settings};
 use symmem_launch::{
-    EXIT_CODES, EXIT_USAGE, LaunchError, LaunchSpec, Started, exit_codes_help, launch_with,
-    print_line,
+    DEFAULT_GRACE, DEFAULT_TIMEOUT, EXIT_CODES, EXIT_USAGE, LaunchError, LaunchSpec, Started,
+    exit_codes_help, launch_with, print_line,
 };
 
 /// `--help`'s sections before the exit codes.
-const HELP_BEFORE_EXIT_CODES: &str = "\
+fn help_before_exit_codes() -> String {
+    let rendezvous = settings::RENDEZVOUS.name;
+    let run_id = settings::RUN_ID.name;
+    format!(
+        "\
 ENVIRONMENT OF EACH RANK
   RANK, LOCAL_RANK, ROLE_RANK                   0 .. N-1
   WORLD_SIZE, LOCAL_WORLD_SIZE, ROLE_WORLD_SIZE N
@@ -23,33 +27,24 @@ ENVIRONMENT OF EACH RANK
   TORCHELASTIC_RESTART_COUNT=0, TORCHELASTIC_MAX_RESTARTS=0
   MASTER_ADDR=127.0.0.1
   MASTER_PORT        a TCP port that was free when the run started
-  SYMMEM_RENDEZVOUS  a fresh private (0700) directory, removed after the run
-  SYMMEM_RUN_ID      a random id of the run: processes that carry it belong
+  {rendezvous:<18} a fresh private (0700) directory, removed after the run
+  {run_id:<18} a random id of the run: processes that carry it belong
                      to the run
   Stdin is /dev/null; each output line is printed as `[rank R] text` on the
   stream it was written to.
 
-FAILURE POLICY
-  The first rank that exits non-zero or is killed by a signal ends the run,
-  and so do the timeout and Ctrl-C (SIGINT, SIGTERM, SIGHUP). After a
-  failure the launcher waits 200 ms (at most the grace period) for the other
-  ranks to end on their own, then names the culprit. A rank that stops
-  because ANOTHER rank failed (a peer disconnected, never arrived, or
-  disagreed) should exit with status 75, so that it is not taken for the
-  culprit; the culprit is the earliest rank that failed otherwise, else a
-  rank that exited 0 while the others still needed it, else the ranks still
-  running (hung?) when the others gave up. All ranks, and any processes they
-  started, are in one process group: it gets SIGTERM, then SIGKILL after the
-  grace period (at once on a second Ctrl-C), and the launcher checks that
-  nothing is left. Processes the ranks started that left the group (setsid)
-  are found by SYMMEM_RUN_ID or by the output pipes they hold, ended the same
-  way and named in the summary. If symmem-run itself dies (even by kill -9),
-  the ranks die with it and a watchdog ends everything else of the run and
-  removes the rendezvous directory. A signal that symmem-run inherited as
-  ignored (SIGHUP under nohup, SIGINT in a shell's background job) stays
-  ignored: it does not stop the run, and the ranks inherit the ignore.
-  --grace 0 is allowed: SIGKILL follows SIGTERM at once, so ranks get no
-  time to clean up and the culprit is named without the 200 ms wait.";
+FAILURE POLICY (in full: ARCHITECTURE.md, \"Failure policy\")
+  The first rank that fails, the timeout or Ctrl-C ends the run. A rank that
+  stops because ANOTHER rank failed should exit with status 75, so that it
+  is not taken for the culprit. After a failure the launcher waits 200 ms
+  (at most the grace period), names the culprit, then sends the ranks'
+  process group SIGTERM, and SIGKILL after the grace period (at once on a
+  second Ctrl-C). Processes that left the group are found by
+  {run_id}; if symmem-run itself dies, a watchdog ends the run. A signal
+  symmem-run inherited as ignored stays ignored. --grace 0 is allowed:
+  SIGKILL follows SIGTERM at once, with no 200 ms wait."
+    )
+}
 
 /// `--help`'s sections after the exit codes.
 const HELP_AFTER_EXIT_CODES: &str = "\
@@ -63,7 +58,8 @@ DURATIONS
 
 fn after_help() -> String {
     format!(
-        "{HELP_BEFORE_EXIT_CODES}\n\n{}\n\n{HELP_AFTER_EXIT_CODES}",
+        "{}\n\n{}\n\n{HELP_AFTER_EXIT_CODES}",
+        help_before_exit_codes(),
         exit_codes_help(EXIT_CODES)
     )
 }
@@ -78,11 +74,11 @@ struct Cli {
     ranks: usize,
 
     /// Stop all ranks when the run takes longer than this (above 0).
-    #[arg(long, default_value = "120s", value_parser = parse_timeout)]
+    #[arg(long, default_value = format_duration(DEFAULT_TIMEOUT), value_parser = parse_timeout)]
     timeout: Duration,
 
     /// Time between SIGTERM and SIGKILL when ranks are stopped (0: SIGKILL right away).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = format_duration(DEFAULT_GRACE), value_parser = parse_duration)]
     grace: Duration,
 
     /// Print only the ranks' output and failures: no start line, no success summary.
@@ -162,5 +158,12 @@ mod tests {
         assert_eq!(cli.timeout, Duration::from_secs(3));
         assert_eq!(cli.program, PathBuf::from("/bin/sh"));
         assert_eq!(cli.args, ["-c", "echo --ranks"]);
+        assert_eq!(cli.grace, DEFAULT_GRACE);
+    }
+
+    #[test]
+    fn defaults_are_the_library_s() {
+        let cli = Cli::try_parse_from(["symmem-run", "-n", "2", "true"]).expect("parses");
+        assert_eq!((cli.timeout, cli.grace), (DEFAULT_TIMEOUT, DEFAULT_GRACE));
     }
 }

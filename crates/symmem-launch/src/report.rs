@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use symmem::{count_ranks, describe_ranks, rank_list};
+use symmem::{count_ranks, describe_ranks, format_duration, format_elapsed, rank_list};
 
 /// Which pipe a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -104,25 +104,9 @@ pub enum Lost {
 
 /// Why a run ended.
 ///
-/// When a rank fails, the launcher keeps watching for a short settle window
-/// (200 ms, or the grace period if that is shorter) before it sends
-/// `SIGTERM`, because the peers of a failed rank usually fail too within
-/// milliseconds. It then names the culprit as follows:
-///
-/// 1. the earliest-ended rank whose failure is not
-///    `Exited(`[`EXIT_PEER_FAILED`]`)`: [`Outcome::RankFailed`];
-/// 2. if every failure is a peer failure: the ranks that exited with status 0
-///    (whether seen before or after the first peer failure):
-///    [`Outcome::PeerLost`] with [`Lost::ExitedEarly`];
-/// 3. else the ranks still running at the end of the settle window:
-///    [`Outcome::PeerLost`] with [`Lost::StillRunning`];
-/// 4. else the first rank that failed (with status 75, though no other rank
-///    was seen failing): [`Outcome::RankFailed`].
-///
-/// Failures are ordered by the 10 ms poll in which the launcher saw them;
-/// within one poll, the lowest rank counts as first. A rank that is already
-/// exiting when the settle window closes is waited for (at most the grace
-/// period), so that a departure is not taken for a hang.
+/// Which rank is the culprit, and in which order the rules apply (settle
+/// window, status 75, ranks that exited early or hung), is the failure policy
+/// in ARCHITECTURE.md ("Failure policy"); `culprit.rs` implements it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Every rank exited with status 0.
@@ -328,7 +312,7 @@ impl fmt::Display for RunReport {
                 f,
                 "; waited {} for the ranks' output: a process the launcher cannot see (another \
                  user's?) still holds their pipes",
-                secs(self.output_wait)
+                format_elapsed(self.output_wait)
             )?;
         }
         Ok(())
@@ -342,7 +326,7 @@ impl RunReport {
                 f,
                 "{} succeeded in {}",
                 count_ranks(self.ranks.len()),
-                secs(self.elapsed)
+                format_elapsed(self.elapsed)
             ),
             Outcome::RankFailed { rank, how } => {
                 write!(f, "rank {rank} {how}")?;
@@ -433,7 +417,7 @@ impl RunReport {
                 write!(
                     f,
                     "timed out after {}; {noun} still running: {}",
-                    short(self.timeout),
+                    format_duration(self.timeout),
                     rank_list(still_running)
                 )
             }
@@ -451,26 +435,6 @@ fn write_stopped(f: &mut fmt::Formatter<'_>, stopped: &[usize]) -> fmt::Result {
         [] => Ok(()),
         [_] => write!(f, "; {} was stopped", describe_ranks(stopped)),
         _ => write!(f, "; {} were stopped", describe_ranks(stopped)),
-    }
-}
-
-/// `1.2s`, or `85ms` under a second: elapsed times.
-fn secs(d: Duration) -> String {
-    if d < Duration::from_secs(1) {
-        format!("{}ms", d.as_millis())
-    } else {
-        format!("{:.1}s", d.as_secs_f64())
-    }
-}
-
-/// `3s`, `1.5s`, `500ms`: configured durations, as typed.
-fn short(d: Duration) -> String {
-    if d.subsec_nanos() == 0 {
-        format!("{}s", d.as_secs())
-    } else if d < Duration::from_secs(1) {
-        format!("{}ms", d.as_millis())
-    } else {
-        format!("{}s", d.as_secs_f64())
     }
 }
 

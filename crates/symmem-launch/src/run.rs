@@ -13,6 +13,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
+use symmem::settings;
 
 use crate::culprit::blame;
 use crate::error::LaunchError;
@@ -22,8 +23,8 @@ use crate::group::{
 use crate::output::spawn_reader;
 use crate::report::{Ended, Escaped, Outcome, OutputLine, RankStatus, RunReport, Stream};
 use crate::signals::SignalGuard;
-use crate::spec::{LaunchSpec, RENDEZVOUS_ENV};
-use crate::watchdog::{RUN_ID_ENV, Watchdog, new_run_id};
+use crate::spec::LaunchSpec;
+use crate::watchdog::{Watchdog, new_run_id};
 
 /// How often children are polled (and the longest a line waits in the channel).
 const POLL: Duration = Duration::from_millis(10);
@@ -37,9 +38,6 @@ const SETTLE: Duration = Duration::from_millis(200);
 /// Output lines buffered between the reader threads and the sink; when the
 /// sink is slower than the ranks, the readers (and then the ranks) wait.
 const CHANNEL_LINES: usize = 4096;
-
-/// The socket rank 0 binds in the rendezvous directory (symmem-bootstrap).
-const BOOTSTRAP_SOCKET: &str = "rank0.sock";
 
 /// The longest path a Unix socket address holds on Linux (`sun_path` is 108
 /// bytes, including the terminating NUL).
@@ -92,20 +90,11 @@ pub struct Started<'a> {
 /// The run ends when every rank exited 0 ([`Outcome::Success`]), when a rank
 /// exits non-zero or by a signal, when `spec.timeout` elapses
 /// ([`Outcome::TimedOut`]), or when the launcher gets SIGINT, SIGTERM or
-/// SIGHUP ([`Outcome::Interrupted`]). After a failure the launcher watches
-/// for a short settle window (200 ms, at most `spec.grace`) to see how the
-/// other ranks end, and names the culprit ([`Outcome::RankFailed`] or
-/// [`Outcome::PeerLost`]; a rank that stops because another rank failed
-/// should exit with [`EXIT_PEER_FAILED`](crate::EXIT_PEER_FAILED) so that it is
-/// not taken for the culprit). Then the whole group gets `SIGTERM`,
-/// `spec.grace` later `SIGKILL`, every rank is reaped and the group is
-/// verified empty (grandchildren included) before this returns. Processes
-/// the ranks started that left the group (`setsid`) are found by the
-/// `SYMMEM_RUN_ID` they inherited (or by the ranks' output pipes they hold),
-/// ended the same way and named in [`RunReport::escaped`]. If the launcher
-/// dies, even by `SIGKILL`, the ranks get `SIGKILL` from the kernel, and a
-/// watchdog process kills the rest of the group and every process carrying
-/// the run's id, and removes the rendezvous directory it made.
+/// SIGHUP ([`Outcome::Interrupted`]). How the launcher then stops the ranks
+/// and names the culprit ([`Outcome::RankFailed`] or [`Outcome::PeerLost`]) is
+/// the failure policy in ARCHITECTURE.md ("Failure policy"). Every rank is
+/// reaped and the group verified empty before this returns; processes that
+/// left the group are named in [`RunReport::escaped`].
 ///
 /// While this runs, SIGINT, SIGTERM and SIGHUP of the calling process only
 /// stop the run; one received while the ranks are in their grace period (a
@@ -159,7 +148,7 @@ pub fn launch_with(
     let start = Instant::now();
     for rank in 0..spec.ranks {
         let mut cmd = command(spec, &program, rank, master_port, &rendezvous);
-        cmd.env(RUN_ID_ENV, &run_id);
+        cmd.env(settings::RUN_ID.name, &run_id);
         let spawned = run.spawn(rank, &mut cmd);
         if rank == 0 && run.pgid > 0 {
             watchdog.guard_group(run.pgid);
@@ -242,7 +231,7 @@ fn rendezvous(spec: &LaunchSpec) -> Result<(PathBuf, Option<tempfile::TempDir>),
 /// Refuses a rendezvous directory in which the ranks could not bind their
 /// bootstrap socket: the error names TMPDIR, where the launcher makes it.
 fn check_socket_path(rendezvous: &Path) -> Result<(), LaunchError> {
-    let socket = rendezvous.join(BOOTSTRAP_SOCKET);
+    let socket = rendezvous.join(symmem::RENDEZVOUS_SOCKET);
     let len = socket.as_os_str().len();
     if len > MAX_SOCKET_PATH {
         return Err(LaunchError::RendezvousTooLong {
@@ -281,7 +270,7 @@ fn command(
         .env("TORCHELASTIC_MAX_RESTARTS", "0")
         .env("MASTER_ADDR", "127.0.0.1")
         .env("MASTER_PORT", master_port.to_string())
-        .env(RENDEZVOUS_ENV, rendezvous);
+        .env(settings::RENDEZVOUS.name, rendezvous);
     let extra: &[(OsString, OsString)] = spec.rank_env.get(rank).map_or(&[], Vec::as_slice);
     cmd.envs(spec.env.iter().chain(extra).map(|(k, v)| (k, v)));
     cmd

@@ -5,6 +5,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use symmem::settings;
+
 use crate::error::LaunchError;
 
 /// Most ranks one launch starts. All ranks run on this host, each with its own
@@ -17,9 +19,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Default time between `SIGTERM` and `SIGKILL` when the ranks are stopped.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
-
-/// Environment variable naming the per-run rendezvous directory.
-pub use symmem::RENDEZVOUS_ENV;
 
 /// Everything needed to start one run of `ranks` processes of `program`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,7 +111,7 @@ impl LaunchSpec {
         self.env
             .iter()
             .rev()
-            .find(|(key, _)| key == RENDEZVOUS_ENV)
+            .find(|(key, _)| key == settings::RENDEZVOUS.name)
             .map(|(_, value)| value)
     }
 

@@ -16,11 +16,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::LaunchError;
 
-/// The environment variable that marks every rank (and, inherited, what the ranks start) as
-/// part of one run: a random id per run.
-pub const RUN_ID_ENV: &str = "SYMMEM_RUN_ID";
-
-/// `$1` = run id, `$2` = folder to remove ("" for none). Reads the ranks' process group, then
+/// `$1` = run id, `$2` = folder to remove ("" for none), `$3` = the name of the variable
+/// carrying the run id ([`RUN_ID`](symmem::settings::RUN_ID)). Reads the ranks' process group, then
 /// `done`. Ignores the terminal's signals: only the launcher's pipe tells it what to do.
 const SCRIPT: &str = r#"
 trap '' INT TERM HUP QUIT
@@ -35,7 +32,7 @@ for round in 1 2 3; do
     pid=${environ#/proc/}
     pid=${pid%/environ}
     [ "$pid" = $$ ] && continue
-    if grep -qxzF -e "SYMMEM_RUN_ID=$1" -- "$environ" 2>/dev/null; then
+    if grep -qxzF -e "$3=$1" -- "$environ" 2>/dev/null; then
       kill -KILL "$pid" 2>/dev/null
     fi
   done
@@ -65,6 +62,7 @@ impl Watchdog {
         let mut child = Command::new("/bin/sh")
             .args(["-c", SCRIPT, "symmem-watchdog", run_id])
             .arg(path)
+            .arg(symmem::settings::RUN_ID.name)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -377,7 +377,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(finalize, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add("EXIT_PEER_FAILED", symmem::EXIT_PEER_FAILED)?;
-    m.add("PROVIDER_ENV", session::PROVIDER_ENV)?;
+    m.add("PROVIDER_ENV", symmem::settings::PROVIDER.name)?;
     m.add("KDL_CPU", dlpack::KDL_CPU)?;
     m.add("KDL_CUDA", dlpack::KDL_CUDA)?;
     m.add("KDL_ROCM", dlpack::KDL_ROCM)?;

@@ -16,13 +16,12 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
-use symmem::{Context, SymmetricBuffer, SymmetricProvider};
+use symmem::{
+    Context, ProviderKind, SymmetricBuffer, SymmetricProvider, UnknownProvider, settings,
+};
 use symmem_gpu::{Backend, GpuConfig, GpuError, GpuProvider};
 use symmem_host::{HostConfig, HostProvider};
 use symmem_shim_sys::SymmemShim;
-
-/// Environment variable that picks the provider when `init` is not told.
-pub const PROVIDER_ENV: &str = "SYMMEM_PROVIDER";
 
 /// Why a call failed. The caller, holding the GIL again, raises the matching Python exception.
 #[derive(Debug)]
@@ -540,31 +539,29 @@ fn with_session<R>(f: impl FnOnce(&mut AnySession) -> Result<R, Fail>) -> Result
     })
 }
 
-/// Which provider `init` starts: the argument, else `SYMMEM_PROVIDER`, else the host one.
-fn provider_name(requested: Option<String>) -> Result<String, Fail> {
-    let name = requested
-        .or_else(|| std::env::var(PROVIDER_ENV).ok())
-        .map(|s| s.trim().to_ascii_lowercase())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "host".into());
-    match name.as_str() {
-        "host" | "nvshmem" | "rocshmem" => Ok(name),
-        other => Err(Fail::Value(format!(
-            "unknown provider {other:?}: use host, nvshmem or rocshmem (argument or {PROVIDER_ENV})"
-        ))),
+/// Which provider `init` starts: the argument, else [`settings::PROVIDER`] (`SYMMEM_PROVIDER`,
+/// host when unset).
+fn provider_kind(requested: Option<String>) -> Result<ProviderKind, Fail> {
+    match requested.filter(|name| !name.trim().is_empty()) {
+        Some(name) => name.parse().map_err(|e: UnknownProvider| {
+            Fail::Value(format!("{e} (argument or {})", settings::PROVIDER.name))
+        }),
+        None => settings::PROVIDER
+            .get()
+            .map_err(|e| Fail::Value(e.to_string())),
     }
 }
 
 /// Starts the session (collective). Returns false when it was already running with that
 /// provider.
 pub fn init(requested: Option<String>) -> Result<bool, Fail> {
-    let name = provider_name(requested)?;
+    let kind = provider_kind(requested)?;
     if let Some(info) = info()? {
-        if info.provider == name {
+        if info.provider == kind.name() {
             return Ok(false);
         }
         return Err(Fail::Value(format!(
-            "symmem already runs the {} provider in this process; it cannot switch to {name}",
+            "symmem already runs the {} provider in this process; it cannot switch to {kind}",
             info.provider
         )));
     }
@@ -573,8 +570,8 @@ pub fn init(requested: Option<String>) -> Result<bool, Fail> {
             "symmem was initialised on another thread: call it from that thread only".into(),
         ));
     }
-    let session = match name.as_str() {
-        "host" => {
+    let session = match kind {
+        ProviderKind::Host => {
             let config = HostConfig::from_env().map_err(symmem::Error::from)?;
             let provider = HostProvider::new(config).map_err(symmem::Error::from)?;
             let cpu = DLDevice {
@@ -583,13 +580,9 @@ pub fn init(requested: Option<String>) -> Result<bool, Fail> {
             };
             AnySession::Host(Box::new(Session::new(Context::new(provider), cpu, None)))
         }
-        gpu => {
-            let backend = if gpu == "nvshmem" {
-                Backend::Nvshmem
-            } else {
-                Backend::Rocshmem
-            };
-            let fail = |e| gpu_fail(backend, e);
+        ProviderKind::Nvshmem | ProviderKind::Rocshmem => {
+            let backend = gpu_backend(kind);
+            let fail = |e| gpu_fail(kind, e);
             let config = GpuConfig::from_env(backend).map_err(fail)?;
             let (library, chosen, local_rank) = (
                 config.library.clone(),
@@ -618,10 +611,18 @@ pub fn init(requested: Option<String>) -> Result<bool, Fail> {
     Ok(true)
 }
 
-fn gpu_fail(backend: Backend, e: GpuError) -> Fail {
+/// symmem-gpu's own name for a GPU provider (until it takes [`ProviderKind`]).
+fn gpu_backend(kind: ProviderKind) -> Backend {
+    match kind {
+        ProviderKind::Rocshmem => Backend::Rocshmem,
+        _ => Backend::Nvshmem,
+    }
+}
+
+fn gpu_fail(kind: ProviderKind, e: GpuError) -> Fail {
     match e {
         GpuError::Unavailable { .. } => Fail::Unavailable(e.to_string()),
-        GpuError::Bootstrap(b) => b.into_symmem(backend.name()).into(),
+        GpuError::Bootstrap(b) => symmem::Error::from_provider(kind.name(), b).into(),
         other => Fail::Symmem(other.to_string()),
     }
 }
@@ -695,10 +696,13 @@ mod tests {
     #[test]
     fn unknown_providers_and_dtypes_are_refused() {
         assert!(matches!(
-            provider_name(Some("cuda".into())),
+            provider_kind(Some("cuda".into())),
             Err(Fail::Value(_))
         ));
-        assert_eq!(provider_name(Some(" NVSHMEM ".into())).unwrap(), "nvshmem");
+        assert_eq!(
+            provider_kind(Some(" NVSHMEM ".into())).unwrap(),
+            ProviderKind::Nvshmem
+        );
         assert!(matches!(allocate(vec![4], "complex32"), Err(Fail::Type(_))));
     }
 

@@ -127,7 +127,49 @@ pub enum Error {
     },
 }
 
+/// What a provider's failure says about the job: the one thing [`Error::from_provider`] needs
+/// to know to turn any provider's error into an [`Error`]. The policy behind each answer is
+/// ARCHITECTURE.md's "Failure policy".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blame {
+    /// This rank failed (or the failure is not known to be anyone else's):
+    /// [`Error::Provider`].
+    ThisRank,
+    /// Another rank failed: it disconnected, never arrived at a collective, or stopped
+    /// answering; this rank only witnessed it: [`Error::PeerFailed`].
+    AnotherRank,
+    /// A collective that failed on every rank alike, every rank knowing it; the ranks are
+    /// still in step: [`Error::RefusedByAll`].
+    EveryRank,
+}
+
+/// A provider's own error type, as the core sees it. Every provider converts its errors with
+/// [`Error::from_provider`], so the same failure reads the same on every provider.
+pub trait ProviderError: std::error::Error + Send + Sync + Sized + 'static {
+    /// Whose failure this is (see [`Blame`]).
+    fn blame(&self) -> Blame;
+    /// The collective mismatch this error reports, taken out so that it stays typed as
+    /// [`Error::CollectiveMismatch`]; `Err(self)` when it is something else.
+    fn into_mismatch(self) -> Result<CollectiveMismatch, Self> {
+        Err(self)
+    }
+}
+
 impl Error {
+    /// The one way from a provider's error to the core error: a collective mismatch stays
+    /// typed, and the rest is wrapped according to its [`Blame`].
+    pub fn from_provider(provider: &'static str, error: impl ProviderError) -> Self {
+        let error = match error.into_mismatch() {
+            Ok(mismatch) => return Self::CollectiveMismatch(mismatch),
+            Err(error) => error,
+        };
+        match error.blame() {
+            Blame::ThisRank => Self::provider(provider, error),
+            Blame::AnotherRank => Self::peer_failed(provider, error),
+            Blame::EveryRank => Self::refused_by_all(provider, error),
+        }
+    }
+
     /// Wraps a provider's own error.
     pub fn provider(
         provider: &'static str,

@@ -7,29 +7,40 @@
 //! libraries map each peer's whole heap linearly.
 //!
 //! This crate holds no FFI and no vendor code: providers (host shared memory, NVSHMEM,
-//! rocSHMEM) implement [`SymmetricProvider`] and the [`Context`] builds everything else.
+//! rocSHMEM, named by [`ProviderKind`]) implement [`SymmetricProvider`] and the [`Context`]
+//! builds everything else. Their errors become [`Error`] through [`Error::from_provider`].
+//! Every `SYMMEM_*` environment variable is declared in [`settings`]. What happens when a rank
+//! fails is the failure policy in the repository's ARCHITECTURE.md.
 
 mod collective;
 mod context;
 mod error;
 mod provider;
+mod provider_kind;
 mod rank_env;
 mod ranks;
+pub mod settings;
 mod table;
 mod units;
 
 pub use collective::{CollectiveKind, CollectiveMismatch, CollectiveOp};
 pub use context::{AllocationRecord, Context, ContextId, FinalizeReport, Plain, SymmetricBuffer};
-pub use error::{Error, TranslateError};
+pub use error::{Blame, Error, ProviderError, TranslateError};
 pub use provider::{SymmetricProvider, TranslatedOps};
-pub use rank_env::{Found, Launcher, RANK_FROM_ENV, RankEnvError, RankIdentity};
+pub use provider_kind::{ProviderKind, UnknownProvider};
+pub use rank_env::{Found, Launcher, RankEnvError, RankIdentity};
 pub use ranks::{count_ranks, describe_ranks, rank_list};
+pub use settings::InvalidSetting;
 pub use table::{AddressMap, PeerTable};
-pub use units::{MAX_DURATION, parse_bytes, parse_duration, parse_timeout};
+pub use units::{
+    MAX_DURATION, format_bytes, format_duration, format_elapsed, parse_bytes, parse_duration,
+    parse_timeout,
+};
 
-/// Environment variable naming the folder where the ranks of one job meet (set by launchers,
-/// read by providers).
-pub const RENDEZVOUS_ENV: &str = "SYMMEM_RENDEZVOUS";
+/// File name of the socket rank 0 binds in the rendezvous folder
+/// ([`settings::RENDEZVOUS`]); the other ranks connect to it, and launchers check that its
+/// path fits in a Unix socket address.
+pub const RENDEZVOUS_SOCKET: &str = "rank0.sock";
 
 /// Exit status of a rank program that stops because ANOTHER rank failed (it disconnected, never
 /// arrived at a collective, or stopped answering). Launchers use it to tell witnesses from the

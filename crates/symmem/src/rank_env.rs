@@ -1,6 +1,7 @@
 //! Who this process is in the job, read from the environment conventions of existing
 //! launchers, so one rank program runs under symmem-run, torchrun, mpirun or srun.
 
+use crate::settings::RANK_FROM;
 use std::fmt;
 
 /// The launcher whose environment named this rank.
@@ -45,9 +46,10 @@ pub enum RankEnvError {
     WorldSizeZero { var: &'static str },
     #[error(
         "the launchers' variables disagree on who this process is: {}; {hint} \
-         (or set {RANK_FROM_ENV}=torchrun|openmpi|slurm|pmi to name the launcher that started \
+         (or set {}=torchrun|openmpi|slurm|pmi to name the launcher that started \
          this process)",
-        .found.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(" vs ")
+        .found.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(" vs "),
+        RANK_FROM.name
     )]
     Conflict {
         /// Every convention present, innermost first.
@@ -56,8 +58,9 @@ pub enum RankEnvError {
         hint: String,
     },
     #[error(
-        "{RANK_FROM_ENV}={value:?} names no launcher whose variables are set here: give one of \
-         torchrun, openmpi, slurm, pmi whose rank and size variables are set, or unset it"
+        "{}={value:?} names no launcher whose variables are set here: give one of \
+         torchrun, openmpi, slurm, pmi whose rank and size variables are set, or unset it",
+        RANK_FROM.name
     )]
     BadRankFrom { value: String },
     #[error("{rank_var}={rank} but {size_var}={world_size}: the rank must be below the world size")]
@@ -68,11 +71,6 @@ pub enum RankEnvError {
         world_size: usize,
     },
 }
-
-/// Names the launcher whose variables say who this process is, when several launchers' variables
-/// are set and disagree (a job nested in another, or stale exports): `torchrun`, `openmpi`,
-/// `slurm` or `pmi`.
-pub const RANK_FROM_ENV: &str = "SYMMEM_RANK_FROM";
 
 /// One launcher convention found in the environment: its variables and the values they hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,7 +107,7 @@ pub struct RankIdentity {
 
 struct Convention {
     launcher: Launcher,
-    /// Its name for [`RANK_FROM_ENV`].
+    /// Its name for [`RANK_FROM`].
     name: &'static str,
     rank: &'static str,
     size: &'static str,
@@ -168,7 +166,8 @@ impl RankIdentity {
     /// torchrun-style `RANK`/`WORLD_SIZE` without torchrun's own `TORCHELASTIC_*` variables
     /// (exported by hand, stale) that disagree with another launcher, or Open MPI and PMI
     /// disagreeing. Those are an error naming every variable, never a guess: a wrong guess runs
-    /// the job with duplicate ranks. [`RANK_FROM_ENV`] settles it by naming the launcher.
+    /// the job with duplicate ranks. [`RANK_FROM`] (`SYMMEM_RANK_FROM`) settles it by naming the
+    /// launcher.
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, RankEnvError> {
         let number = |var: &'static str| -> Result<Option<usize>, RankEnvError> {
             match get(var) {
@@ -201,7 +200,8 @@ impl RankIdentity {
                 },
             ));
         }
-        let chosen = match get(RANK_FROM_ENV).filter(|v| !v.trim().is_empty()) {
+        let rank_from = get(RANK_FROM.name).filter(|v| !v.trim().is_empty());
+        let chosen = match rank_from {
             Some(name) => found
                 .iter()
                 .find(|(c, _)| c.name == name.trim().to_ascii_lowercase())
@@ -406,7 +406,7 @@ mod tests {
             "RANK=0 WORLD_SIZE=1 (torchrun)",
             "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 (Open MPI)",
             "unset RANK and WORLD_SIZE",
-            "SYMMEM_RANK_FROM=",
+            &RANK_FROM.assignment(""),
         ] {
             assert!(text.contains(part), "{part}: {text}");
         }
@@ -416,7 +416,7 @@ mod tests {
             ("WORLD_SIZE", "1"),
             ("OMPI_COMM_WORLD_RANK", "1"),
             ("OMPI_COMM_WORLD_SIZE", "2"),
-            ("SYMMEM_RANK_FROM", "openmpi"),
+            (RANK_FROM.name, "openmpi"),
         ])
         .unwrap();
         assert_eq!(
@@ -483,7 +483,7 @@ mod tests {
         let err = ident(&[
             ("PMI_RANK", "0"),
             ("PMI_SIZE", "2"),
-            ("SYMMEM_RANK_FROM", "slurm"),
+            (RANK_FROM.name, "slurm"),
         ])
         .unwrap_err();
         assert!(matches!(err, RankEnvError::BadRankFrom { .. }), "{err}");

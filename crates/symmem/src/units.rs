@@ -49,6 +49,40 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// Writes a duration the way [`parse_duration`] reads it: `90s` for whole seconds, `1500ms`
+/// for whole milliseconds (finer durations, which no setting takes, in Rust's debug form).
+/// Configured durations (timeouts, defaults) print through it, so a message shows what to type.
+pub fn format_duration(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{}s", d.as_secs())
+    } else if d.subsec_nanos().is_multiple_of(1_000_000) {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{d:?}")
+    }
+}
+
+/// A measured time for progress and reports: `85ms` under a second, else seconds with one
+/// decimal, `1.2s`.
+pub fn format_elapsed(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
+/// Writes a size the way [`parse_bytes`] reads it, in the largest binary unit that divides
+/// it: `1G`, `512M`, `4097`.
+pub fn format_bytes(bytes: u64) -> String {
+    for (unit, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
+        if bytes != 0 && bytes.trailing_zeros() >= shift {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
 /// The longest duration [`parse_duration`] accepts.
 pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
@@ -96,6 +130,42 @@ mod tests {
         for bad in ["", "s", "1.5s", "10h", "-3", "5 s"] {
             let err = parse_duration(bad).unwrap_err();
             assert!(err.contains("e.g. `90`"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn formatted_durations_parse_back() {
+        for (d, text) in [
+            (Duration::from_secs(60), "60s"),
+            (Duration::ZERO, "0s"),
+            (Duration::from_millis(1500), "1500ms"),
+            (Duration::from_millis(5), "5ms"),
+        ] {
+            assert_eq!(format_duration(d), text);
+            assert_eq!(parse_duration(text), Ok(d));
+        }
+        assert_eq!(format_duration(Duration::from_micros(1500)), "1.5ms");
+    }
+
+    #[test]
+    fn elapsed_times() {
+        assert_eq!(format_elapsed(Duration::from_millis(85)), "85ms");
+        assert_eq!(format_elapsed(Duration::from_millis(1249)), "1.2s");
+        assert_eq!(format_elapsed(Duration::from_secs(2)), "2.0s");
+    }
+
+    #[test]
+    fn formatted_sizes_parse_back() {
+        for (bytes, text) in [
+            (1u64 << 30, "1G"),
+            (512 << 20, "512M"),
+            (3 << 10, "3K"),
+            (4097, "4097"),
+            (0, "0"),
+            (5 << 40, "5T"),
+        ] {
+            assert_eq!(format_bytes(bytes), text);
+            assert_eq!(parse_bytes(text), Some(bytes));
         }
     }
 

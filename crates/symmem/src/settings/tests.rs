@@ -1,0 +1,327 @@
+use super::*;
+use std::path::{Path, PathBuf};
+
+fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+    move |name| {
+        pairs
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.to_string())
+    }
+}
+
+#[test]
+fn unset_and_blank_take_the_default() {
+    for env in [
+        &[][..],
+        &[("SYMMEM_COLLECTIVE_TIMEOUT", "")],
+        &[("SYMMEM_COLLECTIVE_TIMEOUT", "  ")],
+    ] {
+        assert_eq!(
+            COLLECTIVE_TIMEOUT.get_from(vars(env)),
+            Ok(Duration::from_secs(60))
+        );
+    }
+    assert_eq!(DEVICE.read_from(vars(&[("SYMMEM_DEVICE", "")])), Ok(None));
+    assert_eq!(HOST_HEAP_SIZE.get_from(vars(&[])), Ok(1 << 30));
+    assert_eq!(PROVIDER.get_from(vars(&[])), Ok(ProviderKind::Host));
+}
+
+#[test]
+fn values_parse_as_documented() {
+    let env = [
+        ("SYMMEM_COLLECTIVE_TIMEOUT", "500ms"),
+        ("SYMMEM_HOST_HEAP_SIZE", "64M"),
+        ("SYMMEM_NODE_ID", " 3 "),
+        ("SYMMEM_PROVIDER", "ROCshmem"),
+        ("SYMMEM_DEVICE", "2"),
+    ];
+    assert_eq!(
+        COLLECTIVE_TIMEOUT.get_from(vars(&env)),
+        Ok(Duration::from_millis(500))
+    );
+    assert_eq!(HOST_HEAP_SIZE.get_from(vars(&env)), Ok(64 << 20));
+    assert_eq!(NODE_ID.get_from(vars(&env)), Ok(3));
+    assert_eq!(PROVIDER.get_from(vars(&env)), Ok(ProviderKind::Rocshmem));
+    assert_eq!(DEVICE.read_from(vars(&env)), Ok(Some(2)));
+}
+
+#[test]
+fn a_zero_collective_timeout_is_refused() {
+    for zero in ["0", "0s", "0ms"] {
+        let e = COLLECTIVE_TIMEOUT
+            .get_from(vars(&[("SYMMEM_COLLECTIVE_TIMEOUT", zero)]))
+            .unwrap_err();
+        assert_eq!(e.var, "SYMMEM_COLLECTIVE_TIMEOUT");
+        assert_eq!(e.value, zero);
+    }
+}
+
+#[test]
+fn an_invalid_value_names_variable_value_and_what_is_expected() {
+    let e = HOST_HEAP_SIZE
+        .get_from(vars(&[("SYMMEM_HOST_HEAP_SIZE", "lots")]))
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "SYMMEM_HOST_HEAP_SIZE=\"lots\" is not valid: expected a size such as 268435456, 512M \
+         or 4G; fix it or unset it"
+    );
+    let e = PROVIDER
+        .get_from(vars(&[("SYMMEM_PROVIDER", "cuda")]))
+        .unwrap_err();
+    assert_eq!(e.expected, "host, nvshmem or rocshmem");
+    assert_eq!(e.expected, ProviderKind::choices());
+    assert!(NODE_ID.parse("-1").is_err());
+}
+
+#[test]
+fn every_setting_is_declared_once() {
+    let all = all();
+    for (i, e) in all.iter().enumerate() {
+        assert!(e.name.starts_with("SYMMEM_"), "{}", e.name);
+        assert!(!e.doc.is_empty() && !e.default.is_empty(), "{e:?}");
+        assert!(
+            all[..i].iter().all(|other| other.name != e.name),
+            "{} is declared twice",
+            e.name
+        );
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// README shows exactly the tables the registry prints, so a setting added, renamed or
+/// changed here shows up there.
+#[test]
+fn readme_shows_every_setting() {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
+    let missing: Vec<String> = [Audience::User, Audience::Development]
+        .into_iter()
+        .map(markdown_table)
+        .filter(|table| !readme.contains(table))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "README.md does not show the current settings; replace its settings tables with:\n\n{}",
+        missing.join("\n")
+    );
+    for e in all() {
+        assert!(readme.contains(&format!("`{}`", e.name)), "{}", e.name);
+    }
+}
+
+/// Paths whose `"SYMMEM_` literals are not converted to this registry yet. Shrink this list as
+/// they are converted; never grow it.
+const NOT_YET_CONVERTED: &[&str] = &[
+    // The GPU provider and its bench binary read their settings by hand (to convert).
+    "crates/symmem-gpu/",
+    // xtask's command lines and bench name settings by hand (to convert).
+    "xtask/",
+    // The conformance binary and its fault injection (to convert).
+    "crates/symmem-conformance/",
+    // Generated bindings and the shim's C names (`SYMMEM_SHIM_*` are C identifiers, not
+    // settings).
+    "crates/symmem-shim-sys/",
+];
+
+/// Test files set variables for the processes they start, including test-only markers of
+/// their child processes.
+fn is_test_file(relative: &str) -> bool {
+    relative.contains("/tests/")
+}
+
+/// The registry itself (`settings.rs`) and these tests of it (`settings/`).
+const REGISTRY: &str = "crates/symmem/src/settings";
+
+#[test]
+fn no_setting_name_literal_outside_the_registry() {
+    let root = workspace_root();
+    let mut files = Vec::new();
+    // Every Rust source of the workspace lives under these.
+    for top in ["crates", "xtask"] {
+        rust_files(&root, &root.join(top), &mut files);
+    }
+    assert!(
+        files
+            .iter()
+            .any(|f| f == "crates/symmem-host/src/config.rs"),
+        "the scan found no sources under {}",
+        root.display()
+    );
+    let mut offences = Vec::new();
+    for relative in files {
+        if relative.starts_with(REGISTRY)
+            || is_test_file(&relative)
+            || NOT_YET_CONVERTED.iter().any(|p| relative.starts_with(p))
+        {
+            continue;
+        }
+        let source = std::fs::read_to_string(root.join(&relative)).expect("readable source");
+        for (line, literal) in string_literals(&source) {
+            if literal.contains("SYMMEM_") {
+                offences.push(format!("{relative}:{line}: {literal}"));
+            }
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "string literals naming a SYMMEM_ variable outside {REGISTRY}; declare the setting \
+         there and use its `.name` (or its getter):\n{}",
+        offences.join("\n")
+    );
+}
+
+fn rust_files(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        if name == "target" || name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        if path.is_dir() {
+            rust_files(root, &path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let relative = path.strip_prefix(root).expect("under the root");
+            out.push(relative.to_string_lossy().replace('\\', "/"));
+        }
+    }
+}
+
+/// The string literals of Rust `source` (plain, byte and raw), with the line each starts on;
+/// comments (doc comments included) and character literals are skipped.
+fn string_literals(source: &str) -> Vec<(usize, String)> {
+    let chars: Vec<char> = source.chars().collect();
+    let mut found = Vec::new();
+    let (mut i, mut line) = (0, 1);
+    let at = |i: usize| chars.get(i).copied().unwrap_or('\0');
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '\n' {
+            line += 1;
+            i += 1;
+        } else if c == '/' && at(i + 1) == '/' {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && at(i + 1) == '*' {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && at(i + 1) == '*' {
+                    depth += 1;
+                    i += 2;
+                } else if chars[i] == '*' && at(i + 1) == '/' {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    line += usize::from(chars[i] == '\n');
+                    i += 1;
+                }
+            }
+        } else if c == '\'' {
+            // A character literal ('x', '\n', '"'), or a lifetime ('a).
+            if at(i + 1) == '\\' {
+                i += 3; // the quote, the backslash and the escaped character
+                while i < chars.len() && chars[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            } else if at(i + 2) == '\'' {
+                i += 3;
+            } else {
+                i += 1;
+            }
+        } else if c == 'r' && (at(i + 1) == '"' || at(i + 1) == '#') && !ident_before(&chars, i) {
+            let mut hashes = 0;
+            let mut j = i + 1;
+            while at(j) == '#' {
+                hashes += 1;
+                j += 1;
+            }
+            if at(j) != '"' {
+                i += 1; // r#ident
+                continue;
+            }
+            let start = line;
+            let mut text = String::new();
+            j += 1;
+            while j < chars.len() {
+                if chars[j] == '"' && (1..=hashes).all(|k| at(j + k) == '#') {
+                    break;
+                }
+                line += usize::from(chars[j] == '\n');
+                text.push(chars[j]);
+                j += 1;
+            }
+            found.push((start, text));
+            i = j + 1 + hashes;
+        } else if c == '"' {
+            let start = line;
+            let mut text = String::new();
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                if chars[i] == '\\' {
+                    text.push(chars[i]);
+                    i += 1;
+                }
+                line += usize::from(at(i) == '\n');
+                text.push(at(i));
+                i += 1;
+            }
+            found.push((start, text));
+            i += 1;
+        } else {
+            i += 1;
+        }
+    }
+    found
+}
+
+/// True when `chars[i]` continues an identifier (so `r` there is not a raw-string prefix).
+fn ident_before(chars: &[char], i: usize) -> bool {
+    i > 0 && {
+        let p = chars[i - 1];
+        (p.is_alphanumeric() || p == '_') && p != 'b'
+            || (p == 'b' && i > 1 && (chars[i - 2].is_alphanumeric() || chars[i - 2] == '_'))
+    }
+}
+
+#[test]
+fn the_literal_scan_finds_literals_and_skips_comments() {
+    let source = concat!(
+        "// \"SYMMEM_A\" in a comment\n",
+        "/* \"SYMMEM_B\" /* nested */ */\n",
+        "let q = '\"'; let l: &'static str = \"SYMMEM_C\";\n",
+        "let r = r#\"raw \"SYMMEM_D\" \"#; let e = \"esc \\\" SYMMEM_E\";\n",
+        "let b = br\"SYMMEM_F\"; let n = 'x'; let bs = '\\\\'; let q = '\\'';\n",
+        "/// doc \"SYMMEM_G\"\n",
+        "let multi = \"a\nSYMMEM_H\"; let after = \"SYMMEM_I\";\n",
+    );
+    let hits: Vec<(usize, String)> = string_literals(source)
+        .into_iter()
+        .filter(|(_, t)| t.contains("SYMMEM_"))
+        .collect();
+    let names: Vec<(usize, &str)> = hits
+        .iter()
+        .map(|(line, t)| (*line, &t[t.find("SYMMEM_").unwrap()..][..8]))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            (3, "SYMMEM_C"),
+            (4, "SYMMEM_D"),
+            (4, "SYMMEM_E"),
+            (5, "SYMMEM_F"),
+            (7, "SYMMEM_H"),
+            (8, "SYMMEM_I"),
+        ]
+    );
+}
