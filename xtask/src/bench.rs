@@ -5,8 +5,8 @@ use anyhow::{Context, bail};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use symmem::count_ranks;
-use symmem_gpu::Backend;
+use symmem::settings::{GPU_HEAP_SIZE, SHIM_LIB};
+use symmem::{ProviderKind, count_ranks};
 use symmem_launch::{
     EXIT_INTERRUPTED, LaunchSpec, Outcome, OutputLine, Stream, launch, print_line,
 };
@@ -27,8 +27,8 @@ use symmem_launch::{
 #[command(verbatim_doc_comment)]
 pub struct Args {
     /// GPU provider to measure.
-    #[arg(long, value_enum)]
-    provider: GpuBackend,
+    #[arg(long, value_parser = crate::project::gpu_provider())]
+    provider: ProviderKind,
     /// Rank counts for the allocation latency (each a separate run).
     #[arg(long, default_value = "1,2,4,8", value_delimiter = ',')]
     ranks: Vec<usize>,
@@ -43,17 +43,8 @@ pub struct Args {
     out: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum GpuBackend {
-    Nvshmem,
-    Rocshmem,
-}
-
 pub fn run(sh: &xshell::Shell, args: Args) -> anyhow::Result<ExitCode> {
-    let backend = match args.provider {
-        GpuBackend::Nvshmem => Backend::Nvshmem,
-        GpuBackend::Rocshmem => Backend::Rocshmem,
-    };
+    let backend = args.provider;
     if args
         .ranks
         .iter()
@@ -93,8 +84,8 @@ pub fn run(sh: &xshell::Shell, args: Args) -> anyhow::Result<ExitCode> {
         eprintln!("bench: {what}");
         let spec = LaunchSpec::new(&binary, ranks)
             .args(bench_args)
-            .env("SYMMEM_SHIM_LIB", &shim)
-            .env("SYMMEM_GPU_HEAP_SIZE", heap)
+            .env(SHIM_LIB.name, &shim)
+            .env(GPU_HEAP_SIZE.name, heap)
             .timeout(std::time::Duration::from_secs(500));
         let report = launch(&spec, &mut |line: &OutputLine| {
             if line.rank == 0 && line.stream == Stream::Stdout && line.text.starts_with('{') {

@@ -9,7 +9,7 @@ use crate::tools;
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use symmem_gpu::Backend;
+use symmem::{ProviderKind, format_elapsed};
 use xshell::Shell;
 
 /// Build the GPU shim library for one backend.
@@ -36,9 +36,9 @@ use xshell::Shell;
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// Which SHMEM library to build against.
-    #[arg(long, value_enum)]
-    backend: ShimBackend,
+    /// Which SHMEM library to build against (a GPU provider).
+    #[arg(long, value_parser = crate::project::gpu_provider())]
+    backend: ProviderKind,
     /// GPU architectures, comma-separated: CUDA compute capabilities (default 90) or HIP
     /// targets (default gfx942).
     #[arg(long)]
@@ -60,12 +60,6 @@ pub struct Args {
     /// Where to build and install (default: target/shim/<backend>).
     #[arg(long, value_name = "DIR")]
     out_dir: Option<PathBuf>,
-}
-
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum ShimBackend {
-    Nvshmem,
-    Rocshmem,
 }
 
 fn from_env(given: Option<&Path>, vars: &[&str]) -> Option<PathBuf> {
@@ -186,18 +180,15 @@ fn run_step(driver: &cmake::Driver<'_>, step: Step, command: &[String]) -> Resul
     let started = Instant::now();
     driver.run(step, command)?;
     eprintln!(
-        "[build-shim] {what}: done in {:.1} s",
-        started.elapsed().as_secs_f64()
+        "[build-shim] {what}: done in {}",
+        format_elapsed(started.elapsed())
     );
     Ok(())
 }
 
 pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
-    let backend = match args.backend {
-        ShimBackend::Nvshmem => Backend::Nvshmem,
-        ShimBackend::Rocshmem => Backend::Rocshmem,
-    };
+    let backend = args.backend;
     let source = project_root().join("crates/symmem-shim-sys/shim");
     let out = std::path::absolute(
         args.out_dir
@@ -206,14 +197,17 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     )?;
     let mut defines: Vec<(String, String)> = vec![
         ("CMAKE_BUILD_TYPE".into(), "Release".into()),
-        ("SYMMEM_SHIM_BACKEND".into(), backend.name().into()),
+        (cmake::SHIM_BACKEND_DEFINE.into(), backend.name().into()),
     ];
     if let Some(arch) = &args.arch {
-        defines.push(("SYMMEM_SHIM_ARCHS".into(), arch.replace(',', ";")));
+        defines.push((cmake::SHIM_ARCHS_DEFINE.into(), arch.replace(',', ";")));
     }
     let mut rocm_path_exported = None;
     match backend {
-        Backend::Nvshmem => {
+        ProviderKind::Host => {
+            bail!("the host provider has no shim: build-shim takes a GPU provider")
+        }
+        ProviderKind::Nvshmem => {
             let nvcc = tools::nvcc(args.nvcc.as_deref())?;
             let home = from_env(args.nvshmem_home.as_deref(), &["NVSHMEM_HOME"]).context(
                 "NVSHMEM not found: pass --nvshmem-home or set NVSHMEM_HOME to the folder with \
@@ -237,7 +231,7 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
             defines.push(("CUDAToolkit_ROOT".into(), root.display().to_string()));
             defines.push(("NVSHMEM_HOME".into(), home.display().to_string()));
         }
-        Backend::Rocshmem => {
+        ProviderKind::Rocshmem => {
             let home = from_env(args.rocshmem_home.as_deref(), &["ROCSHMEM_HOME"]).context(
                 "rocSHMEM not found: run `eval \"$(cargo xtask build-rocshmem --arch gfx942)\"` \
                  first, or pass --rocshmem-home",
@@ -308,7 +302,9 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     run_step(&driver, Step::Configure, &steps.configure).map_err(|e| failed("configuring", e))?;
     run_step(&driver, Step::Build, &steps.build).map_err(|e| failed("building", e))?;
     run_step(&driver, Step::Install, &steps.install).map_err(|e| failed("installing", e))?;
-    let library = out.join("lib").join(backend.library_name());
+    let library = out
+        .join("lib")
+        .join(backend.shim_library().unwrap_or_default());
     if !library.is_file() {
         bail!(
             "CMake finished but {} is missing: delete {} and run again",
@@ -317,9 +313,9 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
         );
     }
     eprintln!(
-        "built {} in {:.1} s",
+        "built {} in {}",
         library.display(),
-        started.elapsed().as_secs_f64()
+        format_elapsed(started.elapsed())
     );
     println!("{}", library.display());
     Ok(())

@@ -11,6 +11,13 @@ use crate::tools::Generator;
 use std::path::{Path, PathBuf};
 use xshell::Shell;
 
+/// The shim's CMake cache variables (`-D` names its CMakeLists.txt reads): which SHMEM library
+/// it builds against, and the GPU architectures. CMake names, not symmem settings: no process
+/// reads them from its environment, so they are named here once (the settings tidy test
+/// allows exactly these two, here).
+pub const SHIM_BACKEND_DEFINE: &str = "SYMMEM_SHIM_BACKEND";
+pub const SHIM_ARCHS_DEFINE: &str = "SYMMEM_SHIM_ARCHS";
+
 /// A CMake project to configure, build and install.
 pub struct Project<'a> {
     pub cmake: &'a Path,

@@ -1,8 +1,10 @@
 //! Where the workspace is and how to build its binaries.
 
 use anyhow::bail;
+use clap::builder::TypedValueParser;
 use std::path::{Path, PathBuf};
-use symmem_gpu::Backend;
+use symmem::ProviderKind;
+use symmem::settings::SHIM_LIB;
 use xshell::{Shell, cmd};
 
 /// The workspace root (xtask lives one level below it).
@@ -73,14 +75,33 @@ fn build_binary_with(
     bail!("cargo built {bin} but did not report its executable")
 }
 
+/// The GPU providers, `nvshmem and rocshmem`, for messages.
+pub fn gpu_providers() -> String {
+    let names: Vec<&str> = ProviderKind::GPU.iter().map(|k| k.name()).collect();
+    names.join(" and ")
+}
+
+/// Parses a GPU provider's name (`--provider`, `--backend` of the GPU commands): `--help`
+/// lists exactly the providers that have a shim.
+pub fn gpu_provider() -> impl TypedValueParser<Value = ProviderKind> {
+    clap::builder::PossibleValuesParser::new(ProviderKind::GPU.map(ProviderKind::name))
+        .map(|name| ProviderKind::from_name(&name).expect("one of the GPU providers' names"))
+}
+
 /// The shim library for a GPU provider (`--shim-lib`, else `$SYMMEM_SHIM_LIB`, else what
 /// `cargo xtask build-shim` built), which must exist: a provider the user named is never
 /// quietly skipped.
-pub fn shim_library(given: Option<&Path>, backend: Backend) -> anyhow::Result<PathBuf> {
+pub fn shim_library(given: Option<&Path>, backend: ProviderKind) -> anyhow::Result<PathBuf> {
+    let Some(built) = symmem_gpu::default_library(&target_dir(), backend) else {
+        bail!(
+            "provider {backend} has no shim library: only {} do",
+            gpu_providers()
+        );
+    };
     let path = given
         .map(Path::to_path_buf)
-        .or_else(|| std::env::var_os("SYMMEM_SHIM_LIB").map(PathBuf::from))
-        .unwrap_or_else(|| symmem_gpu::default_library(&target_dir(), backend));
+        .or_else(|| SHIM_LIB.read_path())
+        .unwrap_or(built);
     if !path.is_file() {
         bail!(
             "provider {} is unavailable: no shim library at {}. Build it with `cargo xtask \
@@ -89,8 +110,8 @@ pub fn shim_library(given: Option<&Path>, backend: Backend) -> anyhow::Result<Pa
             path.display(),
             backend.name(),
             match backend {
-                Backend::Nvshmem => "nvcc and NVSHMEM",
-                Backend::Rocshmem => "ROCm and `cargo xtask build-rocshmem`",
+                ProviderKind::Rocshmem => "ROCm and `cargo xtask build-rocshmem`",
+                _ => "nvcc and NVSHMEM",
             }
         );
     }

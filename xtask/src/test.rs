@@ -7,12 +7,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use symmem::{count_ranks, parse_duration, parse_timeout};
+use symmem::settings::SHIM_LIB;
+use symmem::{ProviderKind, count_ranks, format_duration, parse_duration, parse_timeout};
 use symmem_conformance::{Aggregate, CHECKS, CheckInfo, CheckResult, Status};
-use symmem_gpu::Backend;
 use symmem_launch::{
-    EXIT_INTERRUPTED, LaunchSpec, MAX_RANKS, Outcome, OutputLine, RunReport, Stream,
-    exit_codes_help, launch, print_line,
+    DEFAULT_GRACE, DEFAULT_TIMEOUT, EXIT_INTERRUPTED, LaunchSpec, MAX_RANKS, Outcome, OutputLine,
+    RunReport, Stream, exit_codes_help, launch, print_line,
 };
 
 /// The exit codes of `cargo xtask test`, as its `--help` lists them; README.md's table is
@@ -71,12 +71,12 @@ pub struct TestArgs {
     /// Provider under test [default: host; with --container, the image's: rocshmem in the AMD
     /// image, host in the Debian one].
     #[arg(long, value_enum)]
-    provider: Option<Provider>,
+    provider: Option<ProviderKind>,
     /// Give up on one run after this long and stop its ranks (e.g. 90s, 2m; above 0).
-    #[arg(long, default_value = "120s", value_parser = parse_timeout)]
+    #[arg(long, default_value = format_duration(DEFAULT_TIMEOUT), value_parser = parse_timeout)]
     timeout: Duration,
     /// After a failure, how long ranks get between SIGTERM and SIGKILL (0: SIGKILL right away).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = format_duration(DEFAULT_GRACE), value_parser = parse_duration)]
     grace: Duration,
     /// Run the matrix inside the image for this checkout's tag (`cargo xtask images --tag`),
     /// pulled when missing; the ROCm devices are added for GPU providers.
@@ -108,16 +108,6 @@ fn selected(chosen: &[&'static CheckInfo]) -> Vec<&'static CheckInfo> {
         .iter()
         .filter(|c| chosen.is_empty() || chosen.iter().any(|k| k.id == c.id))
         .collect()
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Provider {
-    /// Host shared memory: runs on any Linux machine.
-    Host,
-    /// NVSHMEM on NVIDIA GPUs.
-    Nvshmem,
-    /// rocSHMEM on AMD GPUs.
-    Rocshmem,
 }
 
 #[derive(Clone, Debug)]
@@ -154,16 +144,11 @@ struct Run {
 
 pub fn run(sh: &xshell::Shell, args: TestArgs) -> anyhow::Result<ExitCode> {
     if let Some(engine) = args.container {
-        if args.provider == Some(Provider::Nvshmem) {
+        if args.provider == Some(ProviderKind::Nvshmem) {
             bail!("--container runs the ROCm images, which have no NVSHMEM: drop --provider");
         }
         let request = crate::container::Request {
-            provider: args.provider.map(|p| {
-                clap::ValueEnum::to_possible_value(&p)
-                    .expect("no provider is hidden")
-                    .get_name()
-                    .to_string()
-            }),
+            provider: args.provider.map(|p| p.name().to_string()),
             ranks: args.ranks.0.clone(),
             timeout: args.timeout,
             grace: args.grace,
@@ -173,16 +158,11 @@ pub fn run(sh: &xshell::Shell, args: TestArgs) -> anyhow::Result<ExitCode> {
         };
         return crate::container::run(sh, engine, args.image, &request);
     }
-    let (provider, shim) = match args.provider.unwrap_or(Provider::Host) {
-        Provider::Host => ("host", None),
-        Provider::Nvshmem => (
-            "nvshmem",
-            Some(shim_library(args.shim_lib.as_deref(), Backend::Nvshmem)?),
-        ),
-        Provider::Rocshmem => (
-            "rocshmem",
-            Some(shim_library(args.shim_lib.as_deref(), Backend::Rocshmem)?),
-        ),
+    let provider = args.provider.unwrap_or(ProviderKind::Host);
+    let shim = if provider.is_gpu() {
+        Some(shim_library(args.shim_lib.as_deref(), provider)?)
+    } else {
+        None
     };
     let binary = match &args.rank_binary {
         Some(path) => path.clone(),
@@ -205,7 +185,7 @@ pub fn run(sh: &xshell::Shell, args: TestArgs) -> anyhow::Result<ExitCode> {
             format!("[{}/{}] {}:", i + 1, args.ranks.0.len(), count_ranks(ranks)),
         );
         let mut spec = LaunchSpec::new(&binary, ranks)
-            .args(["--provider", provider])
+            .args(["--provider", provider.name()])
             .timeout(args.timeout)
             .grace(args.grace);
         if !args.checks.is_empty() {
@@ -213,7 +193,7 @@ pub fn run(sh: &xshell::Shell, args: TestArgs) -> anyhow::Result<ExitCode> {
             spec = spec.args(["--check".to_string(), ids.join(",")]);
         }
         if let Some(shim) = &shim {
-            spec = spec.env("SYMMEM_SHIM_LIB", shim);
+            spec = spec.env(SHIM_LIB.name, shim);
         }
         let run = run_one(spec, ranks, &checks, &mut progress)?;
         let interrupted = matches!(run.report.outcome, Outcome::Interrupted { .. });

@@ -172,12 +172,6 @@ impl BootstrapError {
             cause: source.into(),
         }
     }
-
-    /// [`symmem::Error::from_provider`] under its former name, for symmem-gpu until it
-    /// converts (then remove this).
-    pub fn into_symmem(self, provider: &'static str) -> symmem::Error {
-        symmem::Error::from_provider(provider, self)
-    }
 }
 
 impl ProviderError for BootstrapError {

@@ -14,10 +14,11 @@
 //! `unsafe`. A process initialises its SHMEM library once; [`GpuProvider::sibling`] opens
 //! further contexts over it (own control plane, tables and emulated nodes).
 //!
-//! Environment: `SYMMEM_SHIM_LIB` (the shim library; default: next to the executable),
-//! `SYMMEM_GPU_HEAP_SIZE` (symmetric heap per PE; default: the library's),
-//! `SYMMEM_DEVICE` (GPU index; default `LOCAL_RANK % GPUs`), `SYMMEM_NODE_ID` (emulated node;
-//! peers on another node are not reachable), `SYMMEM_COLLECTIVE_TIMEOUT`.
+//! Which provider is a [`symmem::ProviderKind`] (`nvshmem` or `rocshmem`). Settings (declared
+//! in [`symmem::settings`], README's table says more): `SYMMEM_SHIM_LIB` (the shim library;
+//! default: next to the executable), `SYMMEM_GPU_HEAP_SIZE` (symmetric heap per PE; default:
+//! the library's), `SYMMEM_DEVICE` (GPU index; default `LOCAL_RANK % GPUs`), `SYMMEM_NODE_ID`
+//! (emulated node; peers on another node are not reachable), `SYMMEM_COLLECTIVE_TIMEOUT`.
 //! NVSHMEM's multicast (NVLS) is always disabled.
 
 mod lifecycle;
@@ -26,7 +27,5 @@ mod provider;
 mod shim;
 
 pub use lifecycle::LifecycleError;
-pub use provider::{
-    Backend, GpuConfig, GpuError, GpuProvider, NODE_ID_ENV, Siblings, default_library,
-};
+pub use provider::{GpuConfig, GpuError, GpuProvider, Siblings, default_library};
 pub use shim::{Gpu, GpuId, ShimError, Status, Team};

@@ -8,66 +8,59 @@ use crate::shim::{Gpu, GpuId, Shim, ShimError, UniqueId};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
+use symmem::settings::{COLLECTIVE_TIMEOUT, DEVICE, GPU_HEAP_SIZE, NODE_ID, SHIM_LIB};
 use symmem::{
-    CollectiveKind, CollectiveOp, Error, PeerTable, RankIdentity, SymmetricProvider, TranslatedOps,
+    Blame, CollectiveKind, CollectiveOp, Error, InvalidSetting, PeerTable, ProviderError,
+    ProviderKind, RankIdentity, SymmetricProvider, TranslatedOps,
 };
 use symmem_bootstrap::{Bootstrap, BootstrapError};
 
-/// Which SHMEM library the shim wraps.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    Nvshmem,
-    Rocshmem,
+/// The library is missing or unusable: `reason`, and how to build it.
+pub(crate) fn unavailable(backend: ProviderKind, reason: String) -> GpuError {
+    GpuError::Unavailable {
+        backend: backend.name(),
+        reason,
+        fix: library_fix(backend),
+    }
 }
 
-impl Backend {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Nvshmem => "nvshmem",
-            Self::Rocshmem => "rocshmem",
-        }
-    }
-    /// File name of the shim library for this backend.
-    pub fn library_name(self) -> String {
-        format!("libsymmem_shim_{}.so", self.name())
-    }
-    /// The library is missing or unusable: `reason`, and how to build it.
-    pub(crate) fn unavailable(self, reason: String) -> GpuError {
-        GpuError::Unavailable {
-            backend: self.name(),
-            reason,
-            fix: self.library_fix().to_string(),
-        }
-    }
-
-    /// The shim loaded, but there is no GPU it can use: `reason`, and what it needs.
-    fn no_gpu(self, reason: String) -> GpuError {
-        GpuError::Unavailable {
-            backend: self.name(),
-            reason,
-            fix: format!(
-                "run on a machine with a GPU and its driver ({})",
-                match self {
-                    Self::Nvshmem =>
-                        "NVIDIA, driver new enough for the CUDA the shim was built with",
-                    Self::Rocshmem => "AMD, with /dev/kfd and /dev/dri accessible",
-                }
-            ),
-        }
-    }
-
-    fn library_fix(self) -> &'static str {
-        match self {
-            Self::Nvshmem => {
-                "build it with `cargo xtask build-shim --backend nvshmem` (or set SYMMEM_SHIM_LIB), \
-                 and put NVSHMEM's lib folder (libnvshmem_host.so.3) on LD_LIBRARY_PATH"
+/// The shim loaded, but there is no GPU it can use: `reason`, and what it needs.
+fn no_gpu(backend: ProviderKind, reason: String) -> GpuError {
+    GpuError::Unavailable {
+        backend: backend.name(),
+        reason,
+        fix: format!(
+            "run on a machine with a GPU and its driver ({})",
+            match backend {
+                ProviderKind::Rocshmem => "AMD, with /dev/kfd and /dev/dri accessible",
+                _ => "NVIDIA, driver new enough for the CUDA the shim was built with",
             }
-            Self::Rocshmem => {
-                "build rocSHMEM and the shim with `cargo xtask build-rocshmem --arch <gfx>` and \
-                 `cargo xtask build-shim --backend rocshmem` (or set SYMMEM_SHIM_LIB), with ROCm's \
-                 libraries on LD_LIBRARY_PATH"
-            }
-        }
+        ),
+    }
+}
+
+fn library_fix(backend: ProviderKind) -> String {
+    match backend {
+        ProviderKind::Rocshmem => format!(
+            "build rocSHMEM and the shim with `cargo xtask build-rocshmem --arch <gfx>` and \
+             `cargo xtask build-shim --backend rocshmem` (or set {}), with ROCm's libraries on \
+             LD_LIBRARY_PATH",
+            SHIM_LIB.name
+        ),
+        _ => format!(
+            "build it with `cargo xtask build-shim --backend nvshmem` (or set {}), and put \
+             NVSHMEM's lib folder (libnvshmem_host.so.3) on LD_LIBRARY_PATH",
+            SHIM_LIB.name
+        ),
+    }
+}
+
+/// `backend` itself when it is a GPU provider, else [`GpuError::NotGpu`].
+fn gpu_kind(backend: ProviderKind) -> Result<ProviderKind, GpuError> {
+    if backend.is_gpu() {
+        Ok(backend)
+    } else {
+        Err(GpuError::NotGpu { kind: backend })
     }
 }
 
@@ -110,25 +103,46 @@ pub enum GpuError {
     BadPeerInfo { rank: usize },
     #[error(transparent)]
     Lifecycle(#[from] LifecycleError),
-    #[error("{var}={value:?} is not valid: expected {expected}")]
-    InvalidSetting {
-        var: &'static str,
-        value: String,
-        expected: &'static str,
-    },
+    #[error(transparent)]
+    InvalidSetting(#[from] InvalidSetting),
+    #[error(
+        "{kind} is not a GPU provider: give the GPU provider {}, or start {kind} with its own \
+         crate",
+        gpu_choices()
+    )]
+    NotGpu { kind: ProviderKind },
     #[error(transparent)]
     Bootstrap(#[from] BootstrapError),
     #[error(transparent)]
     RankEnv(#[from] symmem::RankEnvError),
 }
 
-/// The emulated node of this rank (as the host provider reads it).
-pub const NODE_ID_ENV: &str = "SYMMEM_NODE_ID";
+impl ProviderError for GpuError {
+    fn blame(&self) -> Blame {
+        match self {
+            Self::Bootstrap(b) => b.blame(),
+            _ => Blame::ThisRank,
+        }
+    }
+
+    fn into_mismatch(self) -> Result<symmem::CollectiveMismatch, Self> {
+        match self {
+            Self::Bootstrap(b) => b.into_mismatch().map_err(Self::Bootstrap),
+            other => Err(other),
+        }
+    }
+}
+
+/// `nvshmem or rocshmem`, for messages.
+fn gpu_choices() -> String {
+    let names: Vec<&str> = ProviderKind::GPU.iter().map(|k| k.name()).collect();
+    names.join(" or ")
+}
 
 /// How to start a [`GpuProvider`].
 #[derive(Clone, Debug)]
 pub struct GpuConfig {
-    pub backend: Backend,
+    pub backend: ProviderKind,
     pub library: PathBuf,
     pub identity: RankIdentity,
     pub rendezvous: PathBuf,
@@ -143,66 +157,34 @@ pub struct GpuConfig {
 }
 
 impl GpuConfig {
-    pub fn from_env(backend: Backend) -> Result<Self, GpuError> {
+    /// The configuration `backend` starts with in this process's environment (see the
+    /// crate docs for the settings it reads).
+    pub fn from_env(backend: ProviderKind) -> Result<Self, GpuError> {
+        let backend = gpu_kind(backend)?;
         let identity = RankIdentity::from_env()?;
         let rendezvous = symmem_bootstrap::default_rendezvous(&identity)?;
-        let var = |name| {
-            std::env::var(name)
-                .ok()
-                .filter(|v: &String| !v.trim().is_empty())
-        };
-        let library = match var("SYMMEM_SHIM_LIB") {
-            Some(path) => PathBuf::from(path),
-            None => std::env::current_exe()
-                .ok()
-                .and_then(|exe| exe.parent().map(|d| d.join(backend.library_name())))
-                .unwrap_or_else(|| PathBuf::from(backend.library_name())),
-        };
-        let heap_bytes = match var("SYMMEM_GPU_HEAP_SIZE") {
-            Some(v) => symmem::parse_bytes(&v).ok_or(GpuError::InvalidSetting {
-                var: "SYMMEM_GPU_HEAP_SIZE",
-                value: v,
-                expected: "a size such as 536870912, 512M or 4G",
-            })?,
-            None => 0,
-        };
-        let device = match var("SYMMEM_DEVICE") {
-            Some(v) => Some(v.trim().parse().map_err(|_| GpuError::InvalidSetting {
-                var: "SYMMEM_DEVICE",
-                value: v,
-                expected: "a GPU index such as 0",
-            })?),
-            None => None,
-        };
-        let timeout = match var("SYMMEM_COLLECTIVE_TIMEOUT") {
-            Some(v) => symmem::parse_duration(&v).map_err(|_| GpuError::InvalidSetting {
-                var: "SYMMEM_COLLECTIVE_TIMEOUT",
-                value: v,
-                expected: "a duration such as 60, 60s, 500ms or 2m",
-            })?,
-            None => Duration::from_secs(120),
-        };
-        let node_id = match var(NODE_ID_ENV) {
-            Some(v) => v.trim().parse().map_err(|_| GpuError::InvalidSetting {
-                var: NODE_ID_ENV,
-                value: v,
-                expected: "a non-negative integer",
-            })?,
-            None => 0,
+        let library = match SHIM_LIB.read_path() {
+            Some(path) => path,
+            None => {
+                let file = backend.shim_library().unwrap_or_default();
+                std::env::current_exe()
+                    .ok()
+                    .and_then(|exe| exe.parent().map(|d| d.join(&file)))
+                    .unwrap_or_else(|| PathBuf::from(file))
+            }
         };
         Ok(Self {
             backend,
             library,
             identity,
             rendezvous,
-            timeout,
-            heap_bytes,
-            device,
-            node_id,
+            timeout: COLLECTIVE_TIMEOUT.get()?,
+            heap_bytes: GPU_HEAP_SIZE.read()?.unwrap_or(0),
+            device: DEVICE.read()?,
+            node_id: NODE_ID.get()?,
         })
     }
 }
-
 /// Whether a provider initialised the SHMEM library or is a sibling context over it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
@@ -220,7 +202,7 @@ pub struct GpuProvider {
     gpu: Gpu,
     lifecycle: Rc<Lifecycle>,
     role: Role,
-    backend: Backend,
+    backend: ProviderKind,
     rank: usize,
     world_size: usize,
     /// Every rank's launcher says it runs on this host.
@@ -236,7 +218,7 @@ pub struct GpuProvider {
 impl GpuProvider {
     /// Loads the shim, meets the other ranks and initialises the SHMEM library. Collective.
     pub fn new(config: GpuConfig) -> Result<Self, GpuError> {
-        let backend = config.backend;
+        let backend = gpu_kind(config.backend)?;
         let shim = Shim::load(&config.library, backend)?;
         let RankIdentity {
             rank,
@@ -249,9 +231,9 @@ impl GpuProvider {
             Bootstrap::connect(rank, world_size, &config.rendezvous, config.timeout)?;
         let count = shim
             .device_count()
-            .map_err(|e| backend.no_gpu(format!("no usable GPU ({e})")))?;
+            .map_err(|e| no_gpu(backend, format!("no usable GPU ({e})")))?;
         if count < 1 {
-            return Err(backend.no_gpu("this machine has no GPU".into()));
+            return Err(no_gpu(backend, "this machine has no GPU".into()));
         }
         let device = config
             .device
@@ -342,7 +324,7 @@ pub struct Siblings {
     shim: Rc<Shim>,
     gpus: Rc<[GpuId]>,
     lifecycle: Rc<Lifecycle>,
-    backend: Backend,
+    backend: ProviderKind,
     rank: usize,
     world_size: usize,
     single_host: bool,
@@ -406,7 +388,7 @@ impl Siblings {
 }
 
 impl GpuProvider {
-    pub fn backend(&self) -> Backend {
+    pub fn backend(&self) -> ProviderKind {
         self.backend
     }
 
@@ -431,11 +413,7 @@ impl GpuProvider {
     fn agree(&mut self, op: &CollectiveOp) -> Result<(), Error> {
         self.bootstrap
             .barrier(op)
-            .map_err(|e| e.into_symmem(self.backend.name()))
-    }
-
-    fn shim_error(e: ShimError) -> Error {
-        e.into_symmem()
+            .map_err(|e| Error::from_provider(self.backend.name(), e))
     }
 }
 
@@ -485,7 +463,7 @@ impl SymmetricProvider for GpuProvider {
                 let gathered = self
                     .bootstrap
                     .exchange(op, &open.to_le_bytes(), None, 0)
-                    .map_err(|e| e.into_symmem(self.backend.name()))?;
+                    .map_err(|e| Error::from_provider(self.backend.name(), e))?;
                 let open_anywhere = gathered
                     .payloads
                     .iter()
@@ -508,7 +486,7 @@ impl SymmetricProvider for GpuProvider {
             Role::Sibling => self.lifecycle.close_sibling(),
             Role::Original => {
                 self.lifecycle.finalizing();
-                self.gpu.shim().finalize().map_err(Self::shim_error)?;
+                self.gpu.shim().finalize()?;
             }
         }
         self.finalized = true;
@@ -601,13 +579,17 @@ impl Drop for GpuProvider {
     }
 }
 
-/// Where `cargo xtask build-shim` puts the library for `backend` under `target_dir`.
-pub fn default_library(target_dir: &Path, backend: Backend) -> PathBuf {
-    target_dir
-        .join("shim")
-        .join(backend.name())
-        .join("lib")
-        .join(backend.library_name())
+/// Where `cargo xtask build-shim` puts the library for `backend` under `target_dir`; `None`
+/// for the host provider, which has no shim.
+pub fn default_library(target_dir: &Path, backend: ProviderKind) -> Option<PathBuf> {
+    let file = backend.shim_library()?;
+    Some(
+        target_dir
+            .join("shim")
+            .join(backend.name())
+            .join("lib")
+            .join(file),
+    )
 }
 
 #[cfg(test)]
@@ -616,7 +598,7 @@ mod tests {
 
     fn config(library: PathBuf) -> GpuConfig {
         GpuConfig {
-            backend: Backend::Nvshmem,
+            backend: ProviderKind::Nvshmem,
             library,
             identity: RankIdentity::from_vars(|_| None).unwrap(),
             rendezvous: std::env::temp_dir(),
@@ -639,6 +621,49 @@ mod tests {
             text.contains("cargo xtask build-shim --backend nvshmem"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_host_provider_is_refused_with_the_gpu_choices() {
+        let err = GpuConfig::from_env(ProviderKind::Host).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                GpuError::NotGpu {
+                    kind: ProviderKind::Host
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("nvshmem or rocshmem"), "{err}");
+        let config = GpuConfig {
+            backend: ProviderKind::Host,
+            ..config("/nonexistent/libsymmem_shim_nvshmem.so".into())
+        };
+        let err = GpuProvider::new(config).err().expect("not a GPU provider");
+        assert!(matches!(err, GpuError::NotGpu { .. }), "{err}");
+    }
+
+    #[test]
+    fn another_ranks_failure_stays_the_peers_in_the_core_error() {
+        let op = CollectiveOp {
+            seq: 3,
+            kind: CollectiveKind::Barrier,
+        };
+        let e = GpuError::Bootstrap(BootstrapError::RootGone { op });
+        assert_eq!(e.blame(), Blame::AnotherRank);
+        assert!(matches!(
+            Error::from_provider("nvshmem", e),
+            Error::PeerFailed { .. }
+        ));
+        let e = GpuError::BadPeerInfo { rank: 1 };
+        assert!(matches!(
+            Error::from_provider("nvshmem", e),
+            Error::Provider {
+                provider: "nvshmem",
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use symmem::{Context, Error, Launcher, RankIdentity, TranslateError};
-use symmem_gpu::{Backend, GpuConfig, GpuError, GpuProvider, LifecycleError};
+use symmem::{Context, Error, Launcher, ProviderKind, RankIdentity, TranslateError};
+use symmem_gpu::{GpuConfig, GpuError, GpuProvider, LifecycleError};
 
 /// A stub shim in its own folder, with the log of the calls that reached it.
 struct Stub {
@@ -61,7 +61,7 @@ impl Stub {
 
 fn config(library: &Path, rendezvous: &Path, rank: usize, world_size: usize) -> GpuConfig {
     GpuConfig {
-        backend: Backend::Nvshmem,
+        backend: ProviderKind::Nvshmem,
         library: library.to_path_buf(),
         identity: RankIdentity {
             rank,

@@ -19,7 +19,7 @@ use std::thread::ThreadId;
 use symmem::{
     Context, ProviderKind, SymmetricBuffer, SymmetricProvider, UnknownProvider, settings,
 };
-use symmem_gpu::{Backend, GpuConfig, GpuError, GpuProvider};
+use symmem_gpu::{GpuConfig, GpuError, GpuProvider};
 use symmem_host::{HostConfig, HostProvider};
 use symmem_shim_sys::SymmemShim;
 
@@ -581,9 +581,8 @@ pub fn init(requested: Option<String>) -> Result<bool, Fail> {
             AnySession::Host(Box::new(Session::new(Context::new(provider), cpu, None)))
         }
         ProviderKind::Nvshmem | ProviderKind::Rocshmem => {
-            let backend = gpu_backend(kind);
             let fail = |e| gpu_fail(kind, e);
-            let config = GpuConfig::from_env(backend).map_err(fail)?;
+            let config = GpuConfig::from_env(kind).map_err(fail)?;
             let (library, chosen, local_rank) = (
                 config.library.clone(),
                 config.device,
@@ -593,9 +592,9 @@ pub fn init(requested: Option<String>) -> Result<bool, Fail> {
             let tables = DeviceTables::open(&library)?;
             let count = tables.device_count()?.max(1);
             let device = DLDevice {
-                device_type: match backend {
-                    Backend::Nvshmem => KDL_CUDA,
-                    Backend::Rocshmem => KDL_ROCM,
+                device_type: match kind {
+                    ProviderKind::Rocshmem => KDL_ROCM,
+                    _ => KDL_CUDA,
                 },
                 device_id: chosen.unwrap_or((local_rank % count as usize) as i32),
             };
@@ -611,19 +610,11 @@ pub fn init(requested: Option<String>) -> Result<bool, Fail> {
     Ok(true)
 }
 
-/// symmem-gpu's own name for a GPU provider (until it takes [`ProviderKind`]).
-fn gpu_backend(kind: ProviderKind) -> Backend {
-    match kind {
-        ProviderKind::Rocshmem => Backend::Rocshmem,
-        _ => Backend::Nvshmem,
-    }
-}
-
+/// A GPU provider that cannot start says so as such; every other failure as the core error.
 fn gpu_fail(kind: ProviderKind, e: GpuError) -> Fail {
     match e {
         GpuError::Unavailable { .. } => Fail::Unavailable(e.to_string()),
-        GpuError::Bootstrap(b) => symmem::Error::from_provider(kind.name(), b).into(),
-        other => Fail::Symmem(other.to_string()),
+        other => symmem::Error::from_provider(kind.name(), other).into(),
     }
 }
 

@@ -4,23 +4,17 @@
 //! check on stdout.
 
 use anyhow::Context as _;
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use std::ffi::OsStr;
 use std::io::{IsTerminal, Write};
 use std::sync::OnceLock;
-use symmem::Context;
+use symmem::settings::PROVIDER;
+use symmem::{Context, ProviderKind};
 use symmem_conformance::{
     CHECKS, CheckInfo, Extras, HostExtras, SuiteOutcome, Unavailable, run_checks,
 };
-use symmem_gpu::{Backend, GpuConfig, GpuProvider, Siblings};
+use symmem_gpu::{GpuConfig, GpuProvider, Siblings};
 use symmem_host::{HostConfig, HostProvider};
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum Provider {
-    Host,
-    Nvshmem,
-    Rocshmem,
-}
 
 /// Runs the symmem conformance checks as one rank of a job.
 ///
@@ -33,8 +27,8 @@ enum Provider {
 #[command(version)]
 struct Args {
     /// Provider to test.
-    #[arg(long, value_enum, default_value = "host", env = "SYMMEM_PROVIDER")]
-    provider: Provider,
+    #[arg(long, value_enum, default_value_t = PROVIDER.value, env = PROVIDER.name)]
+    provider: ProviderKind,
     /// Run only this check (an id such as 7 or 10a; repeat it, or give a comma list). Every
     /// rank must be given the same checks. Without it, every check runs.
     #[arg(
@@ -108,19 +102,15 @@ fn main() -> std::process::ExitCode {
 fn run() -> anyhow::Result<SuiteOutcome> {
     let args = args();
     match args.provider {
-        Provider::Host => {
+        ProviderKind::Host => {
             let config = HostConfig::from_env().context("configuring the host provider")?;
             let provider =
                 HostProvider::new(config.clone()).context("starting the host provider")?;
             let mut extras = HostExtras { base: config };
             run_with(Context::new(provider), &mut extras)
         }
-        Provider::Nvshmem | Provider::Rocshmem => {
-            let backend = match args.provider {
-                Provider::Nvshmem => Backend::Nvshmem,
-                _ => Backend::Rocshmem,
-            };
-            let config = GpuConfig::from_env(backend).context("configuring the GPU provider")?;
+        kind @ (ProviderKind::Nvshmem | ProviderKind::Rocshmem) => {
+            let config = GpuConfig::from_env(kind).context("configuring the GPU provider")?;
             let provider = GpuProvider::new(config).context("starting the GPU provider")?;
             let mut extras = GpuExtras {
                 siblings: provider.siblings(),

@@ -22,8 +22,8 @@
 #![forbid(unsafe_code)]
 
 use std::time::{Duration, Instant};
-use symmem::{Context, Error, SymmetricProvider};
-use symmem_gpu::{Backend, Gpu, GpuConfig, GpuProvider};
+use symmem::{Context, Error, ProviderKind, SymmetricProvider};
+use symmem_gpu::{Gpu, GpuConfig, GpuProvider};
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -71,11 +71,12 @@ fn main() {
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let backend = if args.iter().any(|a| a == "rocshmem") {
-        Backend::Rocshmem
-    } else {
-        Backend::Nvshmem
-    };
+    // The provider named among the arguments, else NVSHMEM.
+    let backend = args
+        .iter()
+        .skip(1)
+        .find_map(|a| ProviderKind::from_name(a))
+        .unwrap_or(ProviderKind::Nvshmem);
     let copy = args.iter().any(|a| a == "--copy");
     let mut provider = GpuProvider::new(GpuConfig::from_env(backend)?)?;
     let (rank, world) = (provider.rank(), provider.world_size());

@@ -1,7 +1,7 @@
 //! One provider's GPU side: its symmetric allocations, device tables and staging, and every
 //! launch, validated before the shim sees it.
 
-use super::{DeviceBuffer, Shim, ShimError};
+use super::{DeviceBuffer, Shim};
 use crate::GpuError;
 use std::cell::{Ref, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -111,7 +111,7 @@ impl Gpu {
     }
 
     fn provider_error(&self, e: GpuError) -> Error {
-        Error::provider(self.backend(), e)
+        Error::from_provider(self.backend(), e)
     }
 
     // ---- symmetric memory ---------------------------------------------------------------
@@ -119,7 +119,7 @@ impl Gpu {
     /// Collective (the library's own, with no order check: the provider checks before):
     /// `bytes` of symmetric memory; its local address.
     pub fn malloc(&mut self, bytes: u64) -> Result<u64, Error> {
-        let addr = self.shim.malloc(bytes).map_err(ShimError::into_symmem)?;
+        let addr = self.shim.malloc(bytes).map_err(Error::from)?;
         self.allocations.insert(addr, bytes);
         Ok(addr)
     }
@@ -133,7 +133,7 @@ impl Gpu {
         self.tables.remove(&addr);
         // SAFETY: `addr` was a live allocation of this library (removed above, so freed once);
         // its table is gone and staging never points into symmetric memory.
-        unsafe { self.shim.free(addr) }.map_err(ShimError::into_symmem)
+        unsafe { self.shim.free(addr) }.map_err(Error::from)
     }
 
     /// This process's address of `peer`'s copy of `addr`, or `None` when `addr` is not in a
@@ -154,7 +154,7 @@ impl Gpu {
 
     /// Collective: the library's barrier (after draining the stream).
     pub fn barrier_all(&self) -> Result<(), Error> {
-        self.shim.barrier_all().map_err(ShimError::into_symmem)
+        self.shim.barrier_all().map_err(Error::from)
     }
 
     /// Uploads the device copy of `table` (an allocation of this `Gpu`).
@@ -168,8 +168,7 @@ impl Gpu {
             .iter()
             .flat_map(|entry| entry.to_ne_bytes())
             .collect();
-        let buffer =
-            DeviceBuffer::with_contents(&self.shim, &bytes).map_err(ShimError::into_symmem)?;
+        let buffer = DeviceBuffer::with_contents(&self.shim, &bytes).map_err(Error::from)?;
         self.tables.insert(
             base,
             DeviceTable {
@@ -193,14 +192,14 @@ impl Gpu {
 
     /// Waits for everything queued on the shim's stream.
     pub fn synchronize(&self) -> Result<(), Error> {
-        self.shim.synchronize().map_err(ShimError::into_symmem)
+        self.shim.synchronize().map_err(Error::from)
     }
 
     /// GPU time of the work `queue` puts on the shim's stream (events around it).
     pub fn time(&self, queue: impl FnOnce(&Self) -> Result<(), Error>) -> Result<Duration, Error> {
-        self.shim.time_start().map_err(ShimError::into_symmem)?;
+        self.shim.time_start().map_err(Error::from)?;
         queue(self)?;
-        self.shim.time_stop().map_err(ShimError::into_symmem)
+        self.shim.time_stop().map_err(Error::from)
     }
 
     // ---- validation ---------------------------------------------------------------------
@@ -300,7 +299,7 @@ impl Gpu {
                 // The old buffer goes first (the runtime's free waits for work that uses it).
                 slot.take();
                 let buf = DeviceBuffer::new(&self.shim, bytes.max(4096).next_power_of_two())
-                    .map_err(ShimError::into_symmem)?;
+                    .map_err(Error::from)?;
                 *slot = Some(buf);
             }
         }
@@ -323,13 +322,13 @@ impl Gpu {
         let (_, team) = self.reach(table, dst, &[to], len as u64, 8, "u64 store")?;
         let staging = self.staging(len)?;
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
-        staging.upload(&bytes).map_err(ShimError::into_symmem)?;
+        staging.upload(&bytes).map_err(Error::from)?;
         // SAFETY: `reach` checked the team and the range; staging holds `values.len()` u64.
         unsafe {
             self.shim
                 .store_u64(&team, to, dst, staging.addr(), values.len())
         }
-        .map_err(ShimError::into_symmem)
+        .map_err(Error::from)
     }
 
     /// Loads `out.len()` values from `src` translated to `from` (waits for them).
@@ -348,11 +347,9 @@ impl Gpu {
             self.shim
                 .load_u64(&team, from, src, staging.addr(), out.len())
         }
-        .map_err(ShimError::into_symmem)?;
+        .map_err(Error::from)?;
         let mut bytes = vec![0u8; len];
-        staging
-            .download(&mut bytes)
-            .map_err(ShimError::into_symmem)?;
+        staging.download(&mut bytes).map_err(Error::from)?;
         for (value, chunk) in out.iter_mut().zip(bytes.chunks_exact(8)) {
             *value = u64::from_ne_bytes(chunk.try_into().expect("8 bytes"));
         }
@@ -373,8 +370,7 @@ impl Gpu {
         self.reach(table, src, &[src_pe], bytes, 1, "copy")?;
         let (_, team) = self.reach(table, dst, &[dst_pe], bytes, 1, "copy")?;
         // SAFETY: `reach` checked both ranges on reachable PEs and the team.
-        unsafe { self.shim.copy(&team, src, src_pe, dst, dst_pe, bytes) }
-            .map_err(ShimError::into_symmem)
+        unsafe { self.shim.copy(&team, src, src_pe, dst, dst_pe, bytes) }.map_err(Error::from)
     }
 
     /// Queues the same copy kernel with no table: from local `src` to `dst` on `dst_pe`, whose
@@ -393,8 +389,7 @@ impl Gpu {
         let team = Team::untranslated(self.rank, self.world_size);
         // SAFETY: `src` lies in a live local allocation; `target` is the peer's mapped copy of
         // a live allocation range (translated with this Gpu's own table).
-        unsafe { self.shim.copy(&team, src, self.rank, target, dst_pe, bytes) }
-            .map_err(ShimError::into_symmem)
+        unsafe { self.shim.copy(&team, src, self.rank, target, dst_pe, bytes) }.map_err(Error::from)
     }
 
     /// Queues the runtime's device-to-device copy between two local ranges (the baseline).
@@ -402,7 +397,7 @@ impl Gpu {
         self.check_local(src, bytes, 1, "copy")?;
         self.check_local(dst, bytes, 1, "copy")?;
         // SAFETY: both ranges lie in live allocations of this rank.
-        unsafe { self.shim.copy_device_async(dst, src, bytes) }.map_err(ShimError::into_symmem)
+        unsafe { self.shim.copy_device_async(dst, src, bytes) }.map_err(Error::from)
     }
 
     /// Queues the runtime's peer copy from local `src` into `dst` on `dst_pe` (the baseline for
@@ -420,8 +415,7 @@ impl Gpu {
         let bus_id = &self.gpus[dst_pe].bus_id;
         // SAFETY: `src` lies in a live local allocation; `target` is the peer's mapped copy of a
         // live allocation range, on the GPU `bus_id` names (the peer said so at start).
-        unsafe { self.shim.copy_peer_async(target, bus_id, src, bytes) }
-            .map_err(ShimError::into_symmem)
+        unsafe { self.shim.copy_peer_async(target, bus_id, src, bytes) }.map_err(Error::from)
     }
 
     /// Queues the fill kernel: `count` u64 of `value` at `dst` translated to `to` through
@@ -444,7 +438,7 @@ impl Gpu {
         };
         let to = if table.is_some() { to } else { self.rank };
         // SAFETY: the range was checked to lie in a live allocation on a reachable PE.
-        unsafe { self.shim.fill_u64(&team, to, dst, value, count) }.map_err(ShimError::into_symmem)
+        unsafe { self.shim.fill_u64(&team, to, dst, value, count) }.map_err(Error::from)
     }
 
     /// Queues one atomic add of `value` to the u64 at `dst` translated to `to`.
@@ -457,14 +451,14 @@ impl Gpu {
     ) -> Result<(), Error> {
         let (_, team) = self.reach(table, dst, &[to], 8, 8, "u64 atomic add")?;
         // SAFETY: `reach` checked the u64 on a reachable PE and the team.
-        unsafe { self.shim.atomic_add_u64(&team, to, dst, value) }.map_err(ShimError::into_symmem)
+        unsafe { self.shim.atomic_add_u64(&team, to, dst, value) }.map_err(Error::from)
     }
 
     /// Copies this rank's symmetric memory at `addr` into `out` (waits for queued work).
     pub fn read_local(&self, addr: u64, out: &mut [u8]) -> Result<(), Error> {
         self.check_local(addr, out.len() as u64, 1, "read")?;
         // SAFETY: the range lies in a live allocation of this rank.
-        unsafe { self.shim.copy_to_host(out, addr) }.map_err(ShimError::into_symmem)
+        unsafe { self.shim.copy_to_host(out, addr) }.map_err(Error::from)
     }
 
     /// Queues a copy of `data` into this rank's symmetric memory at `addr`.
@@ -472,7 +466,7 @@ impl Gpu {
         self.check_local(addr, data.len() as u64, 1, "write")?;
         // SAFETY: the range lies in a live allocation of this rank; kernels that use it are
         // ordered with this copy on the one stream.
-        unsafe { self.shim.copy_to_device_async(addr, data) }.map_err(ShimError::into_symmem)
+        unsafe { self.shim.copy_to_device_async(addr, data) }.map_err(Error::from)
     }
 
     /// `[dst, dst + len)`, a local range of a live allocation, as this process's address of

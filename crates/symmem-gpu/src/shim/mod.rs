@@ -13,11 +13,13 @@
 mod buffer;
 mod gpu;
 
-use crate::{Backend, GpuError};
+use crate::GpuError;
+use crate::provider::unavailable;
 use std::ffi::{CStr, c_int, c_void};
 use std::mem::ManuallyDrop;
 use std::path::Path;
 use std::rc::Rc;
+use symmem::ProviderKind;
 use symmem_shim_sys as sys;
 
 pub(crate) use buffer::DeviceBuffer;
@@ -87,11 +89,10 @@ pub struct ShimError {
     pub message: String,
 }
 
-impl ShimError {
+impl From<ShimError> for symmem::Error {
     /// As a symmem error of the provider `backend`.
-    pub(crate) fn into_symmem(self) -> symmem::Error {
-        let backend = self.backend;
-        symmem::Error::provider(backend, GpuError::Shim(self))
+    fn from(e: ShimError) -> Self {
+        symmem::Error::from_provider(e.backend, GpuError::Shim(e))
     }
 }
 
@@ -100,7 +101,7 @@ impl ShimError {
 /// threads at exit.
 pub struct Shim {
     raw: ManuallyDrop<sys::SymmemShim>,
-    backend: Backend,
+    backend: ProviderKind,
 }
 
 impl std::fmt::Debug for Shim {
@@ -116,17 +117,20 @@ pub(crate) struct UniqueId(pub Vec<u8>);
 
 impl Shim {
     /// Loads the shim at `path` and checks that it speaks this build's ABI for `backend`.
-    pub(crate) fn load(path: &Path, backend: Backend) -> Result<Rc<Self>, GpuError> {
+    pub(crate) fn load(path: &Path, backend: ProviderKind) -> Result<Rc<Self>, GpuError> {
         if !path.is_file() {
-            return Err(backend.unavailable(format!("no shim library at {}", path.display())));
+            return Err(unavailable(
+                backend,
+                format!("no shim library at {}", path.display()),
+            ));
         }
         // SAFETY: loading runs the library's initialisers. `path` is the library configured as
-        // the symmem shim (SYMMEM_SHIM_LIB or the build's output), whose only initialisers are
+        // the symmem shim (`SYMMEM_SHIM_LIB` or the build's output), whose only initialisers are
         // its GPU runtime's; `SymmemShim::new` then resolves every symbol of the header with
         // the header's signatures, and the ABI check below refuses a shim of another version
         // before any other call.
         let raw = unsafe { sys::SymmemShim::new(path) }
-            .map_err(|e| backend.unavailable(format!("loading {}: {e}", path.display())))?;
+            .map_err(|e| unavailable(backend, format!("loading {}: {e}", path.display())))?;
         let this = Self {
             raw: ManuallyDrop::new(raw),
             backend,
@@ -152,7 +156,7 @@ impl Shim {
         Ok(Rc::new(this))
     }
 
-    pub fn backend(&self) -> Backend {
+    pub fn backend(&self) -> ProviderKind {
         self.backend
     }
 
@@ -609,7 +613,7 @@ mod tests {
         assert!(text.contains("status -1"), "{text}");
         assert!(text.ends_with("raise the heap size"), "{text}");
         assert!(matches!(
-            e.into_symmem(),
+            symmem::Error::from(e),
             symmem::Error::Provider {
                 provider: "nvshmem",
                 ..
