@@ -8,6 +8,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
+use symmem::{format_duration, format_elapsed};
 use xshell::{Shell, cmd};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -98,9 +99,9 @@ impl Request {
             "--ranks".into(),
             ranks.join(","),
             "--timeout".into(),
-            duration(self.timeout),
+            format_duration(self.timeout),
             "--grace".into(),
-            duration(self.grace),
+            format_duration(self.grace),
         ]);
         if !self.checks.is_empty() {
             command.extend(["--check".into(), self.checks.join(",")]);
@@ -144,14 +145,6 @@ pub fn run(
     };
     let code = execute(sh, engine, &model, &tag, request, &host)?;
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
-}
-
-fn duration(d: Duration) -> String {
-    if d.subsec_millis() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{}ms", d.as_millis())
-    }
 }
 
 /// Finds the engine, checks it and (for GPU providers) the GPU, gets the image and runs the
@@ -206,8 +199,8 @@ pub fn execute(
     let started = std::time::Instant::now();
     let status = crate::runner::status(cmd!(sh, "{exe} {argv...}"))?;
     eprintln!(
-        "container run: {:.2} s (start, matrix and exit)",
-        started.elapsed().as_secs_f64()
+        "container run: {} (start, matrix and exit)",
+        format_elapsed(started.elapsed())
     );
     Ok(status.code().unwrap_or(1))
 }
@@ -395,7 +388,8 @@ fn ensure_docker_image(
              checkout's tag {tag} has none (uncommitted or unpublished changes?), or the \
              registry needs a login (`docker login ghcr.io`). Build it here instead, then run \
              again:\n  docker build -f containers/Dockerfile --build-arg \
-             SYMMEM_IMAGE_TAG={tag} -t {image} ."
+             {}={tag} -t {image} .",
+            model::TAG_ARG
         );
     }
     Ok(())
@@ -434,7 +428,8 @@ fn ensure_sif(
              registry needs a login (`apptainer registry login --username USER \
              oras://ghcr.io`). Build it here instead (`--notest` without an AMD GPU: a \
              failing %test writes no image), then run again:\n  apptainer build --notest \
-             --build-arg SYMMEM_IMAGE_TAG={tag} {} containers/symmem.def",
+             --build-arg {}={tag} {} containers/symmem.def",
+            model::TAG_ARG,
             sif.display()
         );
     }
@@ -792,7 +787,10 @@ mod tests {
         assert!(e.contains("cannot pull ghcr.io/"), "{e}");
         assert!(e.contains("docker login ghcr.io"), "{e}");
         assert!(
-            e.contains("docker build -f containers/Dockerfile --build-arg SYMMEM_IMAGE_TAG=0123456789abcdef"),
+            e.contains(&format!(
+                "docker build -f containers/Dockerfile --build-arg {}=0123456789abcdef",
+                model::TAG_ARG
+            )),
             "{e}"
         );
     }
@@ -838,7 +836,10 @@ mod tests {
         let e = error(Engine::Apptainer, &host);
         assert!(e.contains("cannot pull oras://"), "{e}");
         assert!(
-            e.contains("apptainer build --notest --build-arg SYMMEM_IMAGE_TAG="),
+            e.contains(&format!(
+                "apptainer build --notest --build-arg {}=",
+                model::TAG_ARG
+            )),
             "{e}"
         );
         assert_eq!(std::fs::read_dir(&host.cache).unwrap().count(), 0);

@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
+use symmem::settings::REAL_HIPCC;
 
 mod common;
 use common::{copy_dir, git, on_path};
@@ -32,16 +33,20 @@ const LIBRARY_DEVICE_SYMBOLS: &[&str] =
 
 fn required() -> bool {
     std::env::var_os("CI").is_some_and(|v| !v.is_empty())
-        && std::env::var("SYMMEM_REAL_HIPCC").as_deref() == Ok("1")
+        && REAL_HIPCC
+            .read()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or(false)
 }
 
 /// `None` after printing why, or a failure when CI asked for this test.
 fn skip<T>(why: &str) -> Option<T> {
     assert!(
         !required(),
-        "{why}. CI and SYMMEM_REAL_HIPCC=1 are set, so this test must run: run it through \
-         .ci/real-hipcc (a Debian sid root with hipcc, libamdhip64-dev, libhsa-runtime-dev, \
-         rocm-device-libs-21, cmake, ninja-build, git, g++)"
+        "{why}. CI and {}=1 are set, so this test must run: run it through .ci/real-hipcc (a \
+         Debian sid root with hipcc, libamdhip64-dev, libhsa-runtime-dev, rocm-device-libs-21, \
+         cmake, ninja-build, git, g++)",
+        REAL_HIPCC.name
     );
     eprintln!("SKIPPED: {why}");
     None

@@ -1,8 +1,9 @@
-//! Fault injection for testing the launcher and the control plane with real failures.
+//! Fault injection for testing the launcher and the control plane with real failures:
+//! `SYMMEM_CONFORMANCE_FAULT=<kind>@<rank>:<check>` ([`CONFORMANCE_FAULT`]), kind one of
+//! `panic`, `exit`, `hang`, `hang-ignore-term`: rank `<rank>` misbehaves when it reaches check
+//! `<check>`.
 
-/// `SYMMEM_CONFORMANCE_FAULT=<kind>@<rank>:<check>`, kind one of `panic`, `exit`, `hang`,
-/// `hang-ignore-term`: rank `<rank>` misbehaves when it reaches check `<check>`.
-pub const FAULT_ENV: &str = "SYMMEM_CONFORMANCE_FAULT";
+use symmem::settings::CONFORMANCE_FAULT;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -27,8 +28,8 @@ pub struct PlannedFault {
 
 impl PlannedFault {
     pub fn from_env() -> Result<Option<Self>, String> {
-        match std::env::var(FAULT_ENV) {
-            Ok(v) if !v.trim().is_empty() => Self::parse(&v).map(Some),
+        match CONFORMANCE_FAULT.read() {
+            Ok(Some(v)) => Self::parse(&v).map(Some),
             _ => Ok(None),
         }
     }
@@ -36,7 +37,8 @@ impl PlannedFault {
     pub fn parse(text: &str) -> Result<Self, String> {
         let bad = || {
             format!(
-                "{FAULT_ENV}={text:?}: expected <panic|exit|hang|hang-ignore-term>@<rank>:<check>"
+                "{}={text:?}: expected <panic|exit|hang|hang-ignore-term>@<rank>:<check>",
+                CONFORMANCE_FAULT.name
             )
         };
         let (kind, rest) = text.trim().split_once('@').ok_or_else(bad)?;

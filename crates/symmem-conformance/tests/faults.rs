@@ -7,7 +7,7 @@
 //! `EXIT_PEER_FAILED` (75): see `symmem_launch::Outcome`.
 
 use std::time::Duration;
-use symmem_conformance::FAULT_ENV;
+use symmem::settings::CONFORMANCE_FAULT;
 use symmem_launch::{EXIT_PEER_FAILED, Ended, Lost, Outcome, RunReport};
 use symmem_test_support::launch::{GRACE, assert_all_gone, host_ranks, output, peer_lost, run};
 
@@ -30,7 +30,7 @@ fn run_suite(
     launcher_timeout: Duration,
 ) -> Finished {
     let spec = host_ranks(env!("CARGO_BIN_EXE_symmem-conformance"), ranks)
-        .env(FAULT_ENV, fault)
+        .env(CONFORMANCE_FAULT.name, fault)
         .env("SYMMEM_COLLECTIVE_TIMEOUT", collective_timeout)
         .timeout(launcher_timeout);
     let (report, lines, elapsed) = run(&spec);

@@ -3,6 +3,7 @@
 use crate::process::{gone, group_empty, group_members};
 use std::path::Path;
 use std::time::{Duration, Instant};
+use symmem::settings::HOST_HEAP_SIZE;
 use symmem_launch::{LaunchError, LaunchSpec, Lost, Outcome, OutputLine, RunReport, launch};
 
 /// A short grace between SIGTERM and SIGKILL, so that tests stay fast.
@@ -20,7 +21,7 @@ pub fn sh(script: &str, ranks: usize) -> LaunchSpec {
 /// timeout 60 s.
 pub fn host_ranks(program: impl AsRef<Path>, ranks: usize) -> LaunchSpec {
     LaunchSpec::new(program.as_ref(), ranks)
-        .env("SYMMEM_HOST_HEAP_SIZE", "64M")
+        .env(HOST_HEAP_SIZE.name, "64M")
         .timeout(Duration::from_secs(60))
         .grace(GRACE)
 }

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use symmem::settings::{COLLECTIVE_TIMEOUT, RENDEZVOUS};
 use symmem_host::HostConfig;
 
 /// Heap of each rank the tests start: large enough for every test, small enough for many
@@ -82,8 +83,8 @@ pub fn host_rank_command(child_env: &str, dir: &Path, rank: usize, world: usize)
     command
         .env("RANK", rank.to_string())
         .env("WORLD_SIZE", world.to_string())
-        .env("SYMMEM_RENDEZVOUS", dir)
-        .env("SYMMEM_COLLECTIVE_TIMEOUT", "20s");
+        .env(RENDEZVOUS.name, dir)
+        .env(COLLECTIVE_TIMEOUT.name, "20s");
     command
 }
 
@@ -232,7 +233,7 @@ mod tests {
         };
         assert_eq!(get("RANK").as_deref(), Some("2"));
         assert_eq!(get("WORLD_SIZE").as_deref(), Some("4"));
-        assert_eq!(get("SYMMEM_RENDEZVOUS").as_deref(), Some("/tmp/x"));
+        assert_eq!(get(RENDEZVOUS.name).as_deref(), Some("/tmp/x"));
         assert_eq!(get("SOME_CHILD").as_deref(), Some("1"));
     }
 }

@@ -325,7 +325,7 @@ pub const RUN_ID: Setting<String> = Setting::new(
 pub const CONFORMANCE_FAULT: Setting<String> = Setting::new(
     "SYMMEM_CONFORMANCE_FAULT",
     Audience::Development,
-    "fault `symmem-conformance` injects into itself: `<kind>@<rank>:<check>`, kind `panic`, `exit`, `hang` (tests of the failure reports)",
+    "fault `symmem-conformance` injects into itself: `<kind>@<rank>:<check>`, kind `panic`, `exit`, `hang`, `hang-ignore-term` (tests of the failure reports)",
     "no fault",
     "<kind>@<rank>:<check>",
     text,
@@ -351,22 +351,22 @@ pub const REAL_HIPCC: Setting<bool> = Setting::new(
     flag,
 );
 
-/// Rewrites the shim's committed bindings.
-pub const UPDATE_BINDINGS: Setting<String> = Setting::new(
-    "SYMMEM_UPDATE_BINDINGS",
-    Audience::Development,
-    "set: symmem-shim-sys's bindings test rewrites the committed bindings instead of comparing",
-    "compare",
-    "any value",
-    text,
-);
-
 /// Marks the peer process the host bench starts.
 pub const BENCH_COPY_PEER: Setting<PathBuf> = Setting::new(
     "SYMMEM_BENCH_COPY_PEER",
     Audience::Development,
     "set by symmem-host's bench on the peer process it starts: the rendezvous folder of its copy bench (do not set it)",
     "this process is the bench itself",
+    "a folder path",
+    path,
+);
+
+/// Marks the copy of itself that xtask's image-tag test runs as another user.
+pub const TAG_TEST_UNREADABLE_ROOT: Setting<PathBuf> = Setting::new(
+    "SYMMEM_TAG_TEST_UNREADABLE_ROOT",
+    Audience::Development,
+    "set by xtask's image-tag test on the copy of itself it runs as another user: the tree to hash, with an input that user cannot read (do not set it)",
+    "this process is the test itself",
     "a folder path",
     path,
 );
@@ -412,8 +412,8 @@ pub fn all() -> Vec<Entry> {
         entry(&CONFORMANCE_FAULT),
         entry(&RUN),
         entry(&REAL_HIPCC),
-        entry(&UPDATE_BINDINGS),
         entry(&BENCH_COPY_PEER),
+        entry(&TAG_TEST_UNREADABLE_ROOT),
     ]
 }
 

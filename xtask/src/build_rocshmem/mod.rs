@@ -17,6 +17,7 @@ use crate::tools;
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use symmem::format_elapsed;
 use xshell::Shell;
 
 /// Build rocSHMEM (IPC, single node) from the commit pinned in pins.toml.
@@ -229,7 +230,7 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     }
     if install::up_to_date(&plan, &targets) {
         eprintln!(
-            "{} for {} is up to date in {} (nothing to do, {} ms)",
+            "{} for {} is up to date in {} (nothing to do, {})",
             plan.built,
             targets
                 .iter()
@@ -237,7 +238,7 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
                 .collect::<Vec<_>>()
                 .join(","),
             plan.prefix.display(),
-            started.elapsed().as_millis()
+            format_elapsed(started.elapsed())
         );
         print_exports(&plan.prefix);
         return Ok(());
@@ -254,7 +255,7 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
         eprintln!("[{n}/5] {what}");
         Instant::now()
     };
-    let done = |t: Instant| eprintln!("      done in {:.1} s", t.elapsed().as_secs_f64());
+    let done = |t: Instant| eprintln!("      done in {}", format_elapsed(t.elapsed()));
 
     let t = step(1, "source");
     match &plan.source {
@@ -306,10 +307,10 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     // The build tree only serves a resumed build; the install is complete.
     let _ = std::fs::remove_dir_all(&plan.build_dir);
     eprintln!(
-        "{} installed in {} ({:.1} s)",
+        "{} installed in {} ({})",
         plan.built,
         plan.prefix.display(),
-        started.elapsed().as_secs_f64()
+        format_elapsed(started.elapsed())
     );
     let stale = stale::find(&out_dir, &keep(&plan));
     if !stale.is_empty() {

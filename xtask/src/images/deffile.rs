@@ -122,7 +122,7 @@ fn the_definition_has_header_sections_and_arguments() {
         .collect();
     assert_eq!(args.get("ARCH").map(String::as_str), Some("gfx942"));
     assert_eq!(
-        args.get("SYMMEM_IMAGE_TAG").map(String::as_str),
+        args.get(super::model::TAG_ARG).map(String::as_str),
         Some(""),
         "no default tag: images are labelled only with a computed one"
     );

@@ -153,7 +153,8 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
                  was computed on (uncommitted edits, or files git does not track: `cargo \
                  xtask images --tag` there lists those). Regenerate the container files \
                  (`cargo xtask images`), commit, and build from a clean checkout with \
-                 SYMMEM_IMAGE_TAG=\"$(cargo xtask images --tag)\""
+                 {}=\"$(cargo xtask images --tag)\"",
+                model::TAG_ARG
             );
         }
         warn_strays(sh, &root)?;
@@ -218,7 +219,7 @@ pub fn refs(model: &Model, tag: &str) -> String {
 }
 
 fn seconds(since: Instant) -> String {
-    format!("{:.1} s", since.elapsed().as_secs_f64())
+    symmem::format_elapsed(since.elapsed())
 }
 
 /// Runs a command with the terminal; its failure names it.

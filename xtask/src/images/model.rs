@@ -269,6 +269,9 @@ pub struct Model {
 }
 
 pub const ARCH: &str = "ARCH";
+/// The images' build argument with the tag (Docker `ARG`, Apptainer `{{ }}`): a name of the
+/// container files, not a symmem setting (no process reads it from its environment), named
+/// here once (the settings tidy test allows it here only).
 pub const TAG_ARG: &str = "SYMMEM_IMAGE_TAG";
 
 /// The cargo configuration of the Debian image: the vendored crates, never the network.
@@ -416,9 +419,10 @@ impl Model {
                 ],
                 vec![
                     Step {
-                        title: "Dependencies, then the image tag: the copied inputs must hash \
-                                to SYMMEM_IMAGE_TAG"
-                            .into(),
+                        title: format!(
+                            "Dependencies, then the image tag: the copied inputs must hash to \
+                             {TAG_ARG}"
+                        ),
                         commands: vec!["cargo fetch --locked".into(), tag_check],
                     },
                     Step {
@@ -469,8 +473,7 @@ impl Model {
                 }],
                 vec![
                     Step {
-                        title: "The image tag: the copied inputs must hash to SYMMEM_IMAGE_TAG"
-                            .into(),
+                        title: format!("The image tag: the copied inputs must hash to {TAG_ARG}"),
                         commands: vec![tag_check],
                     },
                     Step {

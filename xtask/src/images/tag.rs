@@ -556,15 +556,15 @@ mod tests {
         assert!(e.contains("not a regular file"), "{e}");
     }
 
-    const UNREADABLE_CHILD: &str = "SYMMEM_TAG_TEST_UNREADABLE_ROOT";
+    use symmem::settings::TAG_TEST_UNREADABLE_ROOT as UNREADABLE_CHILD;
 
     #[test]
     #[ignore = "run by `an_input_this_user_cannot_read_is_an_error` as another user"]
     fn compute_as_another_user() {
-        let Some(root) = std::env::var_os(UNREADABLE_CHILD) else {
+        let Some(root) = UNREADABLE_CHILD.read_path() else {
             return;
         };
-        match compute(&sh(), Path::new(&root)) {
+        match compute(&sh(), &root) {
             Ok(tag) => println!("TAG {tag}"),
             Err(e) => println!("ERROR {e:#}"),
         }
@@ -587,7 +587,7 @@ mod tests {
         let exe = std::env::current_exe().unwrap();
         let test = "images::tag::tests::compute_as_another_user";
         let child = cmd!(sh, "{exe} {test} --exact --include-ignored --nocapture")
-            .env(UNREADABLE_CHILD, dir.path());
+            .env(UNREADABLE_CHILD.name, dir.path());
         let out = crate::runner::output_as(child, 65534, 65534).unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("ERROR "), "{text}");
