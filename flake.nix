@@ -84,8 +84,9 @@
 
           # The build-rocshmem end-to-end test needs git, cmake, ninja and c++ (stdenv's). Their
           # setup hooks must not take over crane's phases.
-          # The bindings drift test needs libclang: bindgenHook exports LIBCLANG_PATH and
-          # BINDGEN_EXTRA_CLANG_ARGS (with CI=true the test fails without it, by design).
+          # `cargo xtask codegen --check` (run by xtask's tests) needs libclang for the shim's
+          # bindings: bindgenHook exports LIBCLANG_PATH and BINDGEN_EXTRA_CLANG_ARGS (with
+          # CI=true a missing libclang fails it, by design).
           testTools = {
             nativeBuildInputs = [
               pkgs.git
