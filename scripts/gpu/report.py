@@ -118,7 +118,9 @@ def main():
                   + (f"; {placement}." if placement else "."), ""]
         if len(paths) > 2:
             lines += ["The untranslated path is the same kernel with no table (rank 1's address translated",
-                      "once on the host): translated/untranslated is the translation's own cost.", ""]
+                      "once on the host): translated/untranslated is the translation's own cost. The kernel's",
+                      "shape (one 16-byte vector per thread, uncapped grid) was chosen by",
+                      "`scripts/gpu/copy-sweep.cu` over plain cudaMalloc buffers (docs/gpu/copy-sweep.txt).", ""]
         ratios = [("translated_over_runtime", "translated / runtime D2D"),
                   ("untranslated_over_runtime", "untranslated / runtime D2D"),
                   ("translated_over_untranslated", "translated / untranslated"),
@@ -149,6 +151,13 @@ def main():
             a = alltoall[r]
             lines.append(f"| {r} | {a['gpus']} ({a['placement']}) | {a['aggregate_gbps']:.0f} GB/s | {a['per_rank_gbps']:.0f} GB/s |")
         lines.append("")
+    for extra in sorted(results.glob("check-*.txt")):
+        # Single checks run alone (`xtask test --check IDS`), e.g. check-9-10b.txt.
+        ids = extra.stem.removeprefix("check-").replace("-", ",")
+        text = extra.read_text()
+        start = text.find("    check")
+        lines += [f"## Checks {ids} run alone: `xtask test --provider nvshmem --check {ids}`", "",
+                  "```text", (text[start:] if start >= 0 else text).strip(), "```", ""]
     lines += python_section(docs / "gpu" / "python")
     (docs / "gpu-results.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {docs / 'gpu-results.md'}")
