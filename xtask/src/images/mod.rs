@@ -501,18 +501,31 @@ fn build_debian(
         }
         crate::container::Engine::Apptainer => {
             let sif = target_dir().join("images").join(model.sif_name(&tag));
-            let tag_arg = format!("{}={tag}", model::TAG_ARG);
+            let args = apptainer_build_args(&tag, &sif);
             let _context = sh.push_dir(&context);
-            run_command(cmd!(
-                sh,
-                "apptainer build --force --fakeroot --build-arg {tag_arg} {sif} symmem.def"
-            ))?;
+            run_command(cmd!(sh, "apptainer {args...}"))?;
             sif.display().to_string()
         }
     };
     eprintln!("built {built} in {}", seconds(start));
     println!("{built}");
     Ok(())
+}
+
+/// `apptainer build` arguments for the Debian SIF, run from the staged context: `--fakeroot`
+/// (a root without every capability, as in a container, cannot build otherwise) and
+/// [`model::APPTAINER_BUILD_FLAGS`] for %test.
+fn apptainer_build_args(tag: &str, sif: &Path) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = ["build", "--force", "--fakeroot"]
+        .iter()
+        .chain(model::APPTAINER_BUILD_FLAGS)
+        .map(Into::into)
+        .collect();
+    args.push("--build-arg".into());
+    args.push(format!("{}={tag}", model::TAG_ARG).into());
+    args.push(sif.into());
+    args.push("symmem.def".into());
+    args
 }
 
 #[cfg(test)]
@@ -654,6 +667,37 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
                 format!("--provider {} --ranks 8", model.default_provider)
             );
         }
+    }
+
+    #[test]
+    fn the_sif_build_runs_test_with_a_writable_overlay() {
+        // %test runs cargo, which must lock the image's target folder: on the read-only image
+        // it fails ("read-only: run with --writable-tmpfs") and no SIF is written.
+        for model in [model(), debian()] {
+            let def = render::apptainer_def(&model);
+            let test = &def[def.find("%test").unwrap()..def.find("%labels").unwrap()];
+            assert!(test.contains("cargo xtask test"), "{test}");
+            let header = &def[..def.find("%arguments").unwrap()];
+            assert!(
+                header.contains("apptainer build") && header.contains("--writable-tmpfs"),
+                "{header}"
+            );
+        }
+        let args = apptainer_build_args("0123456789abcdef", Path::new("/t/x.sif"));
+        let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
+        assert_eq!(
+            args,
+            [
+                "build",
+                "--force",
+                "--fakeroot",
+                "--writable-tmpfs",
+                "--build-arg",
+                "SYMMEM_IMAGE_TAG=0123456789abcdef",
+                "/t/x.sif",
+                "symmem.def"
+            ]
+        );
     }
 
     #[test]

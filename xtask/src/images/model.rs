@@ -214,6 +214,11 @@ pub const DOCKER_GPU_FLAGS: &[&str] = &[
 /// hence a writable tmpfs overlay.
 pub const APPTAINER_RUN_FLAGS: &[&str] = &["--cleanenv", "--writable-tmpfs"];
 
+/// `apptainer build` flags: %test runs `cargo xtask test`, which locks the read-only image's
+/// target folder just as a run does, so it needs the same writable tmpfs overlay (without it
+/// %test fails, and a build whose %test fails writes no SIF).
+pub const APPTAINER_BUILD_FLAGS: &[&str] = &["--writable-tmpfs"];
+
 /// Added for GPU providers: `--rocm` binds the host's GPU devices and driver libraries.
 pub const APPTAINER_GPU_FLAGS: &[&str] = &["--rocm"];
 
