@@ -685,6 +685,7 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
         }
         let args = apptainer_build_args("0123456789abcdef", Path::new("/t/x.sif"));
         let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
+        let tag_arg = format!("{}=0123456789abcdef", model::TAG_ARG);
         assert_eq!(
             args,
             [
@@ -693,7 +694,7 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
                 "--fakeroot",
                 "--writable-tmpfs",
                 "--build-arg",
-                "SYMMEM_IMAGE_TAG=0123456789abcdef",
+                &tag_arg,
                 "/t/x.sif",
                 "symmem.def"
             ]
