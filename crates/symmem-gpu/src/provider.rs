@@ -4,7 +4,7 @@
 
 use crate::lifecycle::{Lifecycle, LifecycleError};
 use crate::peers::{self, PeerInfo};
-use crate::shim::{Gpu, GpuId, Shim, ShimError, UniqueId};
+use crate::shim::{EnvironmentAccess, Gpu, GpuId, Shim, ShimError, UniqueId};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
@@ -217,7 +217,11 @@ pub struct GpuProvider {
 
 impl GpuProvider {
     /// Loads the shim, meets the other ranks and initialises the SHMEM library. Collective.
-    pub fn new(config: GpuConfig) -> Result<Self, GpuError> {
+    ///
+    /// The library reads its settings from the environment, which this writes first: `access`
+    /// is the caller's promise that no other thread touches the environment meanwhile (see
+    /// [`EnvironmentAccess::promise`]).
+    pub fn new(config: GpuConfig, access: EnvironmentAccess) -> Result<Self, GpuError> {
         let backend = gpu_kind(config.backend)?;
         let shim = Shim::load(&config.library, backend)?;
         let RankIdentity {
@@ -242,6 +246,7 @@ impl GpuProvider {
         let single_host = local_world_size == world_size;
         // Before anything that lets the library read its environment (it does so once).
         shim.configure(
+            access,
             usize::try_from(config.heap_bytes).unwrap_or(usize::MAX),
             single_host,
         )?;
@@ -611,9 +616,12 @@ mod tests {
 
     #[test]
     fn a_missing_library_is_unavailable_with_the_fix() {
-        let err = GpuProvider::new(config("/nonexistent/libsymmem_shim_nvshmem.so".into()))
-            .err()
-            .expect("no library here");
+        let err = GpuProvider::new(
+            config("/nonexistent/libsymmem_shim_nvshmem.so".into()),
+            EnvironmentAccess::before_configure_in_tests(),
+        )
+        .err()
+        .expect("no library here");
         let text = err.to_string();
         assert!(matches!(err, GpuError::Unavailable { .. }));
         assert!(text.contains("no shim library at /nonexistent"), "{text}");
@@ -640,7 +648,9 @@ mod tests {
             backend: ProviderKind::Host,
             ..config("/nonexistent/libsymmem_shim_nvshmem.so".into())
         };
-        let err = GpuProvider::new(config).err().expect("not a GPU provider");
+        let err = GpuProvider::new(config, EnvironmentAccess::before_configure_in_tests())
+            .err()
+            .expect("not a GPU provider");
         assert!(matches!(err, GpuError::NotGpu { .. }), "{err}");
     }
 
@@ -671,7 +681,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fake = dir.path().join("libsymmem_shim_nvshmem.so");
         std::fs::write(&fake, b"not an ELF file").unwrap();
-        let text = GpuProvider::new(config(fake))
+        let text = GpuProvider::new(config(fake), EnvironmentAccess::before_configure_in_tests())
             .err()
             .expect("not loadable")
             .to_string();

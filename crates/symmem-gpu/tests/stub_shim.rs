@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use symmem::{Context, Error, Launcher, ProviderKind, RankIdentity, TranslateError};
-use symmem_gpu::{GpuConfig, GpuError, GpuProvider, LifecycleError};
+use symmem_gpu::{EnvironmentAccess, GpuConfig, GpuError, GpuProvider, LifecycleError};
 
 /// A stub shim in its own folder, with the log of the calls that reached it.
 struct Stub {
@@ -57,6 +57,13 @@ impl Stub {
             .filter(|l| *l == call)
             .count()
     }
+}
+
+/// The promise `GpuProvider::new` asks for: the stand-in shim's configure writes no environment
+/// (tests/stub/stub_shim.c), so no thread of this test binary can race with it.
+fn stub_access() -> EnvironmentAccess {
+    // SAFETY: nothing is written to the environment by the stand-in shim.
+    unsafe { EnvironmentAccess::promise() }
 }
 
 fn config(library: &Path, rendezvous: &Path, rank: usize, world_size: usize) -> GpuConfig {
@@ -137,7 +144,9 @@ fn one_rank_of_the_split() {
     let rank: usize = rank.parse().unwrap();
     let library = PathBuf::from(std::env::var_os(LIBRARY_ENV).unwrap());
     let rendezvous = PathBuf::from(std::env::var_os(RENDEZVOUS_ENV).unwrap());
-    let mut ctx = Context::new(GpuProvider::new(config(&library, &rendezvous, rank, 2)).unwrap());
+    let mut ctx = Context::new(
+        GpuProvider::new(config(&library, &rendezvous, rank, 2), stub_access()).unwrap(),
+    );
     let peer = 1 - rank;
     let (buf, map) = ctx.allocate_symmetric_map::<u64>(4).unwrap();
     assert_eq!(map.direct(), &[true, true], "one node: both reachable");
@@ -192,7 +201,7 @@ fn a_context_over_the_provider_moves_data_and_frees_its_device_buffers() {
     let Some(stub) = Stub::build("nvshmem") else {
         return;
     };
-    let mut ctx = Context::new(GpuProvider::new(stub.config()).unwrap());
+    let mut ctx = Context::new(GpuProvider::new(stub.config(), stub_access()).unwrap());
     let (buf, table) = ctx.allocate_symmetric::<u64>(64).unwrap();
     let data: Vec<u64> = (0..64).map(|i| i * 3 + 1).collect();
     ctx.write(&buf, &data).unwrap();
@@ -224,7 +233,7 @@ fn launches_outside_live_allocations_never_reach_the_shim() {
     let Some(stub) = Stub::build("nvshmem") else {
         return;
     };
-    let mut ctx = Context::new(GpuProvider::new(stub.config()).unwrap());
+    let mut ctx = Context::new(GpuProvider::new(stub.config(), stub_access()).unwrap());
     let (buf, table) = ctx.allocate_symmetric::<u64>(4).unwrap();
     let past_end = ctx.store_u64(&table, buf.addr_of(3), 0, &[1, 2]);
     assert!(
@@ -265,7 +274,7 @@ fn the_bench_paths_move_the_same_bytes_and_are_timed_on_the_device() {
     let Some(stub) = Stub::build("nvshmem") else {
         return;
     };
-    let mut ctx = Context::new(GpuProvider::new(stub.config()).unwrap());
+    let mut ctx = Context::new(GpuProvider::new(stub.config(), stub_access()).unwrap());
     let (src, table) = ctx.allocate_symmetric::<u64>(16).unwrap();
     let (dst, _) = ctx.allocate_symmetric::<u64>(16).unwrap();
     let data: Vec<u64> = (100..116).collect();
@@ -305,7 +314,7 @@ fn siblings_share_the_library_and_only_the_original_finalizes_it() {
     let Some(stub) = Stub::build("nvshmem") else {
         return;
     };
-    let mut ctx = Context::new(GpuProvider::new(stub.config()).unwrap());
+    let mut ctx = Context::new(GpuProvider::new(stub.config(), stub_access()).unwrap());
     let siblings = ctx.provider().siblings();
     let mut sibling = Context::new(siblings.open("second", 0).unwrap());
     let (buf, table) = sibling.allocate_symmetric::<u64>(8).unwrap();
@@ -343,7 +352,7 @@ fn a_shim_of_another_backend_is_refused_at_load() {
     let Some(stub) = Stub::build("rocshmem") else {
         return;
     };
-    let err = GpuProvider::new(stub.config())
+    let err = GpuProvider::new(stub.config(), stub_access())
         .err()
         .expect("wrong backend");
     assert!(matches!(err, GpuError::WrongLibrary { .. }), "{err}");

@@ -19,7 +19,7 @@ use std::thread::ThreadId;
 use symmem::{
     Context, ProviderKind, SymmetricBuffer, SymmetricProvider, UnknownProvider, settings,
 };
-use symmem_gpu::{GpuConfig, GpuError, GpuProvider};
+use symmem_gpu::{EnvironmentAccess, GpuConfig, GpuError, GpuProvider};
 use symmem_host::{HostConfig, HostProvider};
 use symmem_shim_sys::SymmemShim;
 
@@ -588,7 +588,11 @@ pub fn init(requested: Option<String>) -> Result<bool, Fail> {
                 config.device,
                 config.identity.local_rank,
             );
-            let provider = GpuProvider::new(config).map_err(fail)?;
+            // SAFETY: symmem.init()'s documented contract (python/symmem/__init__.py): with a GPU
+            // provider it is called before the process starts threads that touch the
+            // environment.
+            let access = unsafe { EnvironmentAccess::promise() };
+            let provider = GpuProvider::new(config, access).map_err(fail)?;
             let tables = DeviceTables::open(&library)?;
             let count = tables.device_count()?.max(1);
             let device = DLDevice {

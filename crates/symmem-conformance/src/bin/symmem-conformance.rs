@@ -13,7 +13,7 @@ use symmem::{Context, ProviderKind};
 use symmem_conformance::{
     CHECKS, CheckInfo, Extras, HostExtras, SuiteOutcome, Unavailable, run_checks,
 };
-use symmem_gpu::{GpuConfig, GpuProvider, Siblings};
+use symmem_gpu::{EnvironmentAccess, GpuConfig, GpuProvider, Siblings};
 use symmem_host::{HostConfig, HostProvider};
 
 /// Runs the symmem conformance checks as one rank of a job.
@@ -27,7 +27,7 @@ use symmem_host::{HostConfig, HostProvider};
 #[command(version)]
 struct Args {
     /// Provider to test.
-    #[arg(long, value_enum, default_value_t = PROVIDER.value, env = PROVIDER.name)]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = PROVIDER.value, env = PROVIDER.name)]
     provider: ProviderKind,
     /// Run only this check (an id such as 7 or 10a; repeat it, or give a comma list). Every
     /// rank must be given the same checks. Without it, every check runs.
@@ -111,7 +111,9 @@ fn run() -> anyhow::Result<SuiteOutcome> {
         }
         kind @ (ProviderKind::Nvshmem | ProviderKind::Rocshmem) => {
             let config = GpuConfig::from_env(kind).context("configuring the GPU provider")?;
-            let provider = GpuProvider::new(config).context("starting the GPU provider")?;
+            // SAFETY: `run` is called from main before this process starts any other thread.
+            let access = unsafe { EnvironmentAccess::promise() };
+            let provider = GpuProvider::new(config, access).context("starting the GPU provider")?;
             let mut extras = GpuExtras {
                 siblings: provider.siblings(),
                 rank: symmem::SymmetricProvider::rank(&provider),

@@ -19,11 +19,12 @@
 //! Every figure carries `gpus` (distinct GPUs the ranks use) and `placement`, "one GPU: peers
 //! share it" when there is one, so a machine with a GPU per rank gives link figures as is.
 
-#![forbid(unsafe_code)]
+// No unsafe code but the one promise the GPU provider asks of `main` (EnvironmentAccess).
+#![deny(unsafe_code)]
 
 use std::time::{Duration, Instant};
 use symmem::{Context, Error, ProviderKind, SymmetricProvider};
-use symmem_gpu::{Gpu, GpuConfig, GpuProvider};
+use symmem_gpu::{EnvironmentAccess, Gpu, GpuConfig, GpuProvider};
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -78,7 +79,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         .find_map(|a| ProviderKind::from_name(a))
         .unwrap_or(ProviderKind::Nvshmem);
     let copy = args.iter().any(|a| a == "--copy");
-    let mut provider = GpuProvider::new(GpuConfig::from_env(backend)?)?;
+    // SAFETY: called from main before this process starts any other thread.
+    #[allow(unsafe_code)]
+    let access = unsafe { EnvironmentAccess::promise() };
+    let mut provider = GpuProvider::new(GpuConfig::from_env(backend)?, access)?;
     let (rank, world) = (provider.rank(), provider.world_size());
     let gpus = provider.gpu().distinct_gpus();
     let where_ = placement(gpus);

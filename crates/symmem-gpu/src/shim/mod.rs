@@ -25,6 +25,36 @@ use symmem_shim_sys as sys;
 pub(crate) use buffer::DeviceBuffer;
 pub use gpu::{Gpu, GpuId, Team};
 
+/// The caller's promise that the process environment may be written now, which starting a
+/// [`GpuProvider`](crate::GpuProvider) needs: the SHMEM library reads its settings from
+/// environment variables once, and the shim sets them (C `setenv`) just before. Writing the
+/// environment while another thread reads or writes it is undefined behaviour, in C as for
+/// [`std::env::set_var`]; Rust cannot check it, so this token carries the promise to the one
+/// place that writes.
+#[derive(Debug)]
+pub struct EnvironmentAccess {
+    _promise: (),
+}
+
+impl EnvironmentAccess {
+    /// # Safety
+    ///
+    /// Until the `GpuProvider::new` that takes the token returns, no other thread of this
+    /// process reads or writes the environment (`getenv`, `setenv`, `std::env::var`, a child
+    /// process being spawned, ...). Calling it in `main` before any other thread starts is
+    /// enough.
+    pub unsafe fn promise() -> Self {
+        Self { _promise: () }
+    }
+
+    /// For this crate's unit tests, whose providers fail before anything writes the
+    /// environment (no library, not a shim, not a GPU kind).
+    #[cfg(test)]
+    pub(crate) fn before_configure_in_tests() -> Self {
+        Self { _promise: () }
+    }
+}
+
 /// A failed status of the shim, as the header names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
@@ -211,9 +241,15 @@ impl Shim {
 
     // ---- bootstrap and lifetime ---------------------------------------------------------
 
-    pub(crate) fn configure(&self, heap_bytes: usize, single_node: bool) -> Result<(), ShimError> {
-        // SAFETY: no pointers. It sets environment variables: the provider calls it while no
-        // other thread of this process runs library code (before init).
+    /// Sets the library's environment variables (heap size, interface, no multicast).
+    pub(crate) fn configure(
+        &self,
+        _access: EnvironmentAccess,
+        heap_bytes: usize,
+        single_node: bool,
+    ) -> Result<(), ShimError> {
+        // SAFETY: no pointers. It writes environment variables: `_access` is the caller's
+        // promise (EnvironmentAccess::promise) that no other thread touches the environment.
         let code = unsafe {
             self.raw
                 .symmem_shim_configure(heap_bytes, c_int::from(single_node))

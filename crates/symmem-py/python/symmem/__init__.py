@@ -197,7 +197,12 @@ def _describe(obj: Any) -> Tuple[int, int]:
 def init(provider: Optional[str] = None) -> Dict[str, Any]:
     """Collective: starts symmem with ``provider`` (``host``, ``nvshmem``, ``rocshmem``; else
     ``SYMMEM_PROVIDER``; else ``host``). Calling it again with the same provider does nothing.
-    Returns :func:`info`. Every other function calls it on first use."""
+    Returns :func:`info`. Every other function calls it on first use.
+
+    With ``nvshmem`` or ``rocshmem`` it sets the SHMEM library's environment variables (heap
+    size, interface, no multicast) just before the library reads them: call it before starting
+    threads that read or write the environment (``os.environ``, ``getenv``), as for
+    ``os.putenv`` in a threaded program."""
     if _native.init(provider):
         dev_type, dev_id = _native.info()["device"]
         if dev_type != KDL_CPU and importlib.util.find_spec("torch") is not None:
