@@ -230,12 +230,12 @@ fn format_bytes_ref(bytes: &u64) -> String {
     format_bytes(*bytes)
 }
 
-/// Emulated node of this rank (host provider).
+/// Emulated node of this rank (host and GPU providers).
 pub const NODE_ID: Defaulted<u64> = Defaulted::new(
     Setting::new(
         "SYMMEM_NODE_ID",
         Audience::User,
-        "emulated node of this rank (host provider): peers on another node are not mapped (`direct = false`)",
+        "emulated node of this rank: peers on another node are not mapped (base 0, `direct = false`), even where the library could reach them",
         "",
         "a non-negative integer",
         whole::<u64>,
