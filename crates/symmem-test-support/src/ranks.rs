@@ -132,21 +132,39 @@ pub struct RankExit {
 }
 
 /// Waits for every rank up to `limit` in all, kills those still running then (they count as
-/// failed), and returns how each ended, in rank order.
+/// failed), and returns how each ended, in rank order. Piped output is drained while the ranks
+/// run, so a rank that writes more than a pipe holds never blocks on it.
 pub fn wait_ranks(children: Vec<Child>, limit: Duration) -> Vec<RankExit> {
     let deadline = Instant::now() + limit;
-    children
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    };
+    let running: Vec<_> = children
         .into_iter()
         .map(|mut child| {
+            let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+            let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+            (child, stdout, stderr)
+        })
+        .collect();
+    running
+        .into_iter()
+        .map(|(mut child, stdout, stderr)| {
             while child.try_wait().expect("wait").is_none() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
             }
             let _ = child.kill();
-            let out = child.wait_with_output().expect("rank output");
+            let status = child.wait().expect("rank status");
             RankExit {
-                ok: out.status.success(),
-                output: String::from_utf8_lossy(&out.stdout).into_owned()
-                    + &String::from_utf8_lossy(&out.stderr),
+                ok: status.success(),
+                output: stdout.join().expect("stdout reader")
+                    + &stderr.join().expect("stderr reader"),
             }
         })
         .collect()
