@@ -203,6 +203,8 @@ pub struct GpuProvider {
     lifecycle: Rc<Lifecycle>,
     role: Role,
     backend: ProviderKind,
+    /// The GPU this process uses (see [`GpuProvider::device`]).
+    device: i32,
     rank: usize,
     world_size: usize,
     /// Every rank's launcher says it runs on this host.
@@ -285,6 +287,7 @@ impl GpuProvider {
             lifecycle: Rc::new(Lifecycle::started()),
             role: Role::Original,
             backend,
+            device,
             rank,
             world_size,
             single_host,
@@ -315,6 +318,7 @@ impl GpuProvider {
             gpus: self.gpu.shared_gpus(),
             lifecycle: Rc::clone(&self.lifecycle),
             backend: self.backend,
+            device: self.device,
             rank: self.rank,
             world_size: self.world_size,
             single_host: self.single_host,
@@ -330,6 +334,7 @@ pub struct Siblings {
     gpus: Rc<[GpuId]>,
     lifecycle: Rc<Lifecycle>,
     backend: ProviderKind,
+    device: i32,
     rank: usize,
     world_size: usize,
     single_host: bool,
@@ -380,6 +385,7 @@ impl Siblings {
             lifecycle: Rc::clone(&self.lifecycle),
             role: Role::Sibling,
             backend: self.backend,
+            device: self.device,
             rank: self.rank,
             world_size: self.world_size,
             single_host: self.single_host,
@@ -395,6 +401,13 @@ impl Siblings {
 impl GpuProvider {
     pub fn backend(&self) -> ProviderKind {
         self.backend
+    }
+
+    /// The GPU this process uses, as the runtime numbers the visible devices: the configured
+    /// [`GpuConfig::device`], else `local_rank % GPUs` (the one `new` selected; siblings share
+    /// it).
+    pub fn device(&self) -> i32 {
+        self.device
     }
 
     /// Emulated node of every rank (`SYMMEM_NODE_ID`, or the sibling's split).

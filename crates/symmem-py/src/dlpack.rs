@@ -95,7 +95,7 @@ pub enum Keep {
     Data(DataRef),
     /// The host copy of a peer-bases table (host provider).
     HostTable(Arc<[i64]>),
-    /// A device table, owned by the session until the allocation's collective free.
+    /// A device table, the GPU provider's own, valid until the allocation's collective free.
     DeviceTable,
 }
 

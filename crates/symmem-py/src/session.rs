@@ -1,6 +1,6 @@
 //! The one symmem session of a Python process: a [`Context`] over the host or a GPU provider,
-//! the live allocations with what Python needs about them, and the device copies of their
-//! peer-bases tables on GPU providers.
+//! and the live allocations with what Python needs about them (on GPU providers, their
+//! peer-bases tables are the provider's own device copies).
 //!
 //! The session lives on the thread that started it (a GPU runtime's current device is per
 //! thread, and the GPU provider is not `Send`); every call from another thread is refused with
@@ -10,18 +10,14 @@ use crate::dlpack::{DLDevice, KDL_CPU, KDL_CUDA, KDL_ROCM, Keep, TensorSpec};
 use crate::dtype::{self, DType};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::ffi::{CStr, c_int, c_void};
-use std::mem::ManuallyDrop;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use symmem::{
-    Context, ProviderKind, SymmetricBuffer, SymmetricProvider, UnknownProvider, settings,
+    Context, PeerTable, ProviderKind, SymmetricBuffer, SymmetricProvider, UnknownProvider, settings,
 };
 use symmem_gpu::{EnvironmentAccess, GpuConfig, GpuError, GpuProvider};
 use symmem_host::{HostConfig, HostProvider};
-use symmem_shim_sys::SymmemShim;
 
 /// Why a call failed. The caller, holding the GIL again, raises the matching Python exception.
 #[derive(Debug)]
@@ -107,88 +103,34 @@ impl Drop for DataRef {
     }
 }
 
-/// Device copies of peer-bases tables, made through the same shim library the GPU provider
-/// loaded (the same handle: the library is already in the process).
-struct DeviceTables {
-    /// Never unloaded, as the provider's own handle.
-    shim: ManuallyDrop<SymmemShim>,
+/// What a session needs of its provider beyond the context: where kernels read a table.
+trait Provider: SymmetricProvider {
+    /// The kernel table of a fresh allocation's `table`, complete when this returns (kernels
+    /// on any stream, and Python, may read it).
+    fn kernel_table(&self, table: &PeerTable) -> Result<Table, Fail>;
 }
 
-impl DeviceTables {
-    fn open(library: &Path) -> Result<Self, Fail> {
-        // SAFETY: the provider loaded this very library a moment ago; loading it again only
-        // takes another reference to it.
-        let shim = unsafe { SymmemShim::new(library) }
-            .map_err(|e| Fail::Symmem(format!("loading {}: {e}", library.display())))?;
-        Ok(Self {
-            shim: ManuallyDrop::new(shim),
-        })
+impl Provider for HostProvider {
+    fn kernel_table(&self, table: &PeerTable) -> Result<Table, Fail> {
+        Ok(Table::Host(table.to_i64().into()))
     }
+}
 
-    fn check(&self, call: &str, status: c_int) -> Result<(), Fail> {
-        if status == 0 {
-            return Ok(());
-        }
-        // SAFETY: the shim returns a NUL-terminated per-thread buffer.
-        let message = unsafe { CStr::from_ptr((self.shim.symmem_shim_last_error)()) }
-            .to_string_lossy()
-            .into_owned();
-        Err(Fail::Symmem(format!(
-            "shim {call} failed ({status}): {message}"
-        )))
-    }
-
-    fn device_count(&self) -> Result<i32, Fail> {
-        let mut count: c_int = 0;
-        // SAFETY: out-pointer to a live local.
-        self.check("device_count", unsafe {
-            (self.shim.symmem_shim_device_count)(&mut count)
-        })?;
-        Ok(count)
-    }
-
-    /// A device copy of `entries`, complete when this returns (kernels on any stream may read
-    /// it). The synchronisation also completes the provider's own upload of the table.
-    fn upload(&self, entries: &[i64]) -> Result<u64, Fail> {
-        let bytes = size_of_val(entries);
-        let mut ptr: *mut c_void = std::ptr::null_mut();
-        // SAFETY: out-pointer to a live local.
-        self.check("device_alloc", unsafe {
-            (self.shim.symmem_shim_device_alloc)(bytes, &mut ptr)
-        })?;
-        // SAFETY: `entries` is `bytes` long and `ptr` a fresh device buffer of that size; the
-        // copy is complete after the synchronisation below.
-        let copied = self.check("copy_to_device_async", unsafe {
-            (self.shim.symmem_shim_copy_to_device_async)(ptr, entries.as_ptr().cast(), bytes)
-        });
-        let synced = copied.and_then(|()| self.synchronize());
-        if let Err(e) = synced {
-            // SAFETY: ours, and nothing else refers to it.
-            let _ = unsafe { (self.shim.symmem_shim_device_free)(ptr) };
-            return Err(e);
-        }
-        Ok(ptr as u64)
-    }
-
-    fn release(&self, ptr: u64) -> Result<(), Fail> {
-        self.synchronize()?;
-        // SAFETY: a table buffer made by `upload`, released once (its allocation's free).
-        self.check("device_free", unsafe {
-            (self.shim.symmem_shim_device_free)(ptr as *mut c_void)
-        })
-    }
-
-    fn synchronize(&self) -> Result<(), Fail> {
-        // SAFETY: plain call.
-        self.check("synchronize", unsafe {
-            (self.shim.symmem_shim_synchronize)()
-        })
+impl Provider for GpuProvider {
+    /// The provider's own device copy, valid until the allocation's collective free.
+    fn kernel_table(&self, table: &PeerTable) -> Result<Table, Fail> {
+        let gpu = self.gpu();
+        let addr = gpu.device_table_address(table)?;
+        // The provider queued the upload on the shim's stream; Python reads it from any.
+        gpu.synchronize()?;
+        Ok(Table::Device(addr))
     }
 }
 
 /// Where an allocation's kernel table lives.
 enum Table {
     Host(Arc<[i64]>),
+    /// The GPU provider's device copy: freed with the allocation.
     Device(u64),
     /// The device copy could not be made: the allocation exists but has no tensor.
     Missing,
@@ -236,22 +178,20 @@ pub struct Info {
     pub finalized: bool,
 }
 
-struct Session<P: SymmetricProvider> {
+struct Session<P: Provider> {
     ctx: Context<P>,
     device: DLDevice,
-    tables: Option<DeviceTables>,
     live: BTreeMap<u64, Live>,
     /// Allocation id by address.
     by_addr: BTreeMap<u64, u64>,
     finalized: bool,
 }
 
-impl<P: SymmetricProvider> Session<P> {
-    fn new(ctx: Context<P>, device: DLDevice, tables: Option<DeviceTables>) -> Self {
+impl<P: Provider> Session<P> {
+    fn new(ctx: Context<P>, device: DLDevice) -> Self {
         Self {
             ctx,
             device,
-            tables,
             live: BTreeMap::new(),
             by_addr: BTreeMap::new(),
             finalized: false,
@@ -294,13 +234,9 @@ impl<P: SymmetricProvider> Session<P> {
             dropped: AtomicBool::new(false),
             reported: AtomicBool::new(false),
         });
-        let entries = map.table.to_i64();
-        let (table, failed) = match &self.tables {
-            None => (Table::Host(entries.into()), None),
-            Some(tables) => match tables.upload(&entries) {
-                Ok(ptr) => (Table::Device(ptr), None),
-                Err(e) => (Table::Missing, Some(e)),
-            },
+        let (table, failed) = match self.ctx.provider().kernel_table(&map.table) {
+            Ok(table) => (table, None),
+            Err(e) => (Table::Missing, Some(e)),
         };
         let live = Live {
             buffer,
@@ -384,18 +320,13 @@ impl<P: SymmetricProvider> Session<P> {
         };
         self.by_addr.remove(&live.spec.data);
         let Live {
-            buffer,
-            tracker,
-            table,
-            ..
+            buffer, tracker, ..
         } = live;
-        // On failure the context keeps the allocation on its books (finalize reports it).
+        // On failure the context keeps the allocation on its books (finalize reports it). A
+        // device table goes with the allocation, in the provider.
         self.ctx.free(buffer)?;
         tracker.freed.store(true, Ordering::Release);
-        match (&self.tables, table) {
-            (Some(tables), Table::Device(ptr)) => tables.release(ptr),
-            _ => Ok(()),
-        }
+        Ok(())
     }
 
     fn barrier(&mut self) -> Result<(), Fail> {
@@ -425,17 +356,7 @@ impl<P: SymmetricProvider> Session<P> {
 
     fn finalize(&mut self) -> Result<Vec<Outstanding>, Fail> {
         self.usable()?;
-        // Device tables go first: the SHMEM library may take the device context with it.
-        let mut release_error = None;
-        if let Some(tables) = &self.tables {
-            for live in self.live.values_mut() {
-                if let Table::Device(ptr) = std::mem::replace(&mut live.table, Table::Missing)
-                    && let Err(e) = tables.release(ptr)
-                {
-                    release_error.get_or_insert(e);
-                }
-            }
-        }
+        // The provider releases its device tables before the SHMEM library goes.
         let report = self.ctx.finalize()?;
         self.finalized = true;
         let outstanding = report
@@ -449,10 +370,7 @@ impl<P: SymmetricProvider> Session<P> {
             std::mem::forget(live.buffer);
         }
         self.by_addr.clear();
-        match release_error {
-            Some(e) => Err(e),
-            None => Ok(outstanding),
-        }
+        Ok(outstanding)
     }
 }
 
@@ -578,35 +496,24 @@ pub fn init(requested: Option<String>) -> Result<bool, Fail> {
                 device_type: KDL_CPU,
                 device_id: 0,
             };
-            AnySession::Host(Box::new(Session::new(Context::new(provider), cpu, None)))
+            AnySession::Host(Box::new(Session::new(Context::new(provider), cpu)))
         }
         ProviderKind::Nvshmem | ProviderKind::Rocshmem => {
             let fail = |e| gpu_fail(kind, e);
             let config = GpuConfig::from_env(kind).map_err(fail)?;
-            let (library, chosen, local_rank) = (
-                config.library.clone(),
-                config.device,
-                config.identity.local_rank,
-            );
             // SAFETY: symmem.init()'s documented contract (python/symmem/__init__.py): with a GPU
             // provider it is called before the process starts threads that touch the
             // environment.
             let access = unsafe { EnvironmentAccess::promise() };
             let provider = GpuProvider::new(config, access).map_err(fail)?;
-            let tables = DeviceTables::open(&library)?;
-            let count = tables.device_count()?.max(1);
             let device = DLDevice {
                 device_type: match kind {
                     ProviderKind::Rocshmem => KDL_ROCM,
                     _ => KDL_CUDA,
                 },
-                device_id: chosen.unwrap_or((local_rank % count as usize) as i32),
+                device_id: provider.device(),
             };
-            AnySession::Gpu(Box::new(Session::new(
-                Context::new(provider),
-                device,
-                Some(tables),
-            )))
+            AnySession::Gpu(Box::new(Session::new(Context::new(provider), device)))
         }
     };
     SESSION.with(|cell| *cell.borrow_mut() = Some(session));

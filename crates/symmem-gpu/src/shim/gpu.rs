@@ -180,6 +180,19 @@ impl Gpu {
         Ok(())
     }
 
+    /// The device address of this `Gpu`'s own device copy of `table` (an allocation of its
+    /// context, not freed): `n_pes` int64 entries, each peer's base or 0 for a peer kernels
+    /// cannot reach, as the kernels of [`Team`] read them. Read it, never write or free it.
+    ///
+    /// The copy is uploaded on the shim's stream when the allocation is made: work on that
+    /// stream sees it; anything else (another stream, the host) only after
+    /// [`Gpu::synchronize`]. It stays valid until the allocation is freed (collectively:
+    /// [`Gpu::free`], which the context's free reaches) or the provider is finalised; the
+    /// address dangles after either.
+    pub fn device_table_address(&self, table: &PeerTable) -> Result<u64, Error> {
+        self.device_table(table).map(|t| t.buffer.addr())
+    }
+
     /// Drops every device table and the staging buffer, and forgets the allocations (the
     /// provider's finalize: the library's memory goes with the library).
     pub(crate) fn release(&mut self) -> Result<(), Error> {
