@@ -28,4 +28,4 @@ mod shim;
 
 pub use lifecycle::LifecycleError;
 pub use provider::{GpuConfig, GpuError, GpuProvider, Siblings, default_library};
-pub use shim::{EnvironmentAccess, Gpu, GpuId, ShimError, Status, Team};
+pub use shim::{EnvironmentAccess, ExportedTable, Gpu, GpuId, ShimError, Status, Team};

@@ -229,27 +229,35 @@ fn a_context_over_the_provider_moves_data_and_frees_its_device_buffers() {
 }
 
 #[test]
-fn the_device_table_of_an_allocation_holds_its_bases_until_it_is_freed() {
+fn an_exported_table_holds_the_bases_in_a_buffer_of_its_own() {
     let Some(stub) = Stub::build("nvshmem") else {
         return;
     };
-    let mut ctx = Context::new(GpuProvider::new(stub.config()).unwrap());
+    let mut ctx = Context::new(GpuProvider::new(stub.config(), stub_access()).unwrap());
     assert_eq!(ctx.provider().device(), 0, "local rank 0 of one GPU");
     let (buf, table) = ctx.allocate_symmetric::<u64>(8).unwrap();
-    let gpu = ctx.provider().gpu();
-    let addr = gpu.device_table_address(&table).unwrap();
-    gpu.synchronize().unwrap();
-    // SAFETY: the stub's device memory is host memory of this process; the table holds one
-    // int64 per PE (one PE here) and stays allocated until the free below.
-    let entries = unsafe { std::slice::from_raw_parts(addr as *const i64, 1) }.to_vec();
+    let allocated = stub.calls("device_alloc");
+    let exported = ctx.provider().gpu().export_table(&table).unwrap();
+    assert_eq!(
+        stub.calls("device_alloc"),
+        allocated + 1,
+        "a buffer of its own"
+    );
+    // SAFETY: the stub's device memory is host memory of this process; the copy holds one
+    // int64 per PE (one PE here) and lives until `exported` is dropped below.
+    let entries = unsafe { std::slice::from_raw_parts(exported.addr() as *const i64, 1) }.to_vec();
     assert_eq!(entries, table.to_i64());
     assert_eq!(entries, [buf.addr() as i64]);
+    let frees = stub.calls("device_free");
+    drop(exported);
+    assert_eq!(stub.calls("device_free"), frees + 1, "freed when dropped");
 
     ctx.free(buf).unwrap();
-    let gone = ctx.provider().gpu().device_table_address(&table);
+    let gone = ctx.provider().gpu().export_table(&table);
     assert!(
         matches!(gone, Err(Error::Provider { .. })),
-        "a freed allocation has no device table: {gone:?}"
+        "a freed allocation's table is not exported: {:?}",
+        gone.err()
     );
     ctx.finalize().unwrap();
 }

@@ -16,7 +16,7 @@ use std::thread::ThreadId;
 use symmem::{
     Context, PeerTable, ProviderKind, SymmetricBuffer, SymmetricProvider, UnknownProvider, settings,
 };
-use symmem_gpu::{EnvironmentAccess, GpuConfig, GpuError, GpuProvider};
+use symmem_gpu::{EnvironmentAccess, ExportedTable, GpuConfig, GpuError, GpuProvider};
 use symmem_host::{HostConfig, HostProvider};
 
 /// Why a call failed. The caller, holding the GIL again, raises the matching Python exception.
@@ -117,21 +117,19 @@ impl Provider for HostProvider {
 }
 
 impl Provider for GpuProvider {
-    /// The provider's own device copy, valid until the allocation's collective free.
+    /// A device copy of its own (Python may write into what it is given; the provider's
+    /// launches read the provider's copy), complete on return, freed with the allocation.
     fn kernel_table(&self, table: &PeerTable) -> Result<Table, Fail> {
-        let gpu = self.gpu();
-        let addr = gpu.device_table_address(table)?;
-        // The provider queued the upload on the shim's stream; Python reads it from any.
-        gpu.synchronize()?;
-        Ok(Table::Device(addr))
+        Ok(Table::Device(Some(self.gpu().export_table(table)?)))
     }
 }
 
 /// Where an allocation's kernel table lives.
 enum Table {
     Host(Arc<[i64]>),
-    /// The GPU provider's device copy: freed with the allocation.
-    Device(u64),
+    /// A device copy made for Python: freed with the allocation, or before the library
+    /// is finalised (then `None`).
+    Device(Option<ExportedTable>),
     /// The device copy could not be made: the allocation exists but has no tensor.
     Missing,
 }
@@ -273,7 +271,8 @@ impl<P: Provider> Session<P> {
                     device_id: 0,
                 },
             ),
-            Table::Device(ptr) => (*ptr, Keep::DeviceTable, self.device),
+            Table::Device(Some(copy)) => (copy.addr(), Keep::DeviceTable, self.device),
+            Table::Device(None) => unreachable!("tables released by finalize are never described"),
             Table::Missing => unreachable!("allocations without a table are never described"),
         };
         let table = TensorSpec {
@@ -304,7 +303,9 @@ impl<P: Provider> Session<P> {
     fn address_map(&self, id: u64) -> Result<AllocOut, Fail> {
         self.usable()?;
         match self.live.get(&id) {
-            Some(live) if !matches!(live.table, Table::Missing) => Ok(self.describe(live, None)),
+            Some(live) if !matches!(live.table, Table::Missing | Table::Device(None)) => {
+                Ok(self.describe(live, None))
+            }
             _ => Err(Fail::Value(format!(
                 "no live symmetric allocation #{id} on this rank"
             ))),
@@ -356,7 +357,13 @@ impl<P: Provider> Session<P> {
 
     fn finalize(&mut self) -> Result<Vec<Outstanding>, Fail> {
         self.usable()?;
-        // The provider releases its device tables before the SHMEM library goes.
+        // Device tables go before the SHMEM library does (finalize is the end of the session
+        // either way: tensors of allocations still live dangle after it, tables as data).
+        for live in self.live.values_mut() {
+            if let Table::Device(copy) = &mut live.table {
+                copy.take();
+            }
+        }
         let report = self.ctx.finalize()?;
         self.finalized = true;
         let outstanding = report

@@ -180,17 +180,21 @@ impl Gpu {
         Ok(())
     }
 
-    /// The device address of this `Gpu`'s own device copy of `table` (an allocation of its
-    /// context, not freed): `n_pes` int64 entries, each peer's base or 0 for a peer kernels
-    /// cannot reach, as the kernels of [`Team`] read them. Read it, never write or free it.
-    ///
-    /// The copy is uploaded on the shim's stream when the allocation is made: work on that
-    /// stream sees it; anything else (another stream, the host) only after
-    /// [`Gpu::synchronize`]. It stays valid until the allocation is freed (collectively:
-    /// [`Gpu::free`], which the context's free reaches) or the provider is finalised; the
-    /// address dangles after either.
-    pub fn device_table_address(&self, table: &PeerTable) -> Result<u64, Error> {
-        self.device_table(table).map(|t| t.buffer.addr())
+    /// A device copy of `table` (an allocation of this context, not freed) for code outside
+    /// symmem, e.g. Python kernels: `n_pes` int64 entries, each peer's base or 0 for a peer
+    /// kernels cannot reach. It is a buffer of its own, so whatever that code writes into it
+    /// never reaches the tables this provider's launches read. Complete when this returns;
+    /// freed when dropped, which must happen before the provider is finalised.
+    pub fn export_table(&self, table: &PeerTable) -> Result<ExportedTable, Error> {
+        self.device_table(table)?;
+        let bytes: Vec<u8> = table
+            .to_i64()
+            .iter()
+            .flat_map(|v| v.to_ne_bytes())
+            .collect();
+        let buffer = DeviceBuffer::with_contents(&self.shim, &bytes).map_err(Error::from)?;
+        self.synchronize()?;
+        Ok(ExportedTable { buffer })
     }
 
     /// Drops every device table and the staging buffer, and forgets the allocations (the
@@ -493,6 +497,19 @@ impl Gpu {
 /// How many distinct GPUs `gpus` name.
 pub(crate) fn distinct(gpus: &[GpuId]) -> usize {
     gpus.iter().collect::<std::collections::HashSet<_>>().len()
+}
+
+/// A device copy of one allocation's table handed to code outside symmem
+/// ([`Gpu::export_table`]); frees itself when dropped.
+pub struct ExportedTable {
+    buffer: DeviceBuffer,
+}
+
+impl ExportedTable {
+    /// Device address of the entries.
+    pub fn addr(&self) -> u64 {
+        self.buffer.addr()
+    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use symmem::ProviderKind;
 use symmem_shim_sys as sys;
 
 pub(crate) use buffer::DeviceBuffer;
-pub use gpu::{Gpu, GpuId, Team};
+pub use gpu::{ExportedTable, Gpu, GpuId, Team};
 
 /// The caller's promise that the process environment may be written now, which starting a
 /// [`GpuProvider`](crate::GpuProvider) needs: the SHMEM library reads its settings from
