@@ -121,6 +121,8 @@ impl ProviderError for GpuError {
     fn blame(&self) -> Blame {
         match self {
             Self::Bootstrap(b) => b.blame(),
+            // Only ever made from what every rank sent in the finalize exchange.
+            Self::Lifecycle(LifecycleError::SiblingsOpen { .. }) => Blame::EveryRank,
             _ => Blame::ThisRank,
         }
     }
@@ -490,7 +492,7 @@ impl SymmetricProvider for GpuProvider {
                     .max()
                     .unwrap_or(open);
                 if open_anywhere > 0 {
-                    return Err(Error::refused_by_all(
+                    return Err(Error::from_provider(
                         self.backend.name(),
                         GpuError::from(LifecycleError::SiblingsOpen {
                             open: open_anywhere as usize,

@@ -171,7 +171,7 @@ impl Error {
     }
 
     /// Wraps a provider's own error.
-    pub fn provider(
+    fn provider(
         provider: &'static str,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
@@ -183,7 +183,7 @@ impl Error {
 
     /// Wraps a provider's error that means another rank failed (it disconnected, never
     /// arrived, or stopped answering): this rank is a witness, not the culprit.
-    pub fn peer_failed(
+    fn peer_failed(
         provider: &'static str,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
@@ -195,7 +195,7 @@ impl Error {
 
     /// Wraps a provider's error for a collective that failed on every rank alike, every rank
     /// knowing it (see [`Error::RefusedByAll`]): the context stays usable after it.
-    pub fn refused_by_all(
+    fn refused_by_all(
         provider: &'static str,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {

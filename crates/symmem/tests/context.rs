@@ -2,7 +2,10 @@
 //! heaps are mapped at other addresses (as the host provider and SHMEM IPC mappings do).
 
 use std::cell::Cell;
-use symmem::{CollectiveKind, CollectiveOp, Context, Error, SymmetricProvider, TranslateError};
+use symmem::{
+    Blame, CollectiveKind, CollectiveOp, Context, Error, ProviderError, SymmetricProvider,
+    TranslateError,
+};
 
 const HEAP: u64 = 1 << 30;
 
@@ -18,9 +21,11 @@ struct ModelProvider {
     fail_next_malloc: Cell<Option<bool>>,
 }
 
-/// The model's failure.
+/// The model's failure, seen by every rank alike or by this one only.
 #[derive(Debug)]
-struct ModelFailure;
+struct ModelFailure {
+    blame: Blame,
+}
 
 impl std::fmt::Display for ModelFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -29,6 +34,12 @@ impl std::fmt::Display for ModelFailure {
 }
 
 impl std::error::Error for ModelFailure {}
+
+impl ProviderError for ModelFailure {
+    fn blame(&self) -> Blame {
+        self.blame
+    }
+}
 
 impl ModelProvider {
     fn new(rank: usize, world_size: usize) -> Self {
@@ -67,10 +78,13 @@ impl SymmetricProvider for ModelProvider {
     }
     fn malloc(&mut self, bytes: u64, op: &CollectiveOp) -> Result<u64, Error> {
         self.ops.push(op.clone());
-        match self.fail_next_malloc.take() {
-            Some(true) => return Err(Error::refused_by_all("model", ModelFailure)),
-            Some(false) => return Err(Error::provider("model", ModelFailure)),
-            None => {}
+        if let Some(every_rank) = self.fail_next_malloc.take() {
+            let blame = if every_rank {
+                Blame::EveryRank
+            } else {
+                Blame::ThisRank
+            };
+            return Err(Error::from_provider("model", ModelFailure { blame }));
         }
         let addr = Self::heap_base(self.rank) + self.next;
         self.next += bytes.div_ceil(256) * 256;
