@@ -8,7 +8,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
-use symmem::{format_duration, format_elapsed};
+use symmem::{ProviderKind, format_duration, format_elapsed};
 use xshell::{Shell, cmd};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -43,7 +43,7 @@ pub struct ImageArgs {
 pub struct Request {
     /// The provider given on the command line; `None`: the image's default (rocshmem in the
     /// AMD image, host in the Debian one).
-    pub provider: Option<String>,
+    pub provider: Option<ProviderKind>,
     pub ranks: Vec<usize>,
     pub timeout: Duration,
     pub grace: Duration,
@@ -58,13 +58,13 @@ pub struct Request {
 pub const MOUNTS: &str = "/mnt/symmem";
 
 impl Request {
-    pub fn provider<'a>(&'a self, model: &'a Model) -> &'a str {
-        self.provider.as_deref().unwrap_or(model.default_provider)
+    pub fn provider(&self, model: &Model) -> ProviderKind {
+        self.provider.unwrap_or(model.default_provider)
     }
 
     /// Whether the run needs the GPU devices.
     pub fn gpu(&self, model: &Model) -> bool {
-        self.provider(model) != "host"
+        self.provider(model).is_gpu()
     }
 
     /// (host path, container path) of each file passed in.
@@ -95,7 +95,7 @@ impl Request {
             .map(String::from)
             .to_vec();
         command.extend([
-            self.provider(model).to_string(),
+            self.provider(model).name().to_string(),
             "--ranks".into(),
             ranks.join(","),
             "--timeout".into(),
@@ -157,7 +157,7 @@ pub fn execute(
     request: &Request,
     host: &Host,
 ) -> anyhow::Result<i32> {
-    if model.base == Base::Debian && request.provider(model) == "rocshmem" {
+    if model.base == Base::Debian && request.provider(model) == ProviderKind::Rocshmem {
         bail!(
             "the Debian-base image has no rocSHMEM (its pinned source is on GitHub, which its \
              offline build cannot reach): use --image-base amd for --provider rocshmem, or \
@@ -486,7 +486,7 @@ mod tests {
 
     fn request(provider: Option<&str>) -> Request {
         Request {
-            provider: provider.map(String::from),
+            provider: provider.map(|p| ProviderKind::from_name(p).expect("a provider name")),
             ranks: vec![1, 8],
             timeout: Duration::from_secs(120),
             grace: Duration::from_millis(1500),
@@ -535,7 +535,7 @@ mod tests {
         );
         assert!(!host.gpu(&model()));
         assert!(request(None).gpu(&model()));
-        assert_eq!(request(None).provider(&debian()), "host");
+        assert_eq!(request(None).provider(&debian()), ProviderKind::Host);
         assert!(!request(None).gpu(&debian()));
     }
 

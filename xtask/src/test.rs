@@ -148,7 +148,7 @@ pub fn run(sh: &xshell::Shell, args: TestArgs) -> anyhow::Result<ExitCode> {
             bail!("--container runs the ROCm images, which have no NVSHMEM: drop --provider");
         }
         let request = crate::container::Request {
-            provider: args.provider.map(|p| p.name().to_string()),
+            provider: args.provider,
             ranks: args.ranks.0.clone(),
             timeout: args.timeout,
             grace: args.grace,

@@ -2,6 +2,7 @@
 //! `.dockerignore`, the image tag and `cargo xtask test --container` all read it.
 
 use crate::pins::Pins;
+use symmem::ProviderKind;
 
 /// Where the workspace lives inside both images.
 pub const WORKDIR: &str = "/opt/symmem";
@@ -255,7 +256,7 @@ pub struct Model {
     /// Where the SIF is published; `None` for images that are only built locally.
     pub apptainer_repository: Option<String>,
     /// The provider the image runs when none is given (`rocshmem` where it has rocSHMEM).
-    pub default_provider: &'static str,
+    pub default_provider: ProviderKind,
     pub args: Vec<BuildArg>,
     pub labels: Vec<(String, String)>,
     /// Environment of both the build and the running image.
@@ -500,9 +501,13 @@ impl Model {
             Base::Amd => (
                 images.docker.clone(),
                 Some(images.apptainer.clone()),
-                "rocshmem",
+                ProviderKind::Rocshmem,
             ),
-            Base::Debian => (DEBIAN_IMAGE_REPOSITORY.to_string(), None, "host"),
+            Base::Debian => (
+                DEBIAN_IMAGE_REPOSITORY.to_string(),
+                None,
+                ProviderKind::Host,
+            ),
         };
         Ok(Self {
             base,
@@ -522,7 +527,7 @@ impl Model {
             sources,
             system_steps,
             build_steps,
-            test_args: ["--provider", default_provider, "--ranks", "1"]
+            test_args: ["--provider", default_provider.name(), "--ranks", "1"]
                 .map(String::from)
                 .to_vec(),
         })
@@ -535,7 +540,7 @@ impl Model {
             "xtask",
             "test",
             "--provider",
-            self.default_provider,
+            self.default_provider.name(),
         ]
         .map(String::from)
         .to_vec()

@@ -211,7 +211,7 @@ pub fn apptainer_def(model: &Model) -> String {
     }
 
     let mut flags: Vec<&str> = Vec::new();
-    if model.default_provider != "host" {
+    if model.default_provider.is_gpu() {
         flags.extend(super::model::APPTAINER_GPU_FLAGS);
     }
     flags.extend(APPTAINER_RUN_FLAGS);
