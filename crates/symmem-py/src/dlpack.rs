@@ -162,6 +162,23 @@ unsafe extern "C" fn delete_export<M>(managed: *mut M) {
     }
 }
 
+/// A versioned (DLPack 1.x) export of `spec`, read-write, owned by its deleter.
+fn new_versioned_export(spec: &TensorSpec, keep: Keep) -> *mut DLManagedTensorVersioned {
+    new_export(
+        spec,
+        keep,
+        |dl_tensor| DLManagedTensorVersioned {
+            version: VERSION,
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(delete_export::<DLManagedTensorVersioned>),
+            flags: 0,
+            dl_tensor,
+        },
+        |m| &mut m.dl_tensor,
+        |m| &mut m.manager_ctx,
+    )
+}
+
 /// Boxes an export and points its tensor at its own shape and strides.
 fn new_export<M>(
     spec: &TensorSpec,
@@ -221,19 +238,7 @@ pub fn capsule<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let (pointer, name, destructor): (*mut c_void, &CStr, ffi::PyCapsule_Destructor) = if versioned
     {
-        let managed = new_export(
-            spec,
-            keep,
-            |dl_tensor| DLManagedTensorVersioned {
-                version: VERSION,
-                manager_ctx: std::ptr::null_mut(),
-                deleter: Some(delete_export::<DLManagedTensorVersioned>),
-                flags: 0,
-                dl_tensor,
-            },
-            |m| &mut m.dl_tensor,
-            |m| &mut m.manager_ctx,
-        );
+        let managed = new_versioned_export(spec, keep);
         (managed.cast(), VERSIONED_NAME, versioned_capsule_destructor)
     } else {
         let managed = new_export(
@@ -293,19 +298,7 @@ mod tests {
     fn an_export_points_at_its_own_shape_and_deletes_once() {
         let table: Arc<[i64]> = vec![1, 2].into();
         let s = spec(vec![2, 3]);
-        let managed = new_export(
-            &s,
-            Keep::HostTable(Arc::clone(&table)),
-            |dl_tensor| DLManagedTensorVersioned {
-                version: VERSION,
-                manager_ctx: std::ptr::null_mut(),
-                deleter: Some(delete_export::<DLManagedTensorVersioned>),
-                flags: 0,
-                dl_tensor,
-            },
-            |m| &mut m.dl_tensor,
-            |m| &mut m.manager_ctx,
-        );
+        let managed = new_versioned_export(&s, Keep::HostTable(Arc::clone(&table)));
         assert_eq!(Arc::strong_count(&table), 2);
         // SAFETY: a live export made just above; deleted once through its own deleter.
         unsafe {
