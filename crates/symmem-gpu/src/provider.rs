@@ -2,58 +2,19 @@
 //! FFI is in `shim`.
 #![forbid(unsafe_code)]
 
+use crate::error::{GpuError, no_gpu};
 use crate::lifecycle::{Lifecycle, LifecycleError};
 use crate::peers::{self, PeerInfo};
-use crate::shim::{EnvironmentAccess, Gpu, GpuId, Shim, ShimError, UniqueId};
+use crate::shim::{EnvironmentAccess, Gpu, GpuId, Shim, UniqueId};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
 use symmem::settings::{COLLECTIVE_TIMEOUT, DEVICE, GPU_HEAP_SIZE, NODE_ID, SHIM_LIB};
 use symmem::{
-    Blame, CollectiveKind, CollectiveOp, Error, InvalidSetting, PeerTable, ProviderError,
-    ProviderKind, RankIdentity, SymmetricProvider, TranslatedOps,
+    CollectiveKind, CollectiveOp, Error, PeerTable, ProviderKind, RankIdentity, SymmetricProvider,
+    TranslatedOps,
 };
-use symmem_bootstrap::{Bootstrap, BootstrapError};
-
-/// The library is missing or unusable: `reason`, and how to build it.
-pub(crate) fn unavailable(backend: ProviderKind, reason: String) -> GpuError {
-    GpuError::Unavailable {
-        backend: backend.name(),
-        reason,
-        fix: library_fix(backend),
-    }
-}
-
-/// The shim loaded, but there is no GPU it can use: `reason`, and what it needs.
-fn no_gpu(backend: ProviderKind, reason: String) -> GpuError {
-    GpuError::Unavailable {
-        backend: backend.name(),
-        reason,
-        fix: format!(
-            "run on a machine with a GPU and its driver ({})",
-            match backend {
-                ProviderKind::Rocshmem => "AMD, with /dev/kfd and /dev/dri accessible",
-                _ => "NVIDIA, driver new enough for the CUDA the shim was built with",
-            }
-        ),
-    }
-}
-
-fn library_fix(backend: ProviderKind) -> String {
-    match backend {
-        ProviderKind::Rocshmem => format!(
-            "build rocSHMEM and the shim with `cargo xtask build-rocshmem --arch <gfx>` and \
-             `cargo xtask build-shim --backend rocshmem` (or set {}), with ROCm's libraries on \
-             LD_LIBRARY_PATH",
-            SHIM_LIB.name
-        ),
-        _ => format!(
-            "build it with `cargo xtask build-shim --backend nvshmem` (or set {}), and put \
-             NVSHMEM's lib folder (libnvshmem_host.so.3) on LD_LIBRARY_PATH",
-            SHIM_LIB.name
-        ),
-    }
-}
+use symmem_bootstrap::Bootstrap;
 
 /// `backend` itself when it is a GPU provider, else [`GpuError::NotGpu`].
 fn gpu_kind(backend: ProviderKind) -> Result<ProviderKind, GpuError> {
@@ -62,83 +23,6 @@ fn gpu_kind(backend: ProviderKind) -> Result<ProviderKind, GpuError> {
     } else {
         Err(GpuError::NotGpu { kind: backend })
     }
-}
-
-/// Errors of the GPU providers; each names what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum GpuError {
-    #[error("the {backend} provider is unavailable: {reason}; {fix}")]
-    Unavailable {
-        backend: &'static str,
-        reason: String,
-        fix: String,
-    },
-    #[error(
-        "{path} speaks shim ABI {found} ({backend_found}), this build needs ABI {expected} \
-         ({backend}); rebuild it with `cargo xtask build-shim --backend {backend}`"
-    )]
-    WrongLibrary {
-        path: PathBuf,
-        found: i32,
-        expected: i32,
-        backend: &'static str,
-        backend_found: String,
-    },
-    #[error(transparent)]
-    Shim(#[from] ShimError),
-    #[error(
-        "no device table for an allocation at {base:#x}: use a table returned by this \
-         context's allocate (and not freed)"
-    )]
-    NoDeviceTable { base: u64 },
-    #[error(
-        "no live symmetric allocation at {addr:#x} in this context: free only what this \
-         context's allocate returned, once"
-    )]
-    NoAllocation { addr: u64 },
-    #[error(
-        "rank {rank} sent start information this build cannot read: run the same symmem \
-         build on every rank"
-    )]
-    BadPeerInfo { rank: usize },
-    #[error(transparent)]
-    Lifecycle(#[from] LifecycleError),
-    #[error(transparent)]
-    InvalidSetting(#[from] InvalidSetting),
-    #[error(
-        "{kind} is not a GPU provider: give the GPU provider {}, or start {kind} with its own \
-         crate",
-        gpu_choices()
-    )]
-    NotGpu { kind: ProviderKind },
-    #[error(transparent)]
-    Bootstrap(#[from] BootstrapError),
-    #[error(transparent)]
-    RankEnv(#[from] symmem::RankEnvError),
-}
-
-impl ProviderError for GpuError {
-    fn blame(&self) -> Blame {
-        match self {
-            Self::Bootstrap(b) => b.blame(),
-            // Only ever made from what every rank sent in the finalize exchange.
-            Self::Lifecycle(LifecycleError::SiblingsOpen { .. }) => Blame::EveryRank,
-            _ => Blame::ThisRank,
-        }
-    }
-
-    fn into_mismatch(self) -> Result<symmem::CollectiveMismatch, Self> {
-        match self {
-            Self::Bootstrap(b) => b.into_mismatch().map_err(Self::Bootstrap),
-            other => Err(other),
-        }
-    }
-}
-
-/// `nvshmem or rocshmem`, for messages.
-fn gpu_choices() -> String {
-    let names: Vec<&str> = ProviderKind::GPU.iter().map(|k| k.name()).collect();
-    names.join(" or ")
 }
 
 /// How to start a [`GpuProvider`].
@@ -433,13 +317,13 @@ impl GpuProvider {
     fn agree(&mut self, op: &CollectiveOp) -> Result<(), Error> {
         self.bootstrap
             .barrier(op)
-            .map_err(|e| Error::from_provider(self.backend.name(), e))
+            .map_err(|e| Error::from_provider(self.backend, e))
     }
 }
 
 impl SymmetricProvider for GpuProvider {
-    fn name(&self) -> &'static str {
-        self.backend.name()
+    fn kind(&self) -> ProviderKind {
+        self.backend
     }
     fn rank(&self) -> usize {
         self.rank
@@ -483,7 +367,7 @@ impl SymmetricProvider for GpuProvider {
                 let gathered = self
                     .bootstrap
                     .exchange(op, &open.to_le_bytes(), None, 0)
-                    .map_err(|e| Error::from_provider(self.backend.name(), e))?;
+                    .map_err(|e| Error::from_provider(self.backend, e))?;
                 let open_anywhere = gathered
                     .payloads
                     .iter()
@@ -493,7 +377,7 @@ impl SymmetricProvider for GpuProvider {
                     .unwrap_or(open);
                 if open_anywhere > 0 {
                     return Err(Error::from_provider(
-                        self.backend.name(),
+                        self.backend,
                         GpuError::from(LifecycleError::SiblingsOpen {
                             open: open_anywhere as usize,
                         }),
@@ -615,6 +499,8 @@ pub fn default_library(target_dir: &Path, backend: ProviderKind) -> Option<PathB
 #[cfg(test)]
 mod tests {
     use super::*;
+    use symmem::{Blame, ProviderError};
+    use symmem_bootstrap::BootstrapError;
 
     fn config(library: PathBuf) -> GpuConfig {
         GpuConfig {
@@ -678,14 +564,14 @@ mod tests {
         let e = GpuError::Bootstrap(BootstrapError::RootGone { op });
         assert_eq!(e.blame(), Blame::AnotherRank);
         assert!(matches!(
-            Error::from_provider("nvshmem", e),
+            Error::from_provider(ProviderKind::Nvshmem, e),
             Error::PeerFailed { .. }
         ));
         let e = GpuError::BadPeerInfo { rank: 1 };
         assert!(matches!(
-            Error::from_provider("nvshmem", e),
+            Error::from_provider(ProviderKind::Nvshmem, e),
             Error::Provider {
-                provider: "nvshmem",
+                provider: ProviderKind::Nvshmem,
                 ..
             }
         ));
