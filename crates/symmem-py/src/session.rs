@@ -289,7 +289,7 @@ impl<P: Provider> Session<P> {
             bytes: live.tracker.bytes,
             bases: live.bases.clone(),
             direct: live.direct.clone(),
-            data: data.map(|d| (live.spec.clone(), Keep::Data(d))),
+            data: data.map(|d| (live.spec.clone(), Keep::Data(Arc::new(d)))),
             table: (table, keep),
         }
     }
