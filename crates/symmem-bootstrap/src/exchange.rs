@@ -5,8 +5,7 @@
 //! the descriptors of the rank's fd group), or `Fail` with one [`CollectiveFailure`] naming the
 //! ranks that never arrived, left, or disagreed.
 
-use crate::bootstrap::deadline_in;
-use crate::wire::{self, Message, Received};
+use crate::wire::{self, Message, Received, deadline_in};
 use crate::{BootstrapError, CollectiveFailure};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
