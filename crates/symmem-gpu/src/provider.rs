@@ -6,6 +6,7 @@ use crate::error::{GpuError, no_gpu};
 use crate::lifecycle::{Lifecycle, LifecycleError};
 use crate::peers::{self, PeerInfo};
 use crate::shim::{EnvironmentAccess, Gpu, GpuId, Shim, UniqueId};
+use std::num::NonZeroU64;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
@@ -33,8 +34,8 @@ pub struct GpuConfig {
     pub identity: RankIdentity,
     pub rendezvous: PathBuf,
     pub timeout: Duration,
-    /// Symmetric heap per PE; 0 keeps the library's default.
-    pub heap_bytes: u64,
+    /// Symmetric heap per PE; `None` keeps the library's default.
+    pub heap_bytes: Option<NonZeroU64>,
     /// GPU of this process; `None` picks `local_rank % GPUs`.
     pub device: Option<i32>,
     /// Emulated node of this rank (`SYMMEM_NODE_ID`): peers on another node are not
@@ -65,7 +66,7 @@ impl GpuConfig {
             identity,
             rendezvous,
             timeout: COLLECTIVE_TIMEOUT.get()?,
-            heap_bytes: GPU_HEAP_SIZE.read()?.unwrap_or(0),
+            heap_bytes: GPU_HEAP_SIZE.read()?,
             device: DEVICE.read()?,
             node_id: NODE_ID.get()?,
         })
@@ -133,11 +134,7 @@ impl GpuProvider {
         shim.set_device(device)?;
         let single_host = local_world_size == world_size;
         // Before anything that lets the library read its environment (it does so once).
-        shim.configure(
-            access,
-            usize::try_from(config.heap_bytes).unwrap_or(usize::MAX),
-            single_host,
-        )?;
+        shim.configure(access, config.heap_bytes, single_host)?;
         let unique_id = if rank == 0 {
             shim.unique_id()?.0
         } else {
@@ -509,7 +506,7 @@ mod tests {
             identity: RankIdentity::from_vars(|_| None).unwrap(),
             rendezvous: std::env::temp_dir(),
             timeout: Duration::from_secs(5),
-            heap_bytes: 0,
+            heap_bytes: None,
             device: None,
             node_id: 0,
         }

@@ -13,6 +13,7 @@
 
 use crate::provider_kind::ProviderKind;
 use crate::units::{format_bytes, format_duration, parse_bytes, parse_timeout};
+use std::num::NonZeroU64;
 use std::ops::Deref;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -287,15 +288,20 @@ pub const SHIM_LIB: Setting<PathBuf> = Setting::new(
     path,
 );
 
-/// Symmetric heap per PE of a GPU provider.
-pub const GPU_HEAP_SIZE: Setting<u64> = Setting::new(
+/// Symmetric heap per PE of a GPU provider. Zero is refused: it would not be a heap, and the
+/// library's own default is what leaving it unset gives.
+pub const GPU_HEAP_SIZE: Setting<NonZeroU64> = Setting::new(
     "SYMMEM_GPU_HEAP_SIZE",
     Audience::User,
     "symmetric heap per PE of the GPU providers",
     "the SHMEM library's own",
-    "a size such as 536870912, 512M or 4G",
-    parse_bytes,
+    "a size above 0 such as 536870912, 512M or 4G",
+    parse_nonzero_bytes,
 );
+
+fn parse_nonzero_bytes(text: &str) -> Option<NonZeroU64> {
+    parse_bytes(text).and_then(NonZeroU64::new)
+}
 
 /// GPU of this process.
 pub const DEVICE: Setting<i32> = Setting::new(

@@ -15,6 +15,7 @@ mod gpu;
 
 use std::ffi::{CStr, c_int, c_void};
 use std::mem::ManuallyDrop;
+use std::num::NonZeroU64;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use symmem::ProviderKind;
@@ -294,9 +295,12 @@ impl Shim {
     pub(crate) fn configure(
         &self,
         _access: EnvironmentAccess,
-        heap_bytes: usize,
+        heap_bytes: Option<NonZeroU64>,
         single_node: bool,
     ) -> Result<(), ShimError> {
+        // The C ABI's "keep the library's default" is 0, which no Option<NonZeroU64> holds
+        // otherwise; a heap beyond the address space saturates (the library refuses it).
+        let heap_bytes = heap_bytes.map_or(0, |h| usize::try_from(h.get()).unwrap_or(usize::MAX));
         // SAFETY: no pointers. It writes environment variables: `_access` is the caller's
         // promise (EnvironmentAccess::promise) that no other thread touches the environment.
         let code = unsafe {

@@ -58,6 +58,23 @@ fn a_zero_collective_timeout_is_refused() {
 }
 
 #[test]
+fn a_zero_gpu_heap_is_refused_and_a_size_kept() {
+    for zero in ["0", "0M", " 0 "] {
+        let e = GPU_HEAP_SIZE
+            .read_from(vars(&[("SYMMEM_GPU_HEAP_SIZE", zero)]))
+            .unwrap_err();
+        assert_eq!(e.var, "SYMMEM_GPU_HEAP_SIZE");
+        assert_eq!(e.value, zero);
+        assert!(e.to_string().contains("a size above 0"), "{e}");
+    }
+    assert_eq!(
+        GPU_HEAP_SIZE.read_from(vars(&[("SYMMEM_GPU_HEAP_SIZE", "1G")])),
+        Ok(NonZeroU64::new(1 << 30))
+    );
+    assert_eq!(GPU_HEAP_SIZE.read_from(vars(&[])), Ok(None));
+}
+
+#[test]
 fn an_invalid_value_names_variable_value_and_what_is_expected() {
     let e = HOST_HEAP_SIZE
         .get_from(vars(&[("SYMMEM_HOST_HEAP_SIZE", "lots")]))
