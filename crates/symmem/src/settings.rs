@@ -11,6 +11,7 @@
 //! To add a setting: declare a `const` here with [`Setting::new`] or [`Defaulted::new`], list
 //! it in [`all`], read it with its getter, and paste the table the README test prints.
 
+use crate::launcher::Launcher;
 use crate::provider_kind::ProviderKind;
 use crate::units::{format_bytes, format_duration, parse_bytes, parse_timeout};
 use std::num::NonZeroU64;
@@ -269,13 +270,13 @@ fn format_duration_ref(d: &Duration) -> String {
 }
 
 /// The launcher whose variables name this rank, when several disagree.
-pub const RANK_FROM: Setting<String> = Setting::new(
+pub const RANK_FROM: Setting<Launcher> = Setting::new(
     "SYMMEM_RANK_FROM",
     Audience::User,
     "the launcher whose variables name this rank (`torchrun`, `openmpi`, `slurm`, `pmi`), when several disagree",
     "the innermost launcher, if all agree",
     "torchrun, openmpi, slurm or pmi",
-    text,
+    Launcher::from_setting,
 );
 
 /// The shim library a GPU provider loads.
