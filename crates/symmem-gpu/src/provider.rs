@@ -87,8 +87,23 @@ enum Role {
 /// thread.
 pub struct GpuProvider {
     gpu: Gpu,
-    lifecycle: Rc<Lifecycle>,
+    library: Rc<Library>,
     role: Role,
+    /// Emulated node of every rank: peers on another node are not reachable.
+    node_ids: Vec<u64>,
+    bootstrap: Bootstrap,
+    /// Where this context's ranks met; its siblings meet in folders under it.
+    rendezvous: PathBuf,
+    finalized: bool,
+}
+
+/// What a provider and its siblings share: the one initialised SHMEM library and this rank's
+/// place in the job.
+struct Library {
+    shim: Rc<Shim>,
+    /// Every rank's GPU.
+    gpus: Rc<[GpuId]>,
+    lifecycle: Lifecycle,
     backend: ProviderKind,
     /// The GPU this process uses (see [`GpuProvider::device`]).
     device: i32,
@@ -96,12 +111,7 @@ pub struct GpuProvider {
     world_size: usize,
     /// Every rank's launcher says it runs on this host.
     single_host: bool,
-    /// Emulated node of every rank: peers on another node are not reachable.
-    node_ids: Vec<u64>,
-    bootstrap: Bootstrap,
-    rendezvous: PathBuf,
     timeout: Duration,
-    finalized: bool,
 }
 
 impl GpuProvider {
@@ -165,19 +175,24 @@ impl GpuProvider {
             .collect::<Result<Vec<_>, _>>()?;
         shim.init(rank, world_size, &UniqueId(infos[0].unique_id.clone()))?;
         let gpus: Rc<[GpuId]> = infos.iter().map(|i| i.gpu.clone()).collect();
-        Ok(Self {
-            gpu: Gpu::new(shim, rank, world_size, gpus),
-            lifecycle: Rc::new(Lifecycle::started()),
-            role: Role::Original,
+        let library = Library {
+            shim,
+            gpus,
+            lifecycle: Lifecycle::started(),
             backend,
             device,
             rank,
             world_size,
             single_host,
+            timeout: config.timeout,
+        };
+        Ok(Self {
+            gpu: library.gpu(),
+            library: Rc::new(library),
+            role: Role::Original,
             node_ids: infos.iter().map(|i| i.node_id).collect(),
             bootstrap,
             rendezvous: config.rendezvous,
-            timeout: config.timeout,
             finalized: false,
         })
     }
@@ -197,53 +212,56 @@ impl GpuProvider {
     /// it). Holding it keeps nothing open.
     pub fn siblings(&self) -> Siblings {
         Siblings {
-            shim: Rc::clone(self.gpu.shim()),
-            gpus: self.gpu.shared_gpus(),
-            lifecycle: Rc::clone(&self.lifecycle),
-            backend: self.backend,
-            device: self.device,
-            rank: self.rank,
-            world_size: self.world_size,
-            single_host: self.single_host,
+            library: Rc::clone(&self.library),
             rendezvous: self.rendezvous.clone(),
-            timeout: self.timeout,
         }
+    }
+}
+
+impl Library {
+    /// A fresh GPU side over the library: no allocations or tables yet.
+    fn gpu(&self) -> Gpu {
+        Gpu::new(
+            Rc::clone(&self.shim),
+            self.rank,
+            self.world_size,
+            Rc::clone(&self.gpus),
+        )
     }
 }
 
 /// Opens sibling contexts over one provider's SHMEM library ([`GpuProvider::siblings`]).
 pub struct Siblings {
-    shim: Rc<Shim>,
-    gpus: Rc<[GpuId]>,
-    lifecycle: Rc<Lifecycle>,
-    backend: ProviderKind,
-    device: i32,
-    rank: usize,
-    world_size: usize,
-    single_host: bool,
+    library: Rc<Library>,
+    /// The opening provider's rendezvous: each sibling meets in `<rendezvous>/<label>`.
     rendezvous: PathBuf,
-    timeout: Duration,
 }
 
 impl Siblings {
     /// As [`GpuProvider::sibling`]. Collective.
     pub fn open(&self, label: &str, node_id: u64) -> Result<GpuProvider, GpuError> {
-        self.lifecycle.open_sibling()?;
+        self.library.lifecycle.open_sibling()?;
         let opened = self.connect(label, node_id);
         if opened.is_err() {
-            self.lifecycle.close_sibling();
+            self.library.lifecycle.close_sibling();
         }
         opened
     }
 
     fn connect(&self, label: &str, node_id: u64) -> Result<GpuProvider, GpuError> {
+        let Library {
+            rank,
+            world_size,
+            timeout,
+            backend,
+            ..
+        } = *self.library;
         let rendezvous = self.rendezvous.join(label);
-        let mut bootstrap =
-            Bootstrap::connect(self.rank, self.world_size, &rendezvous, self.timeout)?;
+        let mut bootstrap = Bootstrap::connect(rank, world_size, &rendezvous, timeout)?;
         let op = CollectiveOp {
             seq: 0,
             kind: CollectiveKind::Provider {
-                what: format!("{} sibling nodes", self.backend.name()),
+                what: format!("{} sibling nodes", backend.name()),
             },
         };
         let gathered = bootstrap
@@ -259,23 +277,12 @@ impl Siblings {
             })
             .collect::<Result<Vec<_>, GpuError>>()?;
         Ok(GpuProvider {
-            gpu: Gpu::new(
-                Rc::clone(&self.shim),
-                self.rank,
-                self.world_size,
-                Rc::clone(&self.gpus),
-            ),
-            lifecycle: Rc::clone(&self.lifecycle),
+            gpu: self.library.gpu(),
+            library: Rc::clone(&self.library),
             role: Role::Sibling,
-            backend: self.backend,
-            device: self.device,
-            rank: self.rank,
-            world_size: self.world_size,
-            single_host: self.single_host,
             node_ids,
             bootstrap,
             rendezvous,
-            timeout: self.timeout,
             finalized: false,
         })
     }
@@ -283,14 +290,14 @@ impl Siblings {
 
 impl GpuProvider {
     pub fn backend(&self) -> ProviderKind {
-        self.backend
+        self.library.backend
     }
 
     /// The GPU this process uses, as the runtime numbers the visible devices: the configured
     /// [`GpuConfig::device`], else `local_rank % GPUs` (the one `new` selected; siblings share
     /// it).
     pub fn device(&self) -> i32 {
-        self.device
+        self.library.device
     }
 
     /// Emulated node of every rank (`SYMMEM_NODE_ID`, or the sibling's split).
@@ -314,23 +321,24 @@ impl GpuProvider {
     fn agree(&mut self, op: &CollectiveOp) -> Result<(), Error> {
         self.bootstrap
             .barrier(op)
-            .map_err(|e| Error::from_provider(self.backend, e))
+            .map_err(|e| Error::from_provider(self.library.backend, e))
     }
 }
 
 impl SymmetricProvider for GpuProvider {
     fn kind(&self) -> ProviderKind {
-        self.backend
+        self.library.backend
     }
     fn rank(&self) -> usize {
-        self.rank
+        self.library.rank
     }
     fn world_size(&self) -> usize {
-        self.world_size
+        self.library.world_size
     }
     fn claims_single_node(&self) -> bool {
-        self.single_host
-            && (0..self.world_size).all(|peer| peers::same_node(&self.node_ids, self.rank, peer))
+        self.library.single_host
+            && (0..self.library.world_size)
+                .all(|peer| peers::same_node(&self.node_ids, self.library.rank, peer))
     }
     fn checks_collective_order(&self) -> bool {
         true
@@ -360,11 +368,11 @@ impl SymmetricProvider for GpuProvider {
                 // Every rank says how many siblings it still has open; if any has one, all
                 // refuse alike and the context stays usable (finalize the siblings, then
                 // this again).
-                let open = self.lifecycle.open_siblings() as u64;
+                let open = self.library.lifecycle.open_siblings() as u64;
                 let gathered = self
                     .bootstrap
                     .exchange(op, &open.to_le_bytes(), None, 0)
-                    .map_err(|e| Error::from_provider(self.backend, e))?;
+                    .map_err(|e| Error::from_provider(self.library.backend, e))?;
                 let open_anywhere = gathered
                     .payloads
                     .iter()
@@ -374,7 +382,7 @@ impl SymmetricProvider for GpuProvider {
                     .unwrap_or(open);
                 if open_anywhere > 0 {
                     return Err(Error::from_provider(
-                        self.backend,
+                        self.library.backend,
                         GpuError::from(LifecycleError::SiblingsOpen {
                             open: open_anywhere as usize,
                         }),
@@ -384,9 +392,9 @@ impl SymmetricProvider for GpuProvider {
         }
         let released = self.gpu.release();
         match self.role {
-            Role::Sibling => self.lifecycle.close_sibling(),
+            Role::Sibling => self.library.lifecycle.close_sibling(),
             Role::Original => {
-                self.lifecycle.finalizing();
+                self.library.lifecycle.finalizing();
                 self.gpu.shim().finalize()?;
             }
         }
@@ -399,7 +407,7 @@ impl SymmetricProvider for GpuProvider {
     }
 
     fn ptr(&self, addr: u64, peer: usize) -> Option<u64> {
-        if !peers::same_node(&self.node_ids, self.rank, peer) {
+        if !peers::same_node(&self.node_ids, self.library.rank, peer) {
             return None;
         }
         self.gpu.peer_address(addr, peer)
@@ -469,11 +477,11 @@ impl Drop for GpuProvider {
         }
         match self.role {
             // Its tables free themselves; the library stays with the original.
-            Role::Sibling => self.lifecycle.close_sibling(),
+            Role::Sibling => self.library.lifecycle.close_sibling(),
             // Finalising is collective: a drop (at different times on different ranks) must
             // not start it. The process exit releases the library's resources.
             Role::Original => tracing::warn!(
-                backend = self.backend.name(),
+                backend = self.library.backend.name(),
                 "GPU provider dropped without Context::finalize; the SHMEM library was not finalised"
             ),
         }

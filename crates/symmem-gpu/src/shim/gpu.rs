@@ -91,10 +91,6 @@ impl Gpu {
         &self.shim
     }
 
-    pub(crate) fn shared_gpus(&self) -> Rc<[GpuId]> {
-        Rc::clone(&self.gpus)
-    }
-
     /// The GPU of every rank, by rank.
     pub fn gpus(&self) -> &[GpuId] {
         &self.gpus
