@@ -28,7 +28,7 @@ pub use context::{AllocationRecord, Context, ContextId, FinalizeReport, Plain, S
 pub use error::{Blame, Error, ProviderError, TranslateError};
 pub use provider::{SymmetricProvider, TranslatedOps};
 pub use provider_kind::{ProviderKind, UnknownProvider};
-pub use rank_env::{Found, Launcher, RankEnvError, RankIdentity};
+pub use rank_env::{Found, Launcher, RankEnvError, RankIdentity, job_evidence};
 pub use ranks::{count_ranks, describe_ranks, rank_list};
 pub use settings::InvalidSetting;
 pub use table::{AddressMap, PeerTable};

@@ -1,7 +1,7 @@
 //! Who this process is in the job, read from the environment conventions of existing
 //! launchers, so one rank program runs under symmem-run, torchrun, mpirun or srun.
 
-use crate::settings::RANK_FROM;
+use crate::settings::{RANK_FROM, RUN_ID};
 use std::fmt;
 
 /// The launcher whose environment named this rank.
@@ -299,6 +299,38 @@ fn check_agreement(
     Ok(())
 }
 
+/// Launchers' variables that name one job (or one attempt of it): the same in every rank of a
+/// job, different between two jobs running at once. `MASTER_ADDR`/`MASTER_PORT` and the
+/// `TORCHELASTIC_*` ids are torchrun's (and symmem-run's), then Slurm's job and step, Open
+/// MPI's job id and PMIx namespace, and MPICH's key-value space.
+const JOB_VARS: [&str; 9] = [
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "OMPI_MCA_ess_base_jobid",
+    "PMIX_NAMESPACE",
+    "PMI_KVSNAME",
+];
+
+/// What this process can show of the job it belongs to: [`RUN_ID`] (symmem-run's) and each
+/// launcher job-id variable that is set, as `(name, value)` in a fixed order. Every rank of one
+/// job holds the same evidence, so the rendezvous compares it to keep two jobs that share a
+/// rendezvous folder apart. Ranks started by hand with none of these variables hold none: then
+/// only the world size tells two jobs apart.
+pub fn job_evidence(get: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    std::iter::once(RUN_ID.name)
+        .chain(JOB_VARS)
+        .filter_map(|var| {
+            get(var)
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| (var.to_string(), v))
+        })
+        .collect()
+}
+
 fn job_key(launcher: Launcher, get: &impl Fn(&str) -> Option<String>) -> Option<String> {
     let joined = |vars: &[&str]| -> Option<String> {
         let parts: Option<Vec<String>> = vars.iter().map(|v| get(v)).collect();
@@ -487,6 +519,31 @@ mod tests {
         ])
         .unwrap_err();
         assert!(matches!(err, RankEnvError::BadRankFrom { .. }), "{err}");
+    }
+
+    #[test]
+    fn job_evidence_names_the_launchers_job_ids_and_nothing_per_rank() {
+        let vars: HashMap<&str, &str> = [
+            ("RANK", "1"),
+            ("LOCAL_RANK", "1"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29500"),
+            ("SLURM_JOB_ID", ""),
+            (RUN_ID.name, "r1"),
+        ]
+        .into_iter()
+        .collect();
+        let evidence = job_evidence(|k| vars.get(k).map(|v| v.to_string()));
+        let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(
+            evidence,
+            [
+                pair(RUN_ID.name, "r1"),
+                pair("MASTER_ADDR", "127.0.0.1"),
+                pair("MASTER_PORT", "29500")
+            ]
+        );
+        assert!(job_evidence(|_| None).is_empty());
     }
 
     #[test]
