@@ -30,6 +30,7 @@ import collections
 import importlib
 import importlib.util
 import operator
+import os
 import sys
 import warnings
 from dataclasses import dataclass
@@ -519,3 +520,27 @@ def _at_exit() -> None:
 
 
 atexit.register(_at_exit)
+
+
+def _peer_failed_exit_hook(previous):
+    """An uncaught PeerFailedError makes this rank a witness: after the usual traceback and
+    the exit handlers, the process exits with EXIT_PEER_FAILED (not Python's 1), so that the
+    launcher blames the rank that failed first, not this one."""
+
+    def hook(exc_type, exc, tb):
+        previous(exc_type, exc, tb)
+        if not (isinstance(exc_type, type) and issubclass(exc_type, PeerFailedError)):
+            return
+        try:
+            atexit._run_exitfuncs()
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:
+                    stream.flush()
+        finally:
+            os._exit(EXIT_PEER_FAILED)
+
+    hook.symmem_previous = previous
+    return hook
+
+
+sys.excepthook = _peer_failed_exit_hook(sys.excepthook)
