@@ -36,7 +36,10 @@ impl fmt::Display for Launcher {
 pub enum RankEnvError {
     #[error("{var}={value:?} is not a non-negative integer; fix the launcher's environment")]
     NotANumber { var: &'static str, value: String },
-    #[error("{var} is set but {missing} is not; a {launcher} job sets both")]
+    #[error(
+        "{var} is set but {missing} is not; a {launcher} job sets both: set {missing} too, or \
+         unset {var} if it is stale"
+    )]
     Missing {
         var: &'static str,
         missing: &'static str,
@@ -65,6 +68,16 @@ pub enum RankEnvError {
     BadRankFrom { value: String },
     #[error("{rank_var}={rank} but {size_var}={world_size}: the rank must be below the world size")]
     RankOutOfRange {
+        rank_var: &'static str,
+        rank: usize,
+        size_var: &'static str,
+        world_size: usize,
+    },
+    #[error(
+        "{rank_var}={rank} but {size_var} is unset, so the local world is the whole world of \
+         {world_size}: the local rank must be below it; set {size_var} (or fix {rank_var})"
+    )]
+    LocalRankBeyondWorld {
         rank_var: &'static str,
         rank: usize,
         size_var: &'static str,
@@ -182,6 +195,15 @@ impl RankIdentity {
         let mut found: Vec<(&Convention, Found)> = Vec::new();
         for c in &CONVENTIONS {
             let Some(rank) = number(c.rank)? else {
+                // A world size alone (a stray `WORLD_SIZE=4`) would run as a singleton without
+                // a word. Slurm's batch step sets SLURM_NTASKS for a script that is no task.
+                if c.launcher != Launcher::Slurm && get(c.size).is_some() {
+                    return Err(RankEnvError::Missing {
+                        var: c.size,
+                        missing: c.rank,
+                        launcher: c.launcher,
+                    });
+                }
                 continue;
             };
             let world_size = number(c.size)?.ok_or(RankEnvError::Missing {
@@ -229,9 +251,16 @@ impl RankIdentity {
         }
         let local_rank = number(c.local_rank)?.unwrap_or(rank);
         // Slurm's per-node count may be "4(x2)": not a number, so not an error.
-        let local_world_size = get(c.local_size)
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(world_size);
+        let local_size = get(c.local_size).and_then(|v| v.trim().parse().ok());
+        let local_world_size = local_size.unwrap_or(world_size);
+        if local_size.is_none() && local_rank >= world_size {
+            return Err(RankEnvError::LocalRankBeyondWorld {
+                rank_var: c.local_rank,
+                rank: local_rank,
+                size_var: c.local_size,
+                world_size,
+            });
+        }
         if local_world_size == 0 || local_rank >= local_world_size {
             return Err(RankEnvError::RankOutOfRange {
                 rank_var: c.local_rank,
@@ -574,6 +603,28 @@ mod tests {
             ident(&[("RANK", "x"), ("WORLD_SIZE", "2")]).unwrap_err(),
             RankEnvError::NotANumber { var: "RANK", .. }
         ));
+        // Issue 24 (D4): a world size alone used to run as a singleton.
+        let err = ident(&[("WORLD_SIZE", "4")]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RankEnvError::Missing {
+                    var: "WORLD_SIZE",
+                    missing: "RANK",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("unset WORLD_SIZE"), "{err}");
+        // Issue 24 (D13): the message named LOCAL_WORLD_SIZE=2 although it was unset.
+        let err = ident(&[("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "5")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("LOCAL_RANK=5 but LOCAL_WORLD_SIZE is unset") && !err.contains("=2"),
+            "{err}"
+        );
         assert!(matches!(
             ident(&[("RANK", "0")]).unwrap_err(),
             RankEnvError::Missing {
