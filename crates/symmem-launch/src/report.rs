@@ -216,8 +216,8 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
     ),
     (
         "1",
-        "other launcher errors (e.g. TMPDIR too long for the ranks' socket path: set \
-         TMPDIR=/tmp)",
+        "other launcher errors (e.g. no rendezvous folder can be made in TMPDIR: point it at \
+         a writable folder)",
     ),
 ];
 

@@ -160,8 +160,10 @@ fn ranks_that_lose_a_peer_exit_75_and_the_culprit_is_named() {
     assert_ranks_gone(&pids);
 }
 
+/// Issue 24 (N7): a TMPDIR whose `<rendezvous>/rank0.sock` exceeds a socket address (107
+/// bytes) used to be refused; the ranks bind through a descriptor of the folder, so it works.
 #[test]
-fn a_tmpdir_too_long_for_the_socket_path_is_refused_with_the_fix() {
+fn a_tmpdir_longer_than_a_socket_address_works() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut long = tmp.path().to_path_buf();
     while long.as_os_str().len() < 110 {
@@ -169,17 +171,12 @@ fn a_tmpdir_too_long_for_the_socket_path_is_refused_with_the_fix() {
     }
     std::fs::create_dir_all(&long).expect("mkdir");
     let out = Command::new(BIN)
-        .args(["--ranks", "2", "--", "/bin/true"])
+        .args(["--ranks", "2", "--", "/bin/sh", "-c"])
+        .arg(r#"case $SYMMEM_RENDEZVOUS in "$TMPDIR"/*) [ -d "$SYMMEM_RENDEZVOUS" ] ;; *) exit 9 ;; esac"#)
         .env("TMPDIR", &long)
         .output()
         .expect("run");
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("set TMPDIR to a shorter directory"), "{err}");
-    assert!(err.contains("at most 107 bytes"), "{err}");
-    // symmem-rdzv-XXXXXX/rank0.sock: 29 bytes after TMPDIR and a slash.
-    let len = long.as_os_str().len() + 1 + 29;
-    assert!(err.contains(&format!("would be {len} bytes long")), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
     // Nothing is left behind in TMPDIR.
     assert_eq!(std::fs::read_dir(&long).expect("ls").count(), 0);
 }
