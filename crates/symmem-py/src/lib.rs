@@ -84,6 +84,18 @@ impl SymmetricArray {
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let _ = stream;
+        let released = match &self.keep {
+            Keep::Data(data) => data.released(),
+            _ => !session::is_live(self.allocation).map_err(raise)?,
+        };
+        if released {
+            return Err(PyBufferError::new_err(format!(
+                "symmetric allocation #{} was freed (or symmem.finalize() ended the session): \
+                 its memory may belong to another allocation now, so this {} is no longer \
+                 exported; use the tensors of a live allocation",
+                self.allocation, self.role
+            )));
+        }
         let own = (self.spec.device.device_type, self.spec.device.device_id);
         if let Some(wanted) = dl_device.filter(|&d| d != own) {
             return Err(PyBufferError::new_err(format!(

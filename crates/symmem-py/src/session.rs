@@ -79,6 +79,14 @@ impl DataRef {
     }
 }
 
+impl DataRef {
+    /// Whether the allocation was freed, or reported by `finalize`: its memory may belong to
+    /// another allocation now, so nothing may export it any more.
+    pub fn released(&self) -> bool {
+        self.0.freed.load(Ordering::Acquire) || self.0.reported.load(Ordering::Acquire)
+    }
+}
+
 impl Clone for DataRef {
     fn clone(&self) -> Self {
         Self::new(&self.0)
@@ -385,6 +393,9 @@ impl<P: Provider> Session<P> {
     }
 }
 
+/// The most dimensions a tensor may have: numpy, like other DLPack consumers, takes 64.
+const MAX_DIMS: usize = 64;
+
 /// Bytes of a tensor of `shape` and `dtype`, refused before any collective when zero or absurd.
 fn checked_bytes(shape: &[i64], dtype: DType) -> Result<usize, Fail> {
     let shown = format!("{shape:?}");
@@ -392,6 +403,13 @@ fn checked_bytes(shape: &[i64], dtype: DType) -> Result<usize, Fail> {
         return Err(Fail::Value(
             "a symmetric tensor needs at least one dimension, e.g. allocate_symmetric(1024)".into(),
         ));
+    }
+    if shape.len() > MAX_DIMS {
+        return Err(Fail::Value(format!(
+            "a symmetric tensor has at most {MAX_DIMS} dimensions (DLPack consumers such as numpy \
+             take no more), got {}",
+            shape.len()
+        )));
     }
     if let Some(d) = shape.iter().find(|&&d| d < 0) {
         return Err(Fail::Value(format!(
@@ -776,6 +794,13 @@ pub fn address_map(id: u64) -> Result<AllocOut, Fail> {
     )?)
 }
 
+/// Whether allocation `id` is live (not freed, session not finalized).
+pub fn is_live(id: u64) -> Result<bool, Fail> {
+    now(with_session("__dlpack__", move |s| {
+        Ok(on_session!(s, s => s.live.contains_key(&id)))
+    })?)
+}
+
 pub fn free(id: u64) -> Result<Pending<()>, Fail> {
     with_session("free", move |s| on_session!(s, s => s.free(id)))
 }
@@ -815,6 +840,7 @@ mod tests {
             &[4, 0][..],
             &[-1][..],
             &[i64::MAX, 2][..],
+            &[1; 65][..],
         ] {
             assert!(
                 matches!(checked_bytes(bad, f32), Err(Fail::Value(_))),
