@@ -18,7 +18,7 @@ use symmem::settings;
 use crate::culprit::blame;
 use crate::error::LaunchError;
 use crate::group::{
-    command_name, escaped, exiting, gone, join_group, live_members, pipe_id, signal_group,
+    adopted, command_name, escaped, exiting, gone, join_group, live_members, pipe_id, signal_group,
 };
 use crate::output::spawn_reader;
 use crate::report::{Ended, Escaped, Outcome, OutputLine, RankStatus, RunReport, Stream};
@@ -136,6 +136,7 @@ pub fn launch_with(
         pipes: Vec::with_capacity(2 * spec.ranks),
         escaped: Vec::new(),
         output_wait: Duration::ZERO,
+        watchdog: Some(watchdog.pid()),
         readers: Vec::with_capacity(2 * spec.ranks),
         tx: Some(tx),
         rx,
@@ -283,6 +284,8 @@ struct Run<'s> {
     escaped: Vec<Escaped>,
     /// How long the final drain waited for pipes held by processes we cannot see.
     output_wait: Duration,
+    /// The watchdog's pid: a child of ours that is not one of the run's orphans.
+    watchdog: Option<i32>,
     readers: Vec<JoinHandle<()>>,
     /// Kept until the final drain so that `recv_timeout` waits instead of
     /// reporting a disconnect while readers come and go.
@@ -485,7 +488,7 @@ impl Run<'_> {
         if self.pgid <= 0 {
             return Ok(());
         }
-        let mut found = escaped(&self.run_id, &self.pipes, self.pgid);
+        let mut found = self.outside_the_group();
         if found.is_empty() {
             return Ok(());
         }
@@ -510,8 +513,8 @@ impl Run<'_> {
         let deadline = Instant::now() + KILL_SETTLE;
         loop {
             found.retain(|&pid| !gone(pid));
-            // What they started while being stopped carries the run's id too.
-            for pid in escaped(&self.run_id, &self.pipes, self.pgid) {
+            // What they started while being stopped carries the run's id too (or was adopted).
+            for pid in self.outside_the_group() {
                 if !found.contains(&pid) {
                     self.escaped.push(Escaped {
                         pid,
@@ -532,6 +535,20 @@ impl Run<'_> {
             signal(&found, Signal::SIGKILL);
             self.pump(POLL);
         }
+    }
+
+    /// The run's processes outside the ranks' group: found by the run id or the pipes
+    /// ([`escaped`]), or adopted as orphans ([`adopted`]).
+    fn outside_the_group(&self) -> Vec<i32> {
+        let mut own: Vec<i32> = self.ranks.iter().map(|r| r.pid as i32).collect();
+        own.extend(self.watchdog);
+        let mut found = escaped(&self.run_id, &self.pipes, self.pgid);
+        for pid in adopted(&own) {
+            if !found.contains(&pid) {
+                found.push(pid);
+            }
+        }
+        found
     }
 
     /// SIGTERM, `grace`, SIGKILL to the ranks' group, reap, verify it is empty.

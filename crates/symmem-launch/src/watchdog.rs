@@ -78,6 +78,11 @@ impl Watchdog {
         })
     }
 
+    /// Its process id.
+    pub(crate) fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).unwrap_or(i32::MAX)
+    }
+
     /// Tells the watchdog the ranks' process group (once rank 0 runs).
     pub(crate) fn guard_group(&mut self, pgid: i32) {
         if let Some(pipe) = &mut self.pipe {

@@ -181,6 +181,50 @@ fn a_tmpdir_longer_than_a_socket_address_works() {
     assert_eq!(std::fs::read_dir(&long).expect("ls").count(), 0);
 }
 
+/// Issue 24 (D7/N15): a process that leaves the group, clears its environment and closes the
+/// ranks' pipes outlived a successful run without a word. symmem-run adopts the ranks' orphans
+/// (child subreaper), so it finds, ends and names it.
+#[test]
+fn an_escapee_without_run_id_or_pipes_is_ended_and_named() {
+    // A duration no other process uses: how the test finds the escapees whatever happens.
+    const SLEEP: &str = "97.31";
+    let ours = || -> Vec<i32> {
+        std::fs::read_dir("/proc")
+            .expect("/proc")
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == SLEEP.as_bytes()))
+            })
+            .collect()
+    };
+    // The rank exits once its child has left (setsid, then env -i, then sleep, one process).
+    let script = format!(
+        "setsid env -i /bin/sleep {SLEEP} </dev/null >/dev/null 2>&1 &
+         until [ \"$(cat /proc/$!/comm 2>/dev/null)\" = sleep ]; do sleep 0.01; done"
+    );
+    let out = Command::new(BIN)
+        .args(["--ranks", "2", "--grace", "1s", "--timeout", "20s"])
+        .args(["--", "/bin/sh", "-c", &script])
+        .output()
+        .expect("run");
+    let left = ours();
+    for &pid in &left {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        left.is_empty(),
+        "escapees survived the run: {left:?}\n{err}"
+    );
+    assert!(
+        err.contains("2 processes started by the ranks had left their process group")
+            && err.matches("(sleep)").count() == 2,
+        "{err}"
+    );
+}
+
 #[test]
 fn failing_rank_sets_the_exit_code() {
     let (status, text, pids) = run_sh(
