@@ -77,9 +77,7 @@ impl DataRef {
         tracker.holders.fetch_add(1, Ordering::AcqRel);
         Self(Arc::clone(tracker))
     }
-}
 
-impl DataRef {
     /// Whether the allocation was freed, or reported by `finalize`: its memory may belong to
     /// another allocation now, so nothing may export it any more.
     pub fn released(&self) -> bool {
@@ -609,13 +607,16 @@ fn with_session<R: Send + 'static>(
     })
 }
 
-/// Waits for a request that returns at once (no collective).
+/// Waits for a request that returns at once (no collective), holding the GIL if the caller
+/// does: the session thread never needs it.
 fn now<R>(mut pending: Pending<R>) -> Result<R, Fail> {
-    loop {
-        if let Some(answer) = pending.wait(Duration::from_secs(3600)) {
-            return answer;
-        }
-    }
+    pending.done = true;
+    pending.answer.recv().unwrap_or_else(|_| {
+        Err(Fail::Symmem(format!(
+            "symmem's session thread ended during symmem.{}(); start a new process",
+            pending.what
+        )))
+    })
 }
 
 /// Which provider `init` starts: the argument, else [`settings::PROVIDER`] (`SYMMEM_PROVIDER`,
