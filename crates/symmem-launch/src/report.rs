@@ -166,6 +166,10 @@ pub struct RunReport {
     /// How long the launcher waited at the end for the ranks' output pipes to close, when
     /// something it could not find (another user's process) still held them; else zero.
     pub output_wait: Duration,
+    /// How the watchdog (which ends the run if the launcher dies) ended, when something ended
+    /// it during the run (a rank, or another process of the same user); `None` when it guarded
+    /// the run to its end.
+    pub watchdog_lost: Option<Ended>,
 }
 
 /// A process of the run found outside the ranks' process group after the ranks ended.
@@ -305,6 +309,14 @@ impl fmt::Display for RunReport {
                  {were} ended: pid {}",
                 list.len(),
                 list.join(", ")
+            )?;
+        }
+        if let Some(how) = self.watchdog_lost {
+            write!(
+                f,
+                "; the watchdog that ends the run if symmem-run dies {how} during the run (a \
+                 rank, or another process of this user, ended it): had symmem-run died too, what \
+                 the ranks started and the rendezvous folder would have been left behind"
             )?;
         }
         if !self.output_wait.is_zero() {
@@ -490,6 +502,7 @@ mod tests {
             timeout: Duration::from_secs(3),
             escaped: Vec::new(),
             output_wait: Duration::ZERO,
+            watchdog_lost: None,
         }
     }
 

@@ -175,6 +175,7 @@ pub fn launch_with(
     let watched = run.watch(spec.timeout, spec.grace, &signals, start);
     let stopped = run.stop(spec.grace, &signals);
     run.drain_rest();
+    let watchdog_lost = watchdog.lost().map(ended);
     stopped?;
     let outcome = watched?;
     let elapsed = start.elapsed();
@@ -197,6 +198,7 @@ pub fn launch_with(
         timeout: spec.timeout,
         escaped: std::mem::take(&mut run.escaped),
         output_wait: run.output_wait,
+        watchdog_lost,
     })
 }
 

@@ -89,6 +89,14 @@ impl Watchdog {
         }
     }
 
+    /// How the watchdog ended if it is gone although the run has not told it "done" (a rank, or
+    /// another process of the same user, ended it): `None` while it still guards the run.
+    pub(crate) fn lost(&mut self) -> Option<std::process::ExitStatus> {
+        // Told "done" already (disarmed): it ended as it should.
+        self.pipe.as_ref()?;
+        self.child.try_wait().ok().flatten()
+    }
+
     /// The run is over and cleaned up: remove the folder, then stop the watchdog.
     pub(crate) fn disarm(&mut self) {
         if let Some(folder) = self.folder.take() {

@@ -225,6 +225,46 @@ fn an_escapee_without_run_id_or_pipes_is_ended_and_named() {
     );
 }
 
+/// Issue 24 (N14): a rank ended the watchdog (a sibling of the same user) and nothing said so.
+#[test]
+fn a_watchdog_ended_during_the_run_is_reported() {
+    // Rank 0 kills the watchdog of its own launcher (the other child of its parent whose command
+    // line names symmem-watchdog), then both ranks exit 0.
+    let script = r#"
+        if [ "$RANK" = 0 ]; then
+          for stat in /proc/[0-9]*/stat; do
+            dir=${stat%/stat}; pid=${dir#/proc/}
+            [ "$pid" = $$ ] && continue
+            set -- $(cat "$stat" 2>/dev/null)
+            [ "$4" = "$PPID" ] || continue
+            tr '\0' ' ' < "$dir/cmdline" | grep -q symmem-watchdog || continue
+            kill -KILL "$pid"
+            # Gone for good (a zombie, until symmem-run reaps it) before this rank exits.
+            until [ "$(cut -d' ' -f3 "$stat")" = Z ]; do sleep 0.01; done
+          done
+        fi
+        exit 0"#;
+    let out = Command::new(BIN)
+        .args([
+            "--ranks",
+            "2",
+            "--timeout",
+            "20s",
+            "--",
+            "/bin/sh",
+            "-c",
+            script,
+        ])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("the watchdog that ends the run if symmem-run dies was killed by signal 9"),
+        "{err}"
+    );
+}
+
 #[test]
 fn failing_rank_sets_the_exit_code() {
     let (status, text, pids) = run_sh(
