@@ -26,6 +26,21 @@ if ! "$python" -m pip install --quiet --no-deps --disable-pip-version-check --ta
 fi
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 
+# With several PEs per GPU, NVSHMEM asks `echo get_server_list | nvidia-cuda-mps-control` (popen)
+# whether MPS runs. Without an MPS daemon the tool exits without reading its input; the echo,
+# whose SIGPIPE the Python rank ignores, then fails on the closed pipe and prints
+# "sh: 1: echo: echo: I/O error" on the rank's stderr. In front of the real tool, this wrapper
+# reads the question first.
+if MPS_CONTROL_REAL=$(command -v nvidia-cuda-mps-control); then
+  export MPS_CONTROL_REAL
+  mkdir -p "$site/.mps-bin"
+  # shellcheck disable=SC2016 # the wrapper's own variables, expanded when it runs
+  printf '%s\n' '#!/bin/sh' 'question=$(cat)' 'exec "$MPS_CONTROL_REAL" "$@" <<EOF' '$question' 'EOF' \
+    > "$site/.mps-bin/nvidia-cuda-mps-control"
+  chmod +x "$site/.mps-bin/nvidia-cuda-mps-control"
+  export PATH="$site/.mps-bin:$PATH"
+fi
+
 nvshmem_lib=${NVSHMEM_LIB:-$("$python" -c 'import nvidia.nvshmem, os; print(os.path.join(list(nvidia.nvshmem.__path__)[0], "lib"))' 2>/dev/null || true)}
 [ -e "$nvshmem_lib/libnvshmem_host.so.3" ] || fail "libnvshmem_host.so.3 not found: set NVSHMEM_LIB"
 export LD_LIBRARY_PATH="$nvshmem_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -56,7 +56,9 @@ pub(crate) struct Folder {
     fds: Vec<OwnedFd>,
     /// Names below the base, in order; `names[i]` lives in `fds[i]`, is open as `fds[i + 1]`.
     names: Vec<OsString>,
-    /// Indexes into `names` of the folders this rank created.
+    /// Indexes into `names` of the folders this rank removes on drop while empty: those it
+    /// created, and (rank 0) every folder below symmem's own `symmem-<uid>`, whoever created
+    /// it: two jobs of one name each find the other's folder, and neither would remove it.
     created: Vec<usize>,
 }
 
@@ -104,6 +106,18 @@ impl Folder {
             base = parent.to_path_buf();
         }
         names.reverse();
+        // Rank 0 removes every empty folder below `symmem-<uid>` (the derived rendezvous
+        // folders' namespace, see `default_rendezvous`) as it drops, not only those it created.
+        let namespace = OsString::from(format!("symmem-{}", nix::unistd::getuid()));
+        let components: Vec<_> = path.components().collect();
+        let first = components.len().saturating_sub(names.len());
+        let below_namespace = |i: usize| {
+            let at = first + i;
+            create == Create::Yes
+                && components[..at]
+                    .iter()
+                    .any(|c| c.as_os_str() == namespace.as_os_str())
+        };
         let base_fd = open_fd(None, &base, OFlag::empty()).map_err(|e| match e {
             Errno::ENOENT => OpenError::Missing,
             e => not_usable(&base, e.into()).into(),
@@ -118,10 +132,14 @@ impl Folder {
         for name in names {
             shown.push(&name);
             let parent = folder.fds.last().expect("the base is open").as_raw_fd();
+            let index = folder.names.len();
+            if below_namespace(index) {
+                folder.created.push(index);
+            }
             if create == Create::Yes {
                 match nix::sys::stat::mkdirat(Some(parent), name.as_os_str(), Mode::S_IRWXU) {
-                    Ok(()) => folder.created.push(folder.names.len()),
-                    Err(Errno::EEXIST) => {}
+                    Ok(()) if !folder.created.contains(&index) => folder.created.push(index),
+                    Ok(()) | Err(Errno::EEXIST) => {}
                     Err(Errno::ENOENT) => return Err(OpenError::Missing),
                     Err(e) => return Err(not_usable(&shown, e.into()).into()),
                 }

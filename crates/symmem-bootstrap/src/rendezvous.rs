@@ -1,7 +1,13 @@
 //! The handshake: how the ranks of one job meet. Rank 0 checks the rendezvous folder, binds
 //! `<folder>/rank0.sock` and accepts every other rank; each other rank connects, sends `Hello`
-//! (its rank and world size) and gets `Welcome` or `Reject` with the reason. Both sides read
-//! the peer's uid (`SO_PEERCRED`) and refuse another user. Once everyone is in, the socket file
+//! (its rank, world size and job evidence) and gets `Welcome` or `Reject` with the reason. Both
+//! sides read the peer's uid (`SO_PEERCRED`) and refuse another user.
+//!
+//! Two jobs may be given one folder (one `SYMMEM_RENDEZVOUS` exported for both, or launchers'
+//! job ids that coincide). Rank 0 welcomes only ranks that show its own world size and job
+//! evidence ([`symmem::job_evidence`]: the launcher's job and run ids), so their ranks are
+//! never mixed; a rank of the other job gets an error naming both jobs, and so does a second
+//! rank 0, which asks the one listening which job it serves. Once everyone is in, the socket file
 //! is removed; the streams stay open for the [`exchange`](crate::exchange).
 
 use crate::BootstrapError;
@@ -9,10 +15,11 @@ use crate::folder::{Create, Folder, OpenError};
 use crate::wire::{self, Message, Received, deadline_in};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use std::io::ErrorKind;
-use std::os::unix::net::UnixStream;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use symmem::{RENDEZVOUS_SOCKET, RankIdentity, settings};
+use symmem::settings::{self, RENDEZVOUS};
+use symmem::{RENDEZVOUS_SOCKET, RankIdentity};
 
 /// The rendezvous folder for this job: [`settings::RENDEZVOUS`] (`$SYMMEM_RENDEZVOUS`), or
 /// `symmem-<uid>/<job id>` under `$XDG_RUNTIME_DIR` (else the temp folder), the job id being
@@ -39,33 +46,98 @@ pub fn default_rendezvous(identity: &RankIdentity) -> Result<PathBuf, BootstrapE
     }
 }
 
+/// This process's job evidence ([`symmem::job_evidence`]), read from its environment.
+fn own_job() -> Vec<(String, String)> {
+    symmem::job_evidence(|name| std::env::var(name).ok())
+}
+
+/// A job as the handshake's errors show it: its world size and its evidence.
+fn describe_job(world_size: usize, job: &[(String, String)]) -> String {
+    let evidence = if job.is_empty() {
+        "no launcher job id".to_string()
+    } else {
+        job.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    format!("[{}, {evidence}]", symmem::count_ranks(world_size))
+}
+
 pub(crate) fn accept_all(
     dir: &Path,
     world_size: usize,
     timeout: Duration,
 ) -> Result<Vec<UnixStream>, BootstrapError> {
-    // Folders this rank creates are removed again once everyone is in (innermost first), as
-    // the folder drops.
-    let folder = match Folder::open(dir, Create::Yes) {
-        Ok(folder) => folder,
-        Err(OpenError::Refused(e)) => return Err(e),
-        Err(OpenError::Missing) => {
-            return Err(BootstrapError::RendezvousNotWritable {
-                dir: dir.to_path_buf(),
-                cause: ErrorKind::NotFound.into(),
-            });
+    let job = own_job();
+    // A concurrent job of ours may remove the (empty) folder between our open and our bind:
+    // start over a few times rather than fail.
+    let mut attempts = 0;
+    loop {
+        // Folders this rank creates are removed again once everyone is in (innermost first),
+        // as the folder drops.
+        let folder = match Folder::open(dir, Create::Yes) {
+            Ok(folder) => folder,
+            Err(OpenError::Refused(e)) => return Err(e),
+            Err(OpenError::Missing) => {
+                return Err(BootstrapError::RendezvousNotWritable {
+                    dir: dir.to_path_buf(),
+                    cause: ErrorKind::NotFound.into(),
+                });
+            }
+        };
+        // The socket file is only needed until everyone is in; it is removed on every exit
+        // path, as `bound` drops (before `folder`).
+        match folder.bind() {
+            Ok(bound) => return accept_on(&bound.listener, &folder, world_size, timeout, &job),
+            Err(BootstrapError::RendezvousNotWritable { cause, .. })
+                if cause.kind() == ErrorKind::NotFound && attempts < 20 =>
+            {
+                attempts += 1;
+            }
+            Err(BootstrapError::RendezvousInUse { path }) => {
+                return Err(ask_who_listens(&folder, world_size, &job)
+                    .unwrap_or(BootstrapError::RendezvousInUse { path }));
+            }
+            Err(e) => return Err(e),
         }
+    }
+}
+
+/// Another rank 0 listens in our folder: ask it which job it serves, so that the error names
+/// both jobs. `None` when it does not say.
+fn ask_who_listens(
+    folder: &Folder,
+    world_size: usize,
+    job: &[(String, String)],
+) -> Option<BootstrapError> {
+    let stream = folder.connect().ok()?.ok()?;
+    let hello = Message::Hello {
+        rank: 0,
+        world_size,
+        job: job.to_vec(),
     };
+    wire::send(&stream, &hello, None).ok()?;
+    match wire::recv(&stream, Instant::now() + Duration::from_secs(2)).ok()? {
+        Received::Frame(Message::Reject { reason }, _) => Some(BootstrapError::Handshake(reason)),
+        _ => None,
+    }
+}
+
+fn accept_on(
+    listener: &UnixListener,
+    folder: &Folder,
+    world_size: usize,
+    timeout: Duration,
+    job: &[(String, String)],
+) -> Result<Vec<UnixStream>, BootstrapError> {
     let path = folder.socket_display();
-    // The socket file is only needed until everyone is in; it is removed on every exit path,
-    // as `bound` drops (before `folder`).
-    let bound = folder.bind()?;
-    let listener = &bound.listener;
     listener
         .set_nonblocking(true)
         .map_err(|e| BootstrapError::io("configuring the rendezvous socket", e))?;
     let me = nix::unistd::getuid().as_raw();
     let deadline = deadline_in(timeout);
+    let ours = describe_job(world_size, job);
     let mut slots: Vec<Option<UnixStream>> = (1..world_size).map(|_| None).collect();
     while slots.iter().any(Option::is_none) {
         let stream = match listener.accept() {
@@ -92,7 +164,8 @@ pub(crate) fn accept_all(
             .map_err(|e| BootstrapError::io("reading a peer's credentials", e))?;
         if creds.uid() != me {
             let reason = format!(
-                "rank 0 runs as uid {me}, this process as uid {}",
+                "rank 0 runs as uid {me}, this process as uid {}; run every rank of a job as \
+                 the same user",
                 creds.uid()
             );
             tracing::warn!(
@@ -105,23 +178,46 @@ pub(crate) fn accept_all(
         }
         // A connection that says nothing is not one of ours; it may not hold up the others.
         let hello_deadline = deadline_in(Duration::from_secs(2).min(timeout)).min(deadline);
-        let (rank, their_world) = match wire::recv(&stream, hello_deadline) {
-            Ok(Received::Frame(Message::Hello { rank, world_size }, None)) => (rank, world_size),
+        let (rank, their_world, their_job) = match wire::recv(&stream, hello_deadline) {
+            Ok(Received::Frame(
+                Message::Hello {
+                    rank,
+                    world_size,
+                    job,
+                },
+                None,
+            )) => (rank, world_size, job),
             _ => continue, // not one of ours, or gave up: keep waiting for the real ranks
         };
-        let reject = if their_world != world_size {
+        let theirs = describe_job(their_world, &their_job);
+        let shared = format!(
+            "two jobs share the rendezvous folder {}: rank 0 there is of job {ours}, this \
+             process (rank {rank}) of job {theirs}; give each job its own folder with {}",
+            folder.path().display(),
+            RENDEZVOUS.name
+        );
+        let reject = if their_world != world_size || their_job != job {
+            Some(shared)
+        } else if rank == 0 {
             Some(format!(
-                "rank 0 has a world of {}, you have {their_world}",
-                symmem::count_ranks(world_size)
+                "rank 0 of job {ours} already listens in {}: two processes claim rank 0; \
+                 either two jobs that carry the same launcher variables share this folder \
+                 (give each its own {}), or RANK is wrong",
+                folder.path().display(),
+                RENDEZVOUS.name
             ))
-        } else if rank == 0 || rank >= world_size {
+        } else if rank >= world_size {
             Some(format!(
-                "rank {rank} is not valid in a world of {}",
+                "rank {rank} is not valid in a world of {}; check the launcher's RANK",
                 symmem::count_ranks(world_size)
             ))
         } else if slots[rank - 1].is_some() {
             Some(format!(
-                "rank {rank} already joined; two processes claim the same RANK"
+                "rank {rank} of job {ours} already joined: two processes claim rank {rank}; \
+                 either two jobs that carry the same launcher variables share the folder {} \
+                 (give each its own {}), or RANK is wrong",
+                folder.path().display(),
+                RENDEZVOUS.name
             ))
         } else {
             None
@@ -193,16 +289,18 @@ pub(crate) fn connect_root(
             expected: me,
         });
     }
-    wire::send(&stream, &Message::Hello { rank, world_size }, None)?;
+    let hello = Message::Hello {
+        rank,
+        world_size,
+        job: own_job(),
+    };
+    wire::send(&stream, &hello, None)?;
     match wire::recv(
         &stream,
         deadline.max(Instant::now() + Duration::from_secs(1)),
     )? {
         Received::Frame(Message::Welcome, _) => Ok(stream),
-        Received::Frame(Message::Reject { reason }, _) => Err(BootstrapError::Handshake(format!(
-            "{reason}; check that every rank of this job runs as the same user with the same \
-             world size and distinct ranks"
-        ))),
+        Received::Frame(Message::Reject { reason }, _) => Err(BootstrapError::Handshake(reason)),
         Received::Frame(other, _) => Err(BootstrapError::Protocol(format!(
             "{other:?} instead of a welcome"
         ))),

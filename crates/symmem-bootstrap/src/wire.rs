@@ -18,6 +18,9 @@ pub(crate) enum Message {
     Hello {
         rank: usize,
         world_size: usize,
+        /// The job this rank belongs to, as its launcher's variables name it
+        /// ([`symmem::job_evidence`]): rank 0 welcomes only ranks of its own job.
+        job: Vec<(String, String)>,
     },
     Welcome,
     Reject {

@@ -62,33 +62,14 @@ pub enum LaunchError {
     /// The per-run rendezvous directory could not be created.
     #[error(
         "could not create the rendezvous directory in {}: {cause}; point TMPDIR at a \
-         writable directory, or set {} yourself",
-        dir.display(),
-        symmem::settings::RENDEZVOUS.name
+         writable directory (symmem-run makes a fresh private one there for every run)",
+        dir.display()
     )]
     Rendezvous {
         /// Where it was to be created.
         dir: PathBuf,
         /// The underlying error (in the message).
         cause: io::Error,
-    },
-
-    /// The rendezvous directory the launcher would create is so deep that the
-    /// ranks' bootstrap socket `<rendezvous>/rank0.sock` would not fit in a
-    /// Unix socket address.
-    #[error(
-        "the ranks' bootstrap socket {} would be {len} bytes long, but a Unix socket path \
-         holds at most {max} bytes; set TMPDIR to a shorter directory (e.g. `TMPDIR=/tmp`) \
-         so that the rendezvous directory made in it is shorter",
-        socket.display()
-    )]
-    RendezvousTooLong {
-        /// The socket path the ranks would use.
-        socket: PathBuf,
-        /// Its length in bytes.
-        len: usize,
-        /// The most a Unix socket path can hold (107 bytes on Linux).
-        max: usize,
     },
 
     /// No free TCP port could be found for `MASTER_PORT`.
@@ -160,7 +141,6 @@ impl LaunchError {
             | LaunchError::ProgramNotFound { .. }
             | LaunchError::ProgramNotExecutable { .. } => true,
             LaunchError::Rendezvous { .. }
-            | LaunchError::RendezvousTooLong { .. }
             | LaunchError::Port(_)
             | LaunchError::Signals(_)
             | LaunchError::Watchdog(_)

@@ -124,6 +124,47 @@ pub(crate) fn escaped(run_id: &str, pipes: &[String], pgid: i32) -> Vec<i32> {
     pids
 }
 
+/// Orphans of the run that this process adopted: when it is a child subreaper
+/// (`PR_SET_CHILD_SUBREAPER`, which `symmem-run` sets), a process the ranks started whose parent
+/// exited is re-parented here instead of to init, whatever it did to its group, environment or
+/// pipes. These are our children other than `own` (the ranks, the watchdog); zombies among them
+/// are reaped here, and the living ones returned. Empty when this process is no subreaper (a
+/// library caller: orphans of its other children are none of the run's business).
+pub(crate) fn adopted(own: &[i32]) -> Vec<i32> {
+    if !nix::sys::prctl::get_child_subreaper().unwrap_or(false) {
+        return Vec::new();
+    }
+    let me = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids = Vec::new();
+    for pid in entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
+        if own.contains(&pid) {
+            continue;
+        }
+        let Some((state, ppid, _)) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| parse_stat_parent(&stat))
+        else {
+            continue;
+        };
+        if ppid != me {
+            continue;
+        }
+        if matches!(state, 'Z' | 'X' | 'x') {
+            let _ = nix::sys::wait::waitpid(
+                nix::unistd::Pid::from_raw(pid),
+                Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+            );
+        } else {
+            pids.push(pid);
+        }
+    }
+    pids.sort_unstable();
+    pids
+}
+
 /// Whether `/proc/<pid>/environ` has exactly the entry `entry`.
 fn carries(pid: i32, entry: &[u8]) -> bool {
     std::fs::read(format!("/proc/{pid}/environ"))

@@ -40,7 +40,8 @@ FAILURE POLICY (in full: ARCHITECTURE.md, \"Failure policy\")
   (at most the grace period), names the culprit, then sends the ranks'
   process group SIGTERM, and SIGKILL after the grace period (at once on a
   second Ctrl-C). Processes that left the group are found by
-  {run_id}; if symmem-run itself dies, a watchdog ends the run. A signal
+  {run_id}, by the output pipes they hold, or as orphans symmem-run adopted
+  (it is a child subreaper); if symmem-run itself dies, a watchdog ends the run. A signal
   symmem-run inherited as ignored stays ignored. --grace 0 is allowed:
   SIGKILL follows SIGTERM at once, with no 200 ms wait."
     )
@@ -116,6 +117,10 @@ fn run(cli: &Cli) -> anyhow::Result<i32> {
         .args(cli.args.iter().cloned())
         .timeout(cli.timeout)
         .grace(cli.grace);
+    // Orphans of the ranks come to us instead of init, so that the launcher finds and ends
+    // them even when they left the group, cleared their environment and closed their pipes.
+    nix::sys::prctl::set_child_subreaper(true)
+        .context("could not make symmem-run a child subreaper (PR_SET_CHILD_SUBREAPER)")?;
     let quiet = cli.quiet;
     let report = launch_with(&spec, &mut print_line, &mut |started: &Started<'_>| {
         if !quiet {

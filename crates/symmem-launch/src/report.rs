@@ -166,6 +166,10 @@ pub struct RunReport {
     /// How long the launcher waited at the end for the ranks' output pipes to close, when
     /// something it could not find (another user's process) still held them; else zero.
     pub output_wait: Duration,
+    /// How the watchdog (which ends the run if the launcher dies) ended, when something ended
+    /// it during the run (a rank, or another process of the same user); `None` when it guarded
+    /// the run to its end.
+    pub watchdog_lost: Option<Ended>,
 }
 
 /// A process of the run found outside the ranks' process group after the ranks ended.
@@ -216,8 +220,8 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
     ),
     (
         "1",
-        "other launcher errors (e.g. TMPDIR too long for the ranks' socket path: set \
-         TMPDIR=/tmp)",
+        "other launcher errors (e.g. no rendezvous folder can be made in TMPDIR: point it at \
+         a writable folder)",
     ),
 ];
 
@@ -307,6 +311,14 @@ impl fmt::Display for RunReport {
                 list.join(", ")
             )?;
         }
+        if let Some(how) = self.watchdog_lost {
+            write!(
+                f,
+                "; the watchdog that ends the run if symmem-run dies {how} during the run (a \
+                 rank, or another process of this user, ended it): had symmem-run died too, what \
+                 the ranks started and the rendezvous folder would have been left behind"
+            )?;
+        }
         if !self.output_wait.is_zero() {
             write!(
                 f,
@@ -328,86 +340,12 @@ impl RunReport {
                 count_ranks(self.ranks.len()),
                 format_elapsed(self.elapsed)
             ),
-            Outcome::RankFailed { rank, how } => {
-                write!(f, "rank {rank} {how}")?;
-                if *how == Ended::Exited(EXIT_PEER_FAILED) {
-                    f.write_str(
-                        " (it gave up on a peer, but no rank was seen failing on its own)",
-                    )?;
-                }
-                let others = self.ranks.len().saturating_sub(1);
-                if others == 0 {
-                    return Ok(());
-                }
-                let gave_up: Vec<usize> = self
-                    .ranks
-                    .iter()
-                    .filter(|r| {
-                        r.rank != *rank
-                            && !r.stopped
-                            && r.ended == Some(Ended::Exited(EXIT_PEER_FAILED))
-                    })
-                    .map(|r| r.rank)
-                    .collect();
-                let stopped = self.stopped_except(&[*rank]);
-                let (other, was) = if others == 1 {
-                    ("rank", "was")
-                } else {
-                    ("ranks", "were")
-                };
-                if gave_up.is_empty() && stopped.is_empty() {
-                    return write!(f, "; the other {other} had already finished");
-                }
-                f.write_str(" first")?;
-                if !gave_up.is_empty() {
-                    write!(
-                        f,
-                        "; {} gave up on a lost peer (status {EXIT_PEER_FAILED})",
-                        describe_ranks(&gave_up)
-                    )?;
-                }
-                if !stopped.is_empty() && gave_up.is_empty() && stopped.len() == others {
-                    write!(f, "; the other {other} {was} stopped")
-                } else {
-                    write_stopped(f, &stopped)
-                }
-            }
+            Outcome::RankFailed { rank, how } => self.write_rank_failed(f, *rank, *how),
             Outcome::PeerLost {
                 culprits,
                 reason,
                 reporters,
-            } => {
-                let who = describe_ranks(culprits);
-                let it = if culprits.len() == 1 { "it" } else { "them" };
-                let by = describe_ranks(reporters);
-                match reason {
-                    Lost::ExitedEarly => write!(
-                        f,
-                        "{who} exited early with status 0 while the others still needed {it}: \
-                         {by} gave up on {it} (status {EXIT_PEER_FAILED})"
-                    )?,
-                    Lost::StillRunning => {
-                        let was = if culprits.len() == 1 { "was" } else { "were" };
-                        write!(
-                            f,
-                            "{who} {was} still running (hung?) when {by} gave up waiting for \
-                             {it} (status {EXIT_PEER_FAILED})"
-                        )?;
-                        if culprits
-                            .iter()
-                            .all(|c| self.ranks.get(*c).is_some_and(|r| r.stopped))
-                        {
-                            let it_was = if culprits.len() == 1 {
-                                "it was"
-                            } else {
-                                "they were"
-                            };
-                            write!(f, "; {it_was} stopped")?;
-                        }
-                    }
-                }
-                write_stopped(f, &self.stopped_except(culprits))
-            }
+            } => self.write_peer_lost(f, culprits, *reason, reporters),
             Outcome::TimedOut { still_running } => {
                 let noun = if still_running.len() == 1 {
                     "rank"
@@ -426,6 +364,105 @@ impl RunReport {
                 write!(f, "interrupted by {name}; all ranks stopped")
             }
         }
+    }
+
+    /// The culprit, then every other rank that failed on its own (grouped by how it ended:
+    /// those that gave up on a peer, and any other status), then those the launcher stopped.
+    fn write_rank_failed(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        rank: usize,
+        how: Ended,
+    ) -> fmt::Result {
+        write!(f, "rank {rank} {how}")?;
+        if how == Ended::Exited(EXIT_PEER_FAILED) {
+            f.write_str(" (it gave up on a peer, but no rank was seen failing on its own)")?;
+        }
+        let others = self.ranks.len().saturating_sub(1);
+        if others == 0 {
+            return Ok(());
+        }
+        // How each other rank that ended on its own failed, in the order first seen.
+        let mut failed: Vec<(Ended, Vec<usize>)> = Vec::new();
+        for r in self.ranks.iter().filter(|r| r.rank != rank && !r.stopped) {
+            match r.ended {
+                Some(end) if !end.success() => match failed.iter_mut().find(|(e, _)| *e == end) {
+                    Some((_, ranks)) => ranks.push(r.rank),
+                    None => failed.push((end, vec![r.rank])),
+                },
+                _ => {}
+            }
+        }
+        failed.sort_by_key(|(end, _)| *end != Ended::Exited(EXIT_PEER_FAILED));
+        let stopped = self.stopped_except(&[rank]);
+        let (other, was) = if others == 1 {
+            ("rank", "was")
+        } else {
+            ("ranks", "were")
+        };
+        if failed.is_empty() && stopped.is_empty() {
+            return write!(f, "; the other {other} had already finished");
+        }
+        f.write_str(" first")?;
+        for (end, ranks) in &failed {
+            if *end == Ended::Exited(EXIT_PEER_FAILED) {
+                write!(
+                    f,
+                    "; {} gave up on a lost peer (status {EXIT_PEER_FAILED})",
+                    describe_ranks(ranks)
+                )?;
+            } else {
+                let also = match end {
+                    Ended::Exited(code) => format!("also exited with status {code}"),
+                    Ended::Signaled(_) => format!("{end}").replacen("was", "was also", 1),
+                };
+                write!(f, "; {} {also}", describe_ranks(ranks))?;
+            }
+        }
+        if failed.is_empty() && stopped.len() == others {
+            write!(f, "; the other {other} {was} stopped")
+        } else {
+            write_stopped(f, &stopped)
+        }
+    }
+
+    fn write_peer_lost(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        culprits: &[usize],
+        reason: Lost,
+        reporters: &[usize],
+    ) -> fmt::Result {
+        let who = describe_ranks(culprits);
+        let it = if culprits.len() == 1 { "it" } else { "them" };
+        let by = describe_ranks(reporters);
+        match reason {
+            Lost::ExitedEarly => write!(
+                f,
+                "{who} exited early with status 0 while the others still needed {it}: {by} gave \
+                 up on {it} (status {EXIT_PEER_FAILED})"
+            )?,
+            Lost::StillRunning => {
+                let was = if culprits.len() == 1 { "was" } else { "were" };
+                write!(
+                    f,
+                    "{who} {was} still running (hung?) when {by} gave up waiting for {it} \
+                     (status {EXIT_PEER_FAILED})"
+                )?;
+                if culprits
+                    .iter()
+                    .all(|c| self.ranks.get(*c).is_some_and(|r| r.stopped))
+                {
+                    let it_was = if culprits.len() == 1 {
+                        "it was"
+                    } else {
+                        "they were"
+                    };
+                    write!(f, "; {it_was} stopped")?;
+                }
+            }
+        }
+        write_stopped(f, &self.stopped_except(culprits))
     }
 }
 
@@ -449,7 +486,12 @@ mod tests {
                 .map(|rank| RankStatus {
                     rank,
                     pid: 1000 + rank as u32,
-                    ended: Some(Ended::Signaled(15)),
+                    // Stopped ranks die of the launcher's SIGTERM; the others finished.
+                    ended: Some(if stopped.contains(&rank) {
+                        Ended::Signaled(15)
+                    } else {
+                        Ended::Exited(0)
+                    }),
                     elapsed: Duration::from_millis(5),
                     stopped: stopped.contains(&rank),
                 })
@@ -460,6 +502,7 @@ mod tests {
             timeout: Duration::from_secs(3),
             escaped: Vec::new(),
             output_wait: Duration::ZERO,
+            watchdog_lost: None,
         }
     }
 
@@ -622,6 +665,45 @@ mod tests {
     }
 
     const PEER: Option<Ended> = Some(Ended::Exited(EXIT_PEER_FAILED));
+
+    /// Issue 24, N3: ranks that failed on their own after the culprit were summed up as
+    /// "the other ranks had already finished".
+    #[test]
+    fn every_failed_rank_is_named_with_its_status() {
+        let first = Outcome::RankFailed {
+            rank: 0,
+            how: Ended::Exited(3),
+        };
+        let r = ended_as(
+            first,
+            &[
+                Some(Ended::Exited(3)),
+                Some(Ended::Exited(1)),
+                Some(Ended::Exited(127)),
+                Some(Ended::Exited(1)),
+                PEER,
+                Some(Ended::Exited(0)),
+                None,
+                Some(Ended::Signaled(11)),
+            ],
+        );
+        assert_eq!(
+            r.to_string(),
+            "rank 0 exited with status 3 first; rank 4 gave up on a lost peer (status 75); \
+             ranks 1, 3 also exited with status 1; rank 2 also exited with status 127; rank 7 \
+             was also killed by signal 11 (SIGSEGV); rank 6 was stopped"
+        );
+        assert_eq!(r.exit_code(), 3);
+        let first = Outcome::RankFailed {
+            rank: 1,
+            how: Ended::Exited(2),
+        };
+        let r = ended_as(first, &[Some(Ended::Exited(3)), Some(Ended::Exited(2))]);
+        assert_eq!(
+            r.to_string(),
+            "rank 1 exited with status 2 first; rank 0 also exited with status 3"
+        );
+    }
 
     #[test]
     fn peer_failures_are_told_apart_from_the_culprit() {

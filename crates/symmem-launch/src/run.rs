@@ -18,7 +18,7 @@ use symmem::settings;
 use crate::culprit::blame;
 use crate::error::LaunchError;
 use crate::group::{
-    command_name, escaped, exiting, gone, join_group, live_members, pipe_id, signal_group,
+    adopted, command_name, escaped, exiting, gone, join_group, live_members, pipe_id, signal_group,
 };
 use crate::output::spawn_reader;
 use crate::report::{Ended, Escaped, Outcome, OutputLine, RankStatus, RunReport, Stream};
@@ -38,10 +38,6 @@ const SETTLE: Duration = Duration::from_millis(200);
 /// Output lines buffered between the reader threads and the sink; when the
 /// sink is slower than the ranks, the readers (and then the ranks) wait.
 const CHANNEL_LINES: usize = 4096;
-
-/// The longest path a Unix socket address holds on Linux (`sun_path` is 108
-/// bytes, including the terminating NUL).
-const MAX_SOCKET_PATH: usize = 107;
 
 /// After `SIGKILL`, how long processes get to disappear before they are
 /// reported as leftovers. Only processes stuck in the kernel take this long.
@@ -140,6 +136,7 @@ pub fn launch_with(
         pipes: Vec::with_capacity(2 * spec.ranks),
         escaped: Vec::new(),
         output_wait: Duration::ZERO,
+        watchdog: Some(watchdog.pid()),
         readers: Vec::with_capacity(2 * spec.ranks),
         tx: Some(tx),
         rx,
@@ -178,6 +175,7 @@ pub fn launch_with(
     let watched = run.watch(spec.timeout, spec.grace, &signals, start);
     let stopped = run.stop(spec.grace, &signals);
     run.drain_rest();
+    let watchdog_lost = watchdog.lost().map(ended);
     stopped?;
     let outcome = watched?;
     let elapsed = start.elapsed();
@@ -200,6 +198,7 @@ pub fn launch_with(
         timeout: spec.timeout,
         escaped: std::mem::take(&mut run.escaped),
         output_wait: run.output_wait,
+        watchdog_lost,
     })
 }
 
@@ -223,24 +222,9 @@ fn rendezvous(spec: &LaunchSpec) -> Result<(PathBuf, Option<tempfile::TempDir>),
         .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir_in(&parent)
         .map_err(|cause| LaunchError::Rendezvous { dir: parent, cause })?;
-    // On error, `dir` is removed as it drops.
-    check_socket_path(dir.path())?;
+    // Its path may be of any length: the ranks bind and connect through a descriptor of it
+    // (`/proc/self/fd/N/rank0.sock`), never through the path itself.
     Ok((dir.path().to_path_buf(), Some(dir)))
-}
-
-/// Refuses a rendezvous directory in which the ranks could not bind their
-/// bootstrap socket: the error names TMPDIR, where the launcher makes it.
-fn check_socket_path(rendezvous: &Path) -> Result<(), LaunchError> {
-    let socket = rendezvous.join(symmem::RENDEZVOUS_SOCKET);
-    let len = socket.as_os_str().len();
-    if len > MAX_SOCKET_PATH {
-        return Err(LaunchError::RendezvousTooLong {
-            socket,
-            len,
-            max: MAX_SOCKET_PATH,
-        });
-    }
-    Ok(())
 }
 
 fn command(
@@ -302,6 +286,8 @@ struct Run<'s> {
     escaped: Vec<Escaped>,
     /// How long the final drain waited for pipes held by processes we cannot see.
     output_wait: Duration,
+    /// The watchdog's pid: a child of ours that is not one of the run's orphans.
+    watchdog: Option<i32>,
     readers: Vec<JoinHandle<()>>,
     /// Kept until the final drain so that `recv_timeout` waits instead of
     /// reporting a disconnect while readers come and go.
@@ -504,7 +490,7 @@ impl Run<'_> {
         if self.pgid <= 0 {
             return Ok(());
         }
-        let mut found = escaped(&self.run_id, &self.pipes, self.pgid);
+        let mut found = self.outside_the_group();
         if found.is_empty() {
             return Ok(());
         }
@@ -529,8 +515,8 @@ impl Run<'_> {
         let deadline = Instant::now() + KILL_SETTLE;
         loop {
             found.retain(|&pid| !gone(pid));
-            // What they started while being stopped carries the run's id too.
-            for pid in escaped(&self.run_id, &self.pipes, self.pgid) {
+            // What they started while being stopped carries the run's id too (or was adopted).
+            for pid in self.outside_the_group() {
                 if !found.contains(&pid) {
                     self.escaped.push(Escaped {
                         pid,
@@ -551,6 +537,20 @@ impl Run<'_> {
             signal(&found, Signal::SIGKILL);
             self.pump(POLL);
         }
+    }
+
+    /// The run's processes outside the ranks' group: found by the run id or the pipes
+    /// ([`escaped`]), or adopted as orphans ([`adopted`]).
+    fn outside_the_group(&self) -> Vec<i32> {
+        let mut own: Vec<i32> = self.ranks.iter().map(|r| r.pid as i32).collect();
+        own.extend(self.watchdog);
+        let mut found = escaped(&self.run_id, &self.pipes, self.pgid);
+        for pid in adopted(&own) {
+            if !found.contains(&pid) {
+                found.push(pid);
+            }
+        }
+        found
     }
 
     /// SIGTERM, `grace`, SIGKILL to the ranks' group, reap, verify it is empty.
@@ -662,36 +662,5 @@ fn ended(status: ExitStatus) -> Ended {
         (None, Some(signal)) => Ended::Signaled(signal),
         // try_wait reports only terminations; keep the raw status otherwise.
         (None, None) => Ended::Exited(status.into_raw()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn socket_paths_must_fit_in_a_unix_address() {
-        // "/" + 95 + "/rank0.sock" = 107 bytes: the longest that fits.
-        let fits = PathBuf::from(format!("/{}", "d".repeat(95)));
-        assert!(check_socket_path(&fits).is_ok());
-        let long = PathBuf::from(format!("/{}", "d".repeat(96)));
-        let err = check_socket_path(&long).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                LaunchError::RendezvousTooLong {
-                    len: 108,
-                    max: 107,
-                    ..
-                }
-            ),
-            "{err}"
-        );
-        let text = err.to_string();
-        assert!(
-            text.contains("108 bytes") && text.contains("at most 107"),
-            "{text}"
-        );
-        assert!(text.contains("set TMPDIR to a shorter directory"), "{text}");
     }
 }

@@ -198,6 +198,18 @@ fn check_executable(path: &Path) -> Result<(), Problem> {
             "it is a directory; give the program inside it".into(),
         ));
     }
+    if !meta.is_file() {
+        use std::os::unix::fs::FileTypeExt;
+        let kind = match meta.file_type() {
+            t if t.is_fifo() => "a named pipe",
+            t if t.is_socket() => "a socket",
+            t if t.is_char_device() || t.is_block_device() => "a device",
+            _ => "not a regular file",
+        };
+        return Err(Problem::NotRunnable(format!(
+            "it is {kind}, not a program file; give the program's path"
+        )));
+    }
     if meta.permissions().mode() & 0o111 == 0 {
         return Err(Problem::NotRunnable(
             "it has no execute permission; `chmod +x` it, or launch its interpreter \
@@ -205,12 +217,66 @@ fn check_executable(path: &Path) -> Result<(), Problem> {
                 .into(),
         ));
     }
-    Ok(())
+    check_interpreter(path)
+}
+
+/// A script whose `#!` line names an interpreter that is not there fails to start with "No
+/// such file or directory" for a file that exists: name the interpreter instead.
+fn check_interpreter(path: &Path) -> Result<(), Problem> {
+    let mut head = [0u8; 256];
+    let read = std::fs::File::open(path).and_then(|mut f| std::io::Read::read(&mut f, &mut head));
+    let Ok(n) = read else {
+        return Ok(()); // unreadable but executable: the kernel decides
+    };
+    let Some(line) = head[..n].strip_prefix(b"#!") else {
+        return Ok(());
+    };
+    let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
+    let text = String::from_utf8_lossy(line);
+    let Some(interpreter) = text.split_whitespace().next() else {
+        return Ok(());
+    };
+    match std::fs::metadata(interpreter) {
+        Ok(meta) if meta.is_file() && meta.permissions().mode() & 0o111 != 0 => Ok(()),
+        Ok(_) => Err(Problem::NotRunnable(format!(
+            "its `#!` line names the interpreter `{interpreter}`, which is not an executable \
+             file; fix the `#!` line or launch the script with its interpreter"
+        ))),
+        Err(_) => Err(Problem::NotRunnable(format!(
+            "its `#!` line names the interpreter `{interpreter}`, which does not exist; install \
+             it, fix the `#!` line, or launch the script with its interpreter"
+        ))),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 24 (N13): a named pipe failed at spawn with "Permission denied", and a script
+    /// with a missing interpreter with "No such file or directory" for a file that exists.
+    #[test]
+    fn pipes_and_scripts_without_their_interpreter_are_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        let err = LaunchSpec::new(&fifo, 1).resolve_program().unwrap_err();
+        assert!(err.is_usage(), "{err}");
+        assert!(err.to_string().contains("it is a named pipe"), "{err}");
+
+        let script = dir.path().join("script");
+        std::fs::write(&script, "#!/nonexistent/interp -x\necho hi\n").expect("write");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let err = LaunchSpec::new(&script, 1).resolve_program().unwrap_err();
+        assert!(err.is_usage(), "{err}");
+        assert!(
+            err.to_string()
+                .contains("interpreter `/nonexistent/interp`, which does not exist"),
+            "{err}"
+        );
+        std::fs::write(&script, "#!/bin/sh\necho hi\n").expect("write");
+        assert!(LaunchSpec::new(&script, 1).resolve_program().is_ok());
+    }
 
     #[test]
     fn defaults() {

@@ -28,13 +28,11 @@ IFS= read -r word || word=
 # The launcher died during the run: end what it started, then its rendezvous folder.
 for round in 1 2 3; do
   case $pgid in ''|*[!0-9]*) ;; *) kill -KILL -- "-$pgid" 2>/dev/null ;; esac
-  for environ in /proc/[0-9]*/environ; do
+  # One grep over every process (not one per process): quick on a busy machine too.
+  for environ in $(grep -lsxzF -e "$3=$1" -- /proc/[0-9]*/environ); do
     pid=${environ#/proc/}
     pid=${pid%/environ}
-    [ "$pid" = $$ ] && continue
-    if grep -qxzF -e "$3=$1" -- "$environ" 2>/dev/null; then
-      kill -KILL "$pid" 2>/dev/null
-    fi
+    [ "$pid" = $$ ] || kill -KILL "$pid" 2>/dev/null
   done
   sleep 0.2
 done
@@ -78,12 +76,25 @@ impl Watchdog {
         })
     }
 
+    /// Its process id.
+    pub(crate) fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).unwrap_or(i32::MAX)
+    }
+
     /// Tells the watchdog the ranks' process group (once rank 0 runs).
     pub(crate) fn guard_group(&mut self, pgid: i32) {
         if let Some(pipe) = &mut self.pipe {
             // A watchdog that is gone cannot be told; the run goes on without it.
             let _ = writeln!(pipe, "{pgid}");
         }
+    }
+
+    /// How the watchdog ended if it is gone although the run has not told it "done" (a rank, or
+    /// another process of the same user, ended it): `None` while it still guards the run.
+    pub(crate) fn lost(&mut self) -> Option<std::process::ExitStatus> {
+        // Told "done" already (disarmed): it ended as it should.
+        self.pipe.as_ref()?;
+        self.child.try_wait().ok().flatten()
     }
 
     /// The run is over and cleaned up: remove the folder, then stop the watchdog.

@@ -84,6 +84,21 @@ impl SymmetricArray {
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let _ = stream;
+        let released = match &self.keep {
+            // Only the session makes `Keep::Data` holders; anything else fails closed.
+            Keep::Data(data) => data
+                .downcast_ref::<session::DataRef>()
+                .is_none_or(session::DataRef::released),
+            _ => !session::is_live(self.allocation).map_err(raise)?,
+        };
+        if released {
+            return Err(PyBufferError::new_err(format!(
+                "symmetric allocation #{} was freed (or symmem.finalize() ended the session): \
+                 its memory may belong to another allocation now, so this {} is no longer \
+                 exported; use the tensors of a live allocation",
+                self.allocation, self.role
+            )));
+        }
         let own = (self.spec.device.device_type, self.spec.device.device_id);
         if let Some(wanted) = dl_device.filter(|&d| d != own) {
             return Err(PyBufferError::new_err(format!(
@@ -263,7 +278,66 @@ fn identity() -> PyResult<(usize, usize, usize, usize, String)> {
 #[pyo3(signature = (provider=None))]
 fn init(py: Python<'_>, provider: Option<String>) -> PyResult<bool> {
     init_logging();
-    py.detach(move || session::init(provider)).map_err(raise)
+    match session::init(provider).map_err(raise)? {
+        session::Start::Running => Ok(false),
+        session::Start::Started(pending) => {
+            let answer = match wait(py, pending) {
+                Ok(info) => Ok(info),
+                Err(Waited::Failed(fail)) => Err(fail),
+                Err(Waited::Interrupted(e)) => return Err(e),
+            };
+            session::finish_init(answer).map_err(raise)
+        }
+    }
+}
+
+/// How long the Python thread waits for the session thread at a time before it checks for
+/// signals: a Ctrl-C during a collective raises KeyboardInterrupt within about this.
+const SIGNAL_SLICE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Why [`wait`] returned no answer.
+enum Waited {
+    /// The call failed (raised as its exception).
+    Failed(Fail),
+    /// A signal handler raised (KeyboardInterrupt): the session is poisoned.
+    Interrupted(PyErr),
+}
+
+/// Waits for a request of the session thread with the GIL released, in slices of
+/// [`SIGNAL_SLICE`], running Python's signal handlers between them. When a handler raises
+/// (Ctrl-C: KeyboardInterrupt), the request is abandoned: it may still complete on this rank
+/// and not on the others, so the session is poisoned (every later call says why) and the
+/// exception carries a note saying so.
+fn wait<R: Send>(py: Python<'_>, mut pending: session::Pending<R>) -> Result<R, Waited> {
+    loop {
+        let (back, answer) = py.detach(move || {
+            let answer = pending.wait(SIGNAL_SLICE);
+            (pending, answer)
+        });
+        pending = back;
+        if let Some(answer) = answer {
+            return answer.map_err(Waited::Failed);
+        }
+        if let Err(e) = py.check_signals() {
+            let why = e
+                .get_type(py)
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| "a signal handler raised".into());
+            let note = pending.abandon(&why);
+            // Python 3.11+: the note shows under the traceback; older ones go without it.
+            let _ = e.value(py).call_method1("add_note", (note,));
+            return Err(Waited::Interrupted(e));
+        }
+    }
+}
+
+/// [`wait`] with a failure raised as its Python exception.
+fn wait_raising<R: Send>(py: Python<'_>, pending: session::Pending<R>) -> PyResult<R> {
+    wait(py, pending).map_err(|w| match w {
+        Waited::Failed(fail) => raise(fail),
+        Waited::Interrupted(e) => e,
+    })
 }
 
 /// The session (`provider`, `rank`, `world_size`, `device`, `finalized`) or None before init.
@@ -288,9 +362,8 @@ fn info(py: Python<'_>) -> PyResult<Option<Bound<'_, PyDict>>> {
 /// Collective: a symmetric tensor of `shape` and `dtype` with its peer-bases table.
 #[pyfunction]
 fn allocate(py: Python<'_>, shape: Vec<i64>, dtype: String) -> PyResult<Allocation> {
-    let out = py
-        .detach(move || session::allocate(shape, &dtype))
-        .map_err(raise)?;
+    let pending = session::allocate(shape, &dtype).map_err(raise)?;
+    let out = wait_raising(py, pending)?;
     to_allocation(py, out)
 }
 
@@ -309,13 +382,13 @@ fn address_map(py: Python<'_>, id: u64) -> PyResult<Allocation> {
 /// Collective: frees allocation `id`.
 #[pyfunction]
 fn free(py: Python<'_>, id: u64) -> PyResult<()> {
-    py.detach(move || session::free(id)).map_err(raise)
+    wait_raising(py, session::free(id).map_err(raise)?)
 }
 
 /// Collective: waits for every rank.
 #[pyfunction]
 fn barrier(py: Python<'_>) -> PyResult<()> {
-    py.detach(session::barrier).map_err(raise)
+    wait_raising(py, session::barrier().map_err(raise)?)
 }
 
 /// Allocations not freed yet (`dropped`: no Python object views it any more).
@@ -327,7 +400,8 @@ fn outstanding(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
 /// Collective: ends the session and returns the allocations that were never freed.
 #[pyfunction]
 fn finalize(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
-    let records = py.detach(session::finalize).map_err(raise)?;
+    let records = wait_raising(py, session::finalize().map_err(raise)?)?;
+    session::finish_finalize();
     outstanding_dicts(py, records)
 }
 

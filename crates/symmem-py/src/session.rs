@@ -2,17 +2,20 @@
 //! and the live allocations with what Python needs about them (on GPU providers, their
 //! peer-bases tables are the provider's own device copies).
 //!
-//! The session lives on the thread that started it (a GPU runtime's current device is per
-//! thread, and the GPU provider is not `Send`); every call from another thread is refused with
-//! a clear error. Nothing here touches Python objects, so collectives run with the GIL released.
+//! The session lives on a thread of its own, which it never leaves (a GPU runtime's current
+//! device is per thread, and the GPU provider is not `Send`); the Python thread that started
+//! it sends each call there and waits for the answer in short slices ([`Pending`]), so that a
+//! Ctrl-C is taken while a collective waits for the other ranks. Calls from another Python
+//! thread, or from a forked child of the process, are refused with a clear error. Nothing here
+//! touches Python objects, so collectives run with the GIL released.
 
 use crate::dlpack::{DLDevice, KDL_CPU, KDL_CUDA, KDL_ROCM, Keep, TensorSpec};
 use crate::dtype::{self, DType};
-use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::ThreadId;
+use std::time::Duration;
 use symmem::{
     Context, PeerTable, ProviderKind, SymmetricBuffer, SymmetricProvider, UnknownProvider, settings,
 };
@@ -73,6 +76,12 @@ impl DataRef {
     fn new(tracker: &Arc<Tracker>) -> Self {
         tracker.holders.fetch_add(1, Ordering::AcqRel);
         Self(Arc::clone(tracker))
+    }
+
+    /// Whether the allocation was freed, or reported by `finalize`: its memory may belong to
+    /// another allocation now, so nothing may export it any more.
+    pub fn released(&self) -> bool {
+        self.0.freed.load(Ordering::Acquire) || self.0.reported.load(Ordering::Acquire)
     }
 }
 
@@ -168,6 +177,7 @@ pub struct Outstanding {
 }
 
 /// What `info` reports.
+#[derive(Clone)]
 pub struct Info {
     pub provider: &'static str,
     pub rank: usize,
@@ -381,6 +391,9 @@ impl<P: Provider> Session<P> {
     }
 }
 
+/// The most dimensions a tensor may have: numpy, like other DLPack consumers, takes 64.
+const MAX_DIMS: usize = 64;
+
 /// Bytes of a tensor of `shape` and `dtype`, refused before any collective when zero or absurd.
 fn checked_bytes(shape: &[i64], dtype: DType) -> Result<usize, Fail> {
     let shown = format!("{shape:?}");
@@ -388,6 +401,13 @@ fn checked_bytes(shape: &[i64], dtype: DType) -> Result<usize, Fail> {
         return Err(Fail::Value(
             "a symmetric tensor needs at least one dimension, e.g. allocate_symmetric(1024)".into(),
         ));
+    }
+    if shape.len() > MAX_DIMS {
+        return Err(Fail::Value(format!(
+            "a symmetric tensor has at most {MAX_DIMS} dimensions (DLPack consumers such as numpy \
+             take no more), got {}",
+            shape.len()
+        )));
     }
     if let Some(d) = shape.iter().find(|&&d| d < 0) {
         return Err(Fail::Value(format!(
@@ -426,41 +446,176 @@ macro_rules! on_session {
     };
 }
 
-thread_local! {
-    static SESSION: RefCell<Option<AnySession>> = const { RefCell::new(None) };
+/// One request to the session thread: runs with the session (`None` before `init` succeeded).
+type Job = Box<dyn FnOnce(&mut Option<AnySession>) + Send>;
+
+/// The Python thread's end of the session. The session itself lives on a thread of its own
+/// (it never moves: the GPU provider and its current device stay on that thread), which runs
+/// one request at a time, so that the Python thread can wait in short slices and take a
+/// Ctrl-C (see [`Pending`]).
+struct Handle {
+    /// The Python thread that started the session: the only one that may use it.
+    owner: ThreadId,
+    jobs: mpsc::Sender<Job>,
+    /// Set once `init` succeeded (`finalized` kept current).
+    info: Option<Info>,
+    /// Why the session refuses every request: a collective was abandoned mid-way.
+    poisoned: Option<String>,
+    /// A request is running on the session thread.
+    busy: bool,
 }
 
-/// The thread that started the session, if any.
-static OWNER: Mutex<Option<ThreadId>> = Mutex::new(None);
+static HANDLE: Mutex<Option<Handle>> = Mutex::new(None);
+/// The process that started the session (0: none). Read without the lock: a forked child
+/// must be refused before it touches anything its parent's threads may have held.
+static OWNER_PID: AtomicU32 = AtomicU32::new(0);
 
-fn owner() -> Option<ThreadId> {
-    *OWNER.lock().unwrap_or_else(|e| e.into_inner())
+fn handle() -> std::sync::MutexGuard<'static, Option<Handle>> {
+    HANDLE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn with_session<R>(f: impl FnOnce(&mut AnySession) -> Result<R, Fail>) -> Result<R, Fail> {
-    match owner() {
-        None => {
-            return Err(Fail::Symmem(
-                "symmem is not initialised: call symmem.init() (or allocate) first".into(),
-            ));
-        }
-        Some(t) if t != std::thread::current().id() => {
-            return Err(Fail::Symmem(
-                "symmem was initialised on another thread: call it from that thread only (the \
-                 session and the GPU's current device belong to one thread)"
-                    .into(),
-            ));
-        }
-        Some(_) => {}
+/// A forked child of the process that started the session gets an error: it shares its
+/// parent's control sockets, and its calls would speak for its parent's rank.
+fn refuse_a_fork() -> Result<(), Fail> {
+    let owner = OWNER_PID.load(Ordering::Acquire);
+    let me = std::process::id();
+    if owner != 0 && owner != me {
+        return Err(Fail::Symmem(format!(
+            "symmem was initialised in process {owner}, and this process ({me}) is a fork of \
+             it: a fork must not use its parent's session (it would act as the parent's rank \
+             towards the other ranks). Use symmem in the parent only, or start workers with \
+             multiprocessing's 'spawn' method"
+        )));
     }
-    SESSION.with(|cell| {
-        let mut slot = cell.try_borrow_mut().map_err(|_| {
-            Fail::Symmem("symmem was called again while a call was in progress".into())
-        })?;
-        match slot.as_mut() {
-            Some(session) => f(session),
-            None => Err(Fail::Symmem("symmem is not initialised".into())),
+    Ok(())
+}
+
+/// A request sent to the session thread; its answer arrives through [`Pending::wait`].
+pub struct Pending<R> {
+    answer: mpsc::Receiver<Result<R, Fail>>,
+    what: &'static str,
+    done: bool,
+}
+
+impl<R> Pending<R> {
+    /// The answer, if it arrives within `slice`.
+    pub fn wait(&mut self, slice: Duration) -> Option<Result<R, Fail>> {
+        let answer = match self.answer.recv_timeout(slice) {
+            Ok(answer) => answer,
+            Err(mpsc::RecvTimeoutError::Timeout) => return None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(Fail::Symmem(format!(
+                "symmem's session thread ended during symmem.{}(); start a new process",
+                self.what
+            ))),
+        };
+        self.done = true;
+        Some(answer)
+    }
+
+    /// The caller stops waiting (`why`: a KeyboardInterrupt): the request runs on, and
+    /// whether it completed on every rank is unknown, so the session refuses everything
+    /// afterwards. Returns the message later calls get.
+    pub fn abandon(mut self, why: &str) -> String {
+        self.done = true;
+        poison(format!(
+            "symmem.{}() was interrupted ({why}) while it waited for the other ranks: whether \
+             it completed on every rank is unknown, so this process's symmem session refuses \
+             every later call; end this process (and the job) and start again",
+            self.what
+        ))
+    }
+}
+
+impl<R> Drop for Pending<R> {
+    fn drop(&mut self) {
+        if !self.done {
+            poison(format!(
+                "symmem.{}() was abandoned while it ran: its outcome is unknown; start a new \
+                 process",
+                self.what
+            ));
         }
+    }
+}
+
+/// Makes the session refuse every later call with `message` (the first reason stays).
+fn poison(message: String) -> String {
+    match handle().as_mut() {
+        Some(h) => h.poisoned.get_or_insert(message).clone(),
+        None => message,
+    }
+}
+
+/// Sends `f` to the session thread after the checks every call makes (not a fork, the owner
+/// thread, not poisoned, not re-entered, and initialised unless `what` is `init`).
+fn submit<R: Send + 'static>(
+    what: &'static str,
+    f: impl FnOnce(&mut Option<AnySession>) -> Result<R, Fail> + Send + 'static,
+) -> Result<Pending<R>, Fail> {
+    refuse_a_fork()?;
+    let mut guard = handle();
+    let Some(h) = guard.as_mut() else {
+        return Err(Fail::Symmem(
+            "symmem is not initialised: call symmem.init() (or allocate) first".into(),
+        ));
+    };
+    if h.owner != std::thread::current().id() {
+        return Err(Fail::Symmem(
+            "symmem was initialised on another thread: call it from that thread only (the \
+             session and the GPU's current device belong to one thread)"
+                .into(),
+        ));
+    }
+    if let Some(why) = &h.poisoned {
+        return Err(Fail::Symmem(why.clone()));
+    }
+    if h.busy {
+        return Err(Fail::Symmem(
+            "symmem was called again while a call was in progress".into(),
+        ));
+    }
+    if h.info.is_none() && what != "init" {
+        return Err(Fail::Symmem("symmem is not initialised".into()));
+    }
+    let (tx, answer) = mpsc::channel();
+    let job: Job = Box::new(move |slot| {
+        let result = f(slot);
+        if let Some(h) = handle().as_mut() {
+            h.busy = false;
+        }
+        let _ = tx.send(result);
+    });
+    h.jobs
+        .send(job)
+        .map_err(|_| Fail::Symmem("symmem's session thread is gone; start a new process".into()))?;
+    h.busy = true;
+    Ok(Pending {
+        answer,
+        what,
+        done: false,
+    })
+}
+
+/// [`submit`] of a request that needs the running session.
+fn with_session<R: Send + 'static>(
+    what: &'static str,
+    f: impl FnOnce(&mut AnySession) -> Result<R, Fail> + Send + 'static,
+) -> Result<Pending<R>, Fail> {
+    submit(what, move |slot| match slot.as_mut() {
+        Some(session) => f(session),
+        None => Err(Fail::Symmem("symmem is not initialised".into())),
+    })
+}
+
+/// Waits for a request that returns at once (no collective), holding the GIL if the caller
+/// does: the session thread never needs it.
+fn now<R>(mut pending: Pending<R>) -> Result<R, Fail> {
+    pending.done = true;
+    pending.answer.recv().unwrap_or_else(|_| {
+        Err(Fail::Symmem(format!(
+            "symmem's session thread ended during symmem.{}(); start a new process",
+            pending.what
+        )))
     })
 }
 
@@ -477,25 +632,86 @@ fn provider_kind(requested: Option<String>) -> Result<ProviderKind, Fail> {
     }
 }
 
-/// Starts the session (collective). Returns false when it was already running with that
-/// provider.
-pub fn init(requested: Option<String>) -> Result<bool, Fail> {
+/// What `init` leads to: nothing to do (already running with that provider), or the
+/// collective start of the session on its thread.
+pub enum Start {
+    Running,
+    Started(Pending<Info>),
+}
+
+/// Starts the session (collective): the provider starts on the session thread, which is
+/// spawned here. [`finish_init`] records the outcome.
+pub fn init(requested: Option<String>) -> Result<Start, Fail> {
+    refuse_a_fork()?;
     let kind = provider_kind(requested)?;
     if let Some(info) = info()? {
         if info.provider == kind.name() {
-            return Ok(false);
+            return Ok(Start::Running);
         }
         return Err(Fail::Value(format!(
             "symmem already runs the {} provider in this process; it cannot switch to {kind}",
             info.provider
         )));
     }
-    if owner().is_some() {
-        return Err(Fail::Symmem(
-            "symmem was initialised on another thread: call it from that thread only".into(),
-        ));
+    {
+        let mut guard = handle();
+        if guard.is_none() {
+            let (jobs, queue) = mpsc::channel::<Job>();
+            std::thread::Builder::new()
+                .name("symmem-session".into())
+                .spawn(move || {
+                    let mut session = None;
+                    for job in queue {
+                        job(&mut session);
+                    }
+                })
+                .map_err(|e| Fail::Symmem(format!("cannot start symmem's session thread: {e}")))?;
+            *guard = Some(Handle {
+                owner: std::thread::current().id(),
+                jobs,
+                info: None,
+                poisoned: None,
+                busy: false,
+            });
+            OWNER_PID.store(std::process::id(), Ordering::Release);
+        }
     }
-    let session = match kind {
+    let pending = submit("init", move |slot| {
+        let session = start_session(kind)?;
+        let info = on_session!(&session, s => s.info());
+        *slot = Some(session);
+        Ok(info)
+    })?;
+    Ok(Start::Started(pending))
+}
+
+/// Records what `init`'s request gave: the session's description, or (on failure) nothing,
+/// so that `init` may be tried again.
+pub fn finish_init(answer: Result<Info, Fail>) -> Result<bool, Fail> {
+    let mut guard = handle();
+    match answer {
+        Ok(info) => {
+            if let Some(h) = guard.as_mut() {
+                h.info = Some(info);
+            }
+            Ok(true)
+        }
+        Err(e) => {
+            if guard
+                .as_ref()
+                .is_some_and(|h| h.info.is_none() && h.poisoned.is_none())
+            {
+                // Ends the session thread; a later init starts afresh.
+                *guard = None;
+                OWNER_PID.store(0, Ordering::Release);
+            }
+            Err(e)
+        }
+    }
+}
+
+fn start_session(kind: ProviderKind) -> Result<AnySession, Fail> {
+    Ok(match kind {
         ProviderKind::Host => {
             let config = HostConfig::from_env().map_err(symmem::Error::from)?;
             let provider = HostProvider::new(config).map_err(symmem::Error::from)?;
@@ -510,7 +726,7 @@ pub fn init(requested: Option<String>) -> Result<bool, Fail> {
             let config = GpuConfig::from_env(kind).map_err(fail)?;
             // SAFETY: symmem.init()'s documented contract (python/symmem/__init__.py): with a GPU
             // provider it is called before the process starts threads that touch the
-            // environment.
+            // environment; the Python thread waits for this request meanwhile.
             let access = unsafe { EnvironmentAccess::promise() };
             let provider = GpuProvider::new(config, access).map_err(fail)?;
             let device = DLDevice {
@@ -522,10 +738,7 @@ pub fn init(requested: Option<String>) -> Result<bool, Fail> {
             };
             AnySession::Gpu(Box::new(Session::new(Context::new(provider), device)))
         }
-    };
-    SESSION.with(|cell| *cell.borrow_mut() = Some(session));
-    *OWNER.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::thread::current().id());
-    Ok(true)
+    })
 }
 
 /// A GPU provider that cannot start says so as such; every other failure as the core error.
@@ -536,15 +749,25 @@ fn gpu_fail(kind: ProviderKind, e: GpuError) -> Fail {
     }
 }
 
-/// The running session, or `None` before `init` (on this thread).
+/// The running session, or `None` before `init`. Answered by the Python thread's end alone,
+/// so it works while the session is poisoned.
 pub fn info() -> Result<Option<Info>, Fail> {
-    if owner().is_none() {
+    refuse_a_fork()?;
+    let guard = handle();
+    let Some(h) = guard.as_ref() else {
         return Ok(None);
+    };
+    if h.info.is_some() && h.owner != std::thread::current().id() {
+        return Err(Fail::Symmem(
+            "symmem was initialised on another thread: call it from that thread only (the \
+             session and the GPU's current device belong to one thread)"
+                .into(),
+        ));
     }
-    with_session(|s| Ok(Some(on_session!(s, s => s.info()))))
+    Ok(h.info.clone())
 }
 
-pub fn allocate(shape: Vec<i64>, dtype_name: &str) -> Result<AllocOut, Fail> {
+pub fn allocate(shape: Vec<i64>, dtype_name: &str) -> Result<Pending<AllocOut>, Fail> {
     let dtype = dtype::lookup(dtype_name).ok_or_else(|| {
         Fail::Type(format!(
             "dtype {dtype_name} is not supported by symmem; use one of {}",
@@ -553,31 +776,55 @@ pub fn allocate(shape: Vec<i64>, dtype_name: &str) -> Result<AllocOut, Fail> {
     })?;
     // Refused before the session is even looked at: bad input never reaches a collective.
     checked_bytes(&shape, dtype)?;
-    with_session(|s| on_session!(s, s => s.allocate(shape, dtype)))
+    with_session(
+        "allocate_symmetric",
+        move |s| on_session!(s, s => s.allocate(shape, dtype)),
+    )
 }
 
 pub fn find(addr: u64) -> Result<Option<(u64, u64, u64)>, Fail> {
-    with_session(|s| Ok(on_session!(s, s => s.find(addr))))
+    now(with_session("find", move |s| {
+        Ok(on_session!(s, s => s.find(addr)))
+    })?)
 }
 
 pub fn address_map(id: u64) -> Result<AllocOut, Fail> {
-    with_session(|s| on_session!(s, s => s.address_map(id)))
+    now(with_session(
+        "symmetric_address_map",
+        move |s| on_session!(s, s => s.address_map(id)),
+    )?)
 }
 
-pub fn free(id: u64) -> Result<(), Fail> {
-    with_session(|s| on_session!(s, s => s.free(id)))
+/// Whether allocation `id` is live (not freed, session not finalized).
+pub fn is_live(id: u64) -> Result<bool, Fail> {
+    now(with_session("__dlpack__", move |s| {
+        Ok(on_session!(s, s => s.live.contains_key(&id)))
+    })?)
 }
 
-pub fn barrier() -> Result<(), Fail> {
-    with_session(|s| on_session!(s, s => s.barrier()))
+pub fn free(id: u64) -> Result<Pending<()>, Fail> {
+    with_session("free", move |s| on_session!(s, s => s.free(id)))
+}
+
+pub fn barrier() -> Result<Pending<()>, Fail> {
+    with_session("barrier", |s| on_session!(s, s => s.barrier()))
 }
 
 pub fn outstanding() -> Result<Vec<Outstanding>, Fail> {
-    with_session(|s| Ok(on_session!(s, s => s.outstanding())))
+    now(with_session("outstanding", |s| {
+        Ok(on_session!(s, s => s.outstanding()))
+    })?)
 }
 
-pub fn finalize() -> Result<Vec<Outstanding>, Fail> {
-    with_session(|s| on_session!(s, s => s.finalize()))
+pub fn finalize() -> Result<Pending<Vec<Outstanding>>, Fail> {
+    with_session("finalize", |s| on_session!(s, s => s.finalize()))
+}
+
+/// `finalize`'s request completed: the session's description says so from now on.
+pub fn finish_finalize() {
+    if let Some(info) = handle().as_mut().and_then(|h| h.info.as_mut()) {
+        info.finalized = true;
+    }
 }
 
 #[cfg(test)]
@@ -594,6 +841,7 @@ mod tests {
             &[4, 0][..],
             &[-1][..],
             &[i64::MAX, 2][..],
+            &[1; 65][..],
         ] {
             assert!(
                 matches!(checked_bytes(bad, f32), Err(Fail::Value(_))),

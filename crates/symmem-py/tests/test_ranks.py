@@ -78,3 +78,22 @@ def test_gpu_script_itself_on_the_host_provider(symmem_run, ranks):
     passes(proc, ranks, "triton alltoall")
     assert f"SUMMARY PASS: triton alltoall on {ranks} PEs: {ranks}/{ranks} ranks PASS" \
         in proc.stdout, show(proc)
+
+
+def test_a_fork_after_init_is_refused_and_the_ranks_stay_in_step(symmem_run):
+    passes(run_ranks(symmem_run, 2, "fork.py", timeout=60), 2, "fork")
+
+
+def test_ctrl_c_interrupts_a_waiting_collective_and_poisons_the_session(symmem_run, tmp_path):
+    proc = run_ranks(symmem_run, 2, "interrupt.py", timeout=90,
+                     env={"INTERRUPT_TEST_DIR": str(tmp_path), "SYMMEM_COLLECTIVE_TIMEOUT": "70s"})
+    passes(proc, 2, "interrupt")
+
+
+def test_an_uncaught_peer_failure_exits_as_a_witness(symmem_run):
+    proc = run_ranks(symmem_run, 2, "uncaught_peer_failed.py", timeout=60)
+    assert proc.returncode == 75, show(proc)
+    assert "PeerFailedError" in proc.stderr, show(proc)
+    summary = [line for line in proc.stderr.splitlines() if line.startswith("symmem-run:")]
+    assert any("rank 1" in line for line in summary), show(proc)
+    assert not any("rank 0 exited with status 1" in line for line in summary), show(proc)

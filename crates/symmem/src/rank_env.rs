@@ -2,7 +2,7 @@
 //! launchers, so one rank program runs under symmem-run, torchrun, mpirun or srun.
 
 use crate::launcher::Launcher;
-use crate::settings::{InvalidSetting, RANK_FROM};
+use crate::settings::{InvalidSetting, RANK_FROM, RUN_ID};
 use std::fmt;
 
 /// Problems with the rank variables.
@@ -10,7 +10,10 @@ use std::fmt;
 pub enum RankEnvError {
     #[error("{var}={value:?} is not a non-negative integer; fix the launcher's environment")]
     NotANumber { var: &'static str, value: String },
-    #[error("{var} is set but {missing} is not; a {launcher} job sets both")]
+    #[error(
+        "{var} is set but {missing} is not; a {launcher} job sets both: set {missing} too, or \
+         unset {var} if it is stale"
+    )]
     Missing {
         var: &'static str,
         missing: &'static str,
@@ -42,6 +45,16 @@ pub enum RankEnvError {
     InvalidSetting(#[from] InvalidSetting),
     #[error("{rank_var}={rank} but {size_var}={world_size}: the rank must be below the world size")]
     RankOutOfRange {
+        rank_var: &'static str,
+        rank: usize,
+        size_var: &'static str,
+        world_size: usize,
+    },
+    #[error(
+        "{rank_var}={rank} but {size_var} is unset, so the local world is the whole world of \
+         {world_size}: the local rank must be below it; set {size_var} (or fix {rank_var})"
+    )]
+    LocalRankBeyondWorld {
         rank_var: &'static str,
         rank: usize,
         size_var: &'static str,
@@ -153,6 +166,15 @@ impl RankIdentity {
         let mut found: Vec<(&Convention, Found)> = Vec::new();
         for c in &CONVENTIONS {
             let Some(rank) = number(c.rank)? else {
+                // A world size alone (a stray `WORLD_SIZE=4`) would run as a singleton without
+                // a word. Slurm's batch step sets SLURM_NTASKS for a script that is no task.
+                if c.launcher != Launcher::Slurm && get(c.size).is_some() {
+                    return Err(RankEnvError::Missing {
+                        var: c.size,
+                        missing: c.rank,
+                        launcher: c.launcher,
+                    });
+                }
                 continue;
             };
             let world_size = number(c.size)?.ok_or(RankEnvError::Missing {
@@ -199,9 +221,16 @@ impl RankIdentity {
         }
         let local_rank = number(c.local_rank)?.unwrap_or(rank);
         // Slurm's per-node count may be "4(x2)": not a number, so not an error.
-        let local_world_size = get(c.local_size)
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(world_size);
+        let local_size = get(c.local_size).and_then(|v| v.trim().parse().ok());
+        let local_world_size = local_size.unwrap_or(world_size);
+        if local_size.is_none() && local_rank >= world_size {
+            return Err(RankEnvError::LocalRankBeyondWorld {
+                rank_var: c.local_rank,
+                rank: local_rank,
+                size_var: c.local_size,
+                world_size,
+            });
+        }
         if local_world_size == 0 || local_rank >= local_world_size {
             return Err(RankEnvError::RankOutOfRange {
                 rank_var: c.local_rank,
@@ -267,6 +296,38 @@ fn check_agreement(
         ));
     }
     Ok(())
+}
+
+/// Launchers' variables that name one job (or one attempt of it): the same in every rank of a
+/// job, different between two jobs running at once. `MASTER_ADDR`/`MASTER_PORT` and the
+/// `TORCHELASTIC_*` ids are torchrun's (and symmem-run's), then Slurm's job and step, Open
+/// MPI's job id and PMIx namespace, and MPICH's key-value space.
+const JOB_VARS: [&str; 9] = [
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "OMPI_MCA_ess_base_jobid",
+    "PMIX_NAMESPACE",
+    "PMI_KVSNAME",
+];
+
+/// What this process can show of the job it belongs to: [`RUN_ID`] (symmem-run's) and each
+/// launcher job-id variable that is set, as `(name, value)` in a fixed order. Every rank of one
+/// job holds the same evidence, so the rendezvous compares it to keep two jobs that share a
+/// rendezvous folder apart. Ranks started by hand with none of these variables hold none: then
+/// only the world size tells two jobs apart.
+pub fn job_evidence(get: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    std::iter::once(RUN_ID.name)
+        .chain(JOB_VARS)
+        .filter_map(|var| {
+            get(var)
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| (var.to_string(), v))
+        })
+        .collect()
 }
 
 fn job_key(launcher: Launcher, get: &impl Fn(&str) -> Option<String>) -> Option<String> {
@@ -476,6 +537,31 @@ mod tests {
     }
 
     #[test]
+    fn job_evidence_names_the_launchers_job_ids_and_nothing_per_rank() {
+        let vars: HashMap<&str, &str> = [
+            ("RANK", "1"),
+            ("LOCAL_RANK", "1"),
+            ("MASTER_ADDR", "127.0.0.1"),
+            ("MASTER_PORT", "29500"),
+            ("SLURM_JOB_ID", ""),
+            (RUN_ID.name, "r1"),
+        ]
+        .into_iter()
+        .collect();
+        let evidence = job_evidence(|k| vars.get(k).map(|v| v.to_string()));
+        let pair = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(
+            evidence,
+            [
+                pair(RUN_ID.name, "r1"),
+                pair("MASTER_ADDR", "127.0.0.1"),
+                pair("MASTER_PORT", "29500")
+            ]
+        );
+        assert!(job_evidence(|_| None).is_empty());
+    }
+
+    #[test]
     fn singleton_without_variables() {
         let id = ident(&[]).unwrap();
         assert_eq!(
@@ -503,6 +589,28 @@ mod tests {
             ident(&[("RANK", "x"), ("WORLD_SIZE", "2")]).unwrap_err(),
             RankEnvError::NotANumber { var: "RANK", .. }
         ));
+        // Issue 24 (D4): a world size alone used to run as a singleton.
+        let err = ident(&[("WORLD_SIZE", "4")]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RankEnvError::Missing {
+                    var: "WORLD_SIZE",
+                    missing: "RANK",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("unset WORLD_SIZE"), "{err}");
+        // Issue 24 (D13): the message named LOCAL_WORLD_SIZE=2 although it was unset.
+        let err = ident(&[("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "5")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("LOCAL_RANK=5 but LOCAL_WORLD_SIZE is unset") && !err.contains("=2"),
+            "{err}"
+        );
         assert!(matches!(
             ident(&[("RANK", "0")]).unwrap_err(),
             RankEnvError::Missing {

@@ -29,8 +29,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let (number, unit) = text.split_at(split);
     let bad = || {
         format!(
-            "invalid duration `{text}`: write a whole number with an optional unit, \
-             e.g. `90`, `90s`, `500ms` or `2m`"
+            "invalid duration `{text}`: write a whole number with an optional unit (`ms`, \
+             `s` or `m`), e.g. `90`, `90s`, `500ms` or `2m`"
         )
     };
     let value: u64 = number.parse().map_err(|_| bad())?;
@@ -43,7 +43,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     // Deadlines are computed as now + duration: keep them far from overflow.
     if duration > MAX_DURATION {
         return Err(format!(
-            "duration `{text}` is longer than the 7 days accepted"
+            "duration `{text}` is longer than the most accepted, 7 days (`10080m`)"
         ));
     }
     Ok(duration)
@@ -93,7 +93,7 @@ pub fn parse_timeout(text: &str) -> Result<Duration, String> {
     if timeout.is_zero() {
         return Err(format!(
             "a timeout of `{}` would stop the run the moment it starts; give how long a run \
-             may take, e.g. `90s` or `10m` (at most 7 days)",
+             may take, e.g. `90s` or `10m` (at most `10080m`, 7 days)",
             text.trim()
         ));
     }
@@ -127,10 +127,15 @@ mod tests {
                 .unwrap_err()
                 .contains("7 days")
         );
-        for bad in ["", "s", "1.5s", "10h", "-3", "5 s"] {
+        for bad in ["", "s", "1.5s", "10h", "-3", "5 s", "7d"] {
             let err = parse_duration(bad).unwrap_err();
             assert!(err.contains("e.g. `90`"), "{bad}: {err}");
+            assert!(err.contains("(`ms`, `s` or `m`)"), "{bad}: {err}");
         }
+        // Issue 24 (D13): the limit is said in a unit that parses.
+        let err = parse_duration("10081m").unwrap_err();
+        assert!(err.contains("`10080m`"), "{err}");
+        assert_eq!(parse_duration("10080m"), Ok(MAX_DURATION));
     }
 
     #[test]

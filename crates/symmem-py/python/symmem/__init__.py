@@ -30,6 +30,7 @@ import collections
 import importlib
 import importlib.util
 import operator
+import os
 import sys
 import warnings
 from dataclasses import dataclass
@@ -265,16 +266,23 @@ def _device_sync() -> None:
 
 # ---- allocation ---------------------------------------------------------------------------
 
+# Names torch and numpy read alike.
 _DTYPE_ALIASES = {
-    "float": "float32",
     "half": "float16",
     "double": "float64",
     "long": "int64",
-    "int": "int32",
     "short": "int16",
-    "cfloat": "complex64",
     "cdouble": "complex128",
 }
+# Names torch and numpy read differently: refused rather than guessed.
+_AMBIGUOUS = {
+    "float": ("float32", "float64"),
+    "int": ("int32", "int64"),
+    "cfloat": ("complex64", "complex128"),
+}
+
+#: The most dimensions a tensor may have (DLPack consumers such as numpy take at most 64).
+MAX_DIMS = 64
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -290,15 +298,28 @@ def _dtype_name(dtype: Any) -> str:
         import numpy as np
 
         try:
-            name = np.dtype(dtype).name
+            parsed = np.dtype(dtype)
         except TypeError:
-            name = None
+            parsed = None
+        if parsed is not None and not parsed.isnative:
+            raise TypeError(
+                f"dtype {dtype!r} is {'big' if parsed.byteorder == '>' else 'little'}-endian, "
+                f"but symmetric memory holds this machine's byte order: use "
+                f"{parsed.newbyteorder('=')!r} and swap the bytes where they are read"
+            )
+        name = parsed.name if parsed is not None else None
     else:
         name = None
     if name is None:
         raise TypeError(
             f"dtype must be a torch dtype, a numpy dtype or a name such as 'float32', "
             f"got {dtype!r}"
+        )
+    if name in _AMBIGUOUS:
+        torch_name, numpy_name = _AMBIGUOUS[name]
+        raise TypeError(
+            f"dtype {dtype!r} is ambiguous: torch reads it as {torch_name}, numpy and Python as "
+            f"{numpy_name}; write {torch_name!r} or {numpy_name!r}"
         )
     name = _DTYPE_ALIASES.get(name, name)
     if name not in _native.dtypes():
@@ -316,6 +337,11 @@ def _shape(size: tuple) -> List[int]:
         size = tuple(size[0])
     if not size:
         raise TypeError("give the tensor's size, e.g. allocate_symmetric(1024, dtype='float32')")
+    if len(size) > MAX_DIMS:
+        raise ValueError(
+            f"a symmetric tensor has at most {MAX_DIMS} dimensions (DLPack consumers such as "
+            f"numpy take no more), got {len(size)}"
+        )
     dims = []
     for d in size:
         if isinstance(d, bool):
@@ -519,3 +545,27 @@ def _at_exit() -> None:
 
 
 atexit.register(_at_exit)
+
+
+def _peer_failed_exit_hook(previous):
+    """An uncaught PeerFailedError makes this rank a witness: after the usual traceback and
+    the exit handlers, the process exits with EXIT_PEER_FAILED (not Python's 1), so that the
+    launcher blames the rank that failed first, not this one."""
+
+    def hook(exc_type, exc, tb):
+        previous(exc_type, exc, tb)
+        if not (isinstance(exc_type, type) and issubclass(exc_type, PeerFailedError)):
+            return
+        try:
+            atexit._run_exitfuncs()
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:
+                    stream.flush()
+        finally:
+            os._exit(EXIT_PEER_FAILED)
+
+    hook.symmem_previous = previous
+    return hook
+
+
+sys.excepthook = _peer_failed_exit_hook(sys.excepthook)

@@ -35,6 +35,24 @@ def body() -> None:
            contains="bfloat16")
     still_whole()
 
+    # Issue 24 (N8, N9): refused before the collective, not guessed or failed after it.
+    expect(TypeError, symmem.allocate_symmetric, 4, dtype=np.dtype(">f4"), contains="big-endian")
+    expect(TypeError, symmem.allocate_symmetric, 4, dtype=np.dtype(">i8"), contains="byte order")
+    for name in ("float", "int", "cfloat"):
+        expect(TypeError, symmem.allocate_symmetric, 4, dtype=name, contains="ambiguous")
+    expect(ValueError, symmem.allocate_symmetric, *([1] * 65), contains="at most 64")
+    check([o.id for o in symmem.outstanding()] == [symmem.symmetric_address_map(live).allocation_id],
+          "nothing allocated by the refusals")
+    still_whole()
+
+    # Issue 24 (N10): a SymmetricArray of a freed allocation no longer exports its memory.
+    stale, stale_bases = symmem.allocate_symmetric(8, dtype="int32", framework="dlpack")
+    symmem.free(stale)
+    expect(BufferError, stale.__dlpack__, contains="freed")
+    expect(BufferError, stale_bases.__dlpack__, contains="freed")
+    expect(BufferError, np.from_dlpack, stale, contains="freed")
+    still_whole()
+
     # Freeing what is not a symmetric tensor.
     expect(ValueError, symmem.free, np.zeros(16), contains="not in a live symmetric allocation")
     expect(TypeError, symmem.free, [1, 2, 3], contains="expected a tensor")
