@@ -72,7 +72,8 @@ pub fn run(sh: &xshell::Shell, args: Args) -> anyhow::Result<ExitCode> {
     let mut runs: Vec<(usize, Vec<&str>, &str)> = args
         .ranks
         .iter()
-        .map(|&r| (r, vec![backend.name()], "1G"))
+        // The memory figure allocates 1 GiB at once.
+        .map(|&r| (r, vec![backend.name()], "2G"))
         .collect();
     // Two 4 GiB buffers per PE for the copy sweep.
     runs.push((2, vec![backend.name(), "--copy"], "9G"));

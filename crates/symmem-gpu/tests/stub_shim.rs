@@ -229,6 +229,67 @@ fn a_context_over_the_provider_moves_data_and_frees_its_device_buffers() {
 }
 
 #[test]
+fn tables_share_one_device_allocation_and_upload_at_their_first_launch() {
+    let Some(stub) = Stub::build("nvshmem") else {
+        return;
+    };
+    let mut ctx = Context::new(GpuProvider::new(stub.config(), stub_access()).unwrap());
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        held.push(ctx.allocate_symmetric::<u64>(4).unwrap());
+    }
+    assert_eq!(
+        stub.calls("device_alloc"),
+        1,
+        "one arena chunk for 20 tables"
+    );
+    assert_eq!(
+        stub.calls("copy_to_device_async"),
+        0,
+        "no upload before a launch"
+    );
+
+    let (src, table) = &held[0];
+    let (dst, _) = &held[1];
+    ctx.write(src, &[1, 2, 3, 4]).unwrap();
+    let writes = stub.calls("copy_to_device_async");
+    let gpu = ctx.provider().gpu();
+    gpu.copy(table, src.addr(), 0, dst.addr(), 0, 32).unwrap();
+    gpu.copy(table, src.addr(), 0, dst.addr(), 0, 32).unwrap();
+    assert_eq!(
+        stub.calls("copy_to_device_async"),
+        writes + 1,
+        "the table is uploaded once, ahead of its first launch"
+    );
+    assert_eq!(ctx.read(dst).unwrap(), [1, 2, 3, 4]);
+
+    for (buf, _) in held.drain(..) {
+        ctx.free(buf).unwrap();
+    }
+    for _ in 0..20 {
+        held.push(ctx.allocate_symmetric::<u64>(4).unwrap());
+    }
+    assert_eq!(
+        stub.calls("device_alloc"),
+        1,
+        "freed slots serve the new tables"
+    );
+    // A reused slot holds the new table once a launch uses it.
+    let (buf, table) = &held[19];
+    ctx.write(buf, &[0; 4]).unwrap();
+    ctx.provider()
+        .gpu()
+        .fill_u64(Some(table), buf.addr(), 0, 9, 4)
+        .unwrap();
+    assert_eq!(ctx.read(buf).unwrap(), [9; 4]);
+    for (buf, _) in held.drain(..) {
+        ctx.free(buf).unwrap();
+    }
+    ctx.finalize().unwrap();
+    assert_eq!(stub.calls("device_free"), 1, "the chunk goes at finalize");
+}
+
+#[test]
 fn an_exported_table_holds_the_bases_in_a_buffer_of_its_own() {
     let Some(stub) = Stub::build("nvshmem") else {
         return;

@@ -21,6 +21,7 @@ typedef cudaError_t gpuError_t;
 #define gpuDeviceGetByPCIBusId cudaDeviceGetByPCIBusId
 #define gpuMalloc cudaMalloc
 #define gpuFree cudaFree
+#define gpuMemGetInfo cudaMemGetInfo
 #define gpuMemcpyAsync cudaMemcpyAsync
 #define gpuMemcpyPeerAsync cudaMemcpyPeerAsync
 #define gpuMemcpyHostToDevice cudaMemcpyHostToDevice

@@ -24,6 +24,7 @@ typedef hipError_t gpuError_t;
 #define gpuDeviceGetByPCIBusId hipDeviceGetByPCIBusId
 #define gpuMalloc hipMalloc
 #define gpuFree hipFree
+#define gpuMemGetInfo hipMemGetInfo
 #define gpuMemcpyAsync hipMemcpyAsync
 #define gpuMemcpyPeerAsync hipMemcpyPeerAsync
 #define gpuMemcpyHostToDevice hipMemcpyHostToDevice

@@ -73,3 +73,67 @@ impl Drop for DeviceBuffer {
         }
     }
 }
+
+/// Device memory for allocation tables: slots of one size carved from chunks of device memory,
+/// so a table costs the runtime no allocation of its own (one per [`TableArena::CHUNK_BYTES`]
+/// of tables), and a freed table's slot serves the next one.
+///
+/// A slot is written only by uploads queued on the shim's stream, so reusing one is ordered
+/// after every kernel queued before that read the old table.
+pub(crate) struct TableArena {
+    shim: Rc<Shim>,
+    slot_bytes: usize,
+    chunks: Vec<DeviceBuffer>,
+    free: Vec<u64>,
+}
+
+impl TableArena {
+    /// Device memory taken at a time.
+    pub(crate) const CHUNK_BYTES: usize = 64 << 10;
+
+    /// An empty arena for tables of `entries` int64 (no device memory until the first slot).
+    pub(crate) fn new(shim: &Rc<Shim>, entries: usize) -> Self {
+        // 16-byte slots: a table never shares a 16-byte sector with another.
+        let slot_bytes = (entries.max(1) * 8).next_multiple_of(16);
+        Self {
+            shim: Rc::clone(shim),
+            slot_bytes,
+            chunks: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    pub(crate) fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// The device address of a free slot; takes a new chunk when none is left.
+    pub(crate) fn take(&mut self) -> Result<u64, ShimError> {
+        if let Some(slot) = self.free.pop() {
+            return Ok(slot);
+        }
+        let bytes = Self::CHUNK_BYTES.max(self.slot_bytes);
+        let chunk = DeviceBuffer::new(&self.shim, bytes)?;
+        let slots = bytes / self.slot_bytes;
+        // Handed out from the chunk's start: the last pushed is the first taken.
+        self.free.extend(
+            (0..slots)
+                .rev()
+                .map(|i| chunk.addr() + (i * self.slot_bytes) as u64),
+        );
+        self.chunks.push(chunk);
+        Ok(self.free.pop().expect("a chunk holds at least one slot"))
+    }
+
+    /// `slot` (from [`TableArena::take`]) serves again.
+    pub(crate) fn give_back(&mut self, slot: u64) {
+        debug_assert!(!self.free.contains(&slot), "slot given back twice");
+        self.free.push(slot);
+    }
+
+    /// Frees every chunk (callers drain the stream first and drop the tables).
+    pub(crate) fn clear(&mut self) {
+        self.free.clear();
+        self.chunks.clear();
+    }
+}

@@ -1,8 +1,9 @@
 //! One provider's GPU side: its symmetric allocations, device tables and staging, and every
 //! launch, validated before the shim sees it.
 
+use super::buffer::TableArena;
 use super::{DeviceBuffer, Shim, ShimError};
-use std::cell::{Ref, RefCell};
+use std::cell::{Cell, Ref, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::marker::PhantomData;
 use std::rc::Rc;
@@ -45,12 +46,19 @@ impl Team<'_> {
     }
 }
 
-/// The device copy of one allocation's table, the context that built it, and the bases it
-/// holds (launches are validated against these, not against a caller's table).
+/// The device copy of one allocation's table (a slot of the [`TableArena`]), the context that
+/// built it, and the bases it holds (launches are validated against these, not against a
+/// caller's table).
+///
+/// The slot is filled by the first launch that uses the table, on the shim's stream ahead of
+/// it: an allocation that no launch uses costs the GPU runtime nothing.
 struct DeviceTable {
-    buffer: DeviceBuffer,
+    slot: u64,
+    uploaded: Cell<bool>,
     context: ContextId,
     bases: Vec<u64>,
+    /// The entries kernels read: `bases` as int64, 0 for a peer kernels cannot reach.
+    entries: Vec<i64>,
 }
 
 impl DeviceTable {
@@ -71,12 +79,15 @@ pub struct Gpu {
     allocations: BTreeMap<u64, u64>,
     /// Device copy of each allocation's table, by the allocation's local address.
     tables: HashMap<u64, DeviceTable>,
+    /// Where the device copies live.
+    arena: TableArena,
     staging: RefCell<Option<DeviceBuffer>>,
 }
 
 impl Gpu {
     pub(crate) fn new(shim: Rc<Shim>, rank: usize, world_size: usize, gpus: Rc<[GpuId]>) -> Self {
         Self {
+            arena: TableArena::new(&shim, world_size),
             shim,
             rank,
             world_size,
@@ -119,8 +130,11 @@ impl Gpu {
                 addr,
             }));
         }
-        // The table's buffer frees itself (the runtime's free waits for queued work using it).
-        self.tables.remove(&addr);
+        // The slot serves the next table: its next upload is queued after every kernel that
+        // read this one.
+        if let Some(table) = self.tables.remove(&addr) {
+            self.arena.give_back(table.slot);
+        }
         // SAFETY: `addr` was a live allocation of this library (removed above, so freed once);
         // its table is gone and staging never points into symmetric memory.
         unsafe { self.shim.free(addr) }.map_err(Error::from)
@@ -147,7 +161,8 @@ impl Gpu {
         self.shim.barrier_all().map_err(Error::from)
     }
 
-    /// Uploads the device copy of `table` (an allocation of this `Gpu`).
+    /// Records the device copy of `table` (an allocation of this `Gpu`): a slot of the arena,
+    /// filled by the first launch that uses it (no call into the GPU runtime here).
     pub(crate) fn table_ready(&mut self, table: &PeerTable) -> Result<(), Error> {
         let base = table.bases().get(self.rank).copied().unwrap_or(0);
         if !self.allocations.contains_key(&base) {
@@ -156,20 +171,48 @@ impl Gpu {
                 addr: base,
             }));
         }
-        let bytes: Vec<u8> = table
-            .to_i64()
-            .iter()
-            .flat_map(|entry| entry.to_ne_bytes())
-            .collect();
-        let buffer = DeviceBuffer::with_contents(&self.shim, &bytes).map_err(Error::from)?;
+        let entries = table.to_i64();
+        if entries.len() * 8 > self.arena.slot_bytes() {
+            return Err(Error::ForeignTable {
+                table_rank: table.local_rank(),
+                table_world: table.world_size(),
+                rank: self.rank,
+                world: self.world_size,
+            });
+        }
+        // A table made again for the same allocation keeps its slot; the new upload is queued
+        // after every kernel that read the old one.
+        let slot = match self.tables.remove(&base) {
+            Some(old) => old.slot,
+            None => self.arena.take().map_err(Error::from)?,
+        };
         self.tables.insert(
             base,
             DeviceTable {
-                buffer,
+                slot,
+                uploaded: Cell::new(false),
                 context: table.context(),
                 bases: table.bases().to_vec(),
+                entries,
             },
         );
+        Ok(())
+    }
+
+    /// Queues the upload of `device`'s entries into its slot unless done before.
+    fn upload(&self, device: &DeviceTable) -> Result<(), Error> {
+        if device.uploaded.get() {
+            return Ok(());
+        }
+        let bytes: Vec<u8> = device
+            .entries
+            .iter()
+            .flat_map(|entry| entry.to_ne_bytes())
+            .collect();
+        // SAFETY: the slot is arena memory of `slot_bytes` >= `bytes.len()` (checked in
+        // `table_ready`); kernels that read it are queued on the same stream, after this copy.
+        unsafe { self.shim.copy_to_device_async(device.slot, &bytes) }.map_err(Error::from)?;
+        device.uploaded.set(true);
         Ok(())
     }
 
@@ -195,9 +238,16 @@ impl Gpu {
     pub(crate) fn release(&mut self) -> Result<(), Error> {
         let drained = self.synchronize();
         self.tables.clear();
+        self.arena.clear();
         self.staging.borrow_mut().take();
         self.allocations.clear();
         drained
+    }
+
+    /// Free and total memory of this process's GPU in bytes, as the runtime reports them:
+    /// device-wide, so other processes on the same GPU (peers sharing it) count too.
+    pub fn device_memory(&self) -> Result<(u64, u64), Error> {
+        self.shim.device_memory().map_err(Error::from)
     }
 
     /// Waits for everything queued on the shim's stream.
@@ -293,9 +343,10 @@ impl Gpu {
             }
         }
         self.check_local(ptr, len, align, what)?;
+        self.upload(device)?;
         let team = Team {
             raw: sys::symmem_shim_team {
-                table: device.buffer.addr() as *const i64,
+                table: device.slot as *const i64,
                 n_pes: super::to_c_int(self.world_size),
                 pe: super::to_c_int(self.rank),
             },

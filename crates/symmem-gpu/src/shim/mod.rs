@@ -506,6 +506,15 @@ impl Shim {
         self.status("synchronize", code)
     }
 
+    /// Free and total memory of the selected GPU, in bytes (device-wide).
+    pub(crate) fn device_memory(&self) -> Result<(u64, u64), ShimError> {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: out-pointers to live locals.
+        let code = unsafe { self.raw.symmem_shim_device_memory(&mut free, &mut total) };
+        self.status("device_memory", code)
+            .map(|()| (free as u64, total as u64))
+    }
+
     // ---- device-side timing -------------------------------------------------------------
 
     pub(crate) fn time_start(&self) -> Result<(), ShimError> {
