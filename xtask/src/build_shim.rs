@@ -7,6 +7,7 @@ use crate::project::{project_root, target_dir};
 use crate::runner::StepError;
 use crate::tools;
 use anyhow::{Context, bail};
+use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use symmem::{ProviderKind, format_elapsed};
@@ -112,12 +113,17 @@ fn rocm(sh: &Shell, given: Option<&Path>, s: &tools::Search) -> anyhow::Result<O
     }))
 }
 
+/// The folder of `home`'s rocshmem-config.cmake (lib/ or lib64/), if it has one.
+fn rocshmem_config_dir(home: &Path) -> Option<PathBuf> {
+    ["lib/cmake/rocshmem", "lib64/cmake/rocshmem"]
+        .iter()
+        .map(|d| home.join(d))
+        .find(|d| d.join("rocshmem-config.cmake").is_file())
+}
+
 /// Checks that `home` is a rocSHMEM install that CMake can find.
 fn check_rocshmem_home(home: &Path) -> anyhow::Result<()> {
-    let config = ["lib/cmake/rocshmem", "lib64/cmake/rocshmem"]
-        .iter()
-        .any(|d| home.join(d).join("rocshmem-config.cmake").is_file());
-    if !config {
+    if rocshmem_config_dir(home).is_none() {
         bail!(
             "{} is not a rocSHMEM install (no lib/cmake/rocshmem/rocshmem-config.cmake): build \
              one with `cargo xtask build-rocshmem --arch <arch>` and pass the prefix it prints \
@@ -131,10 +137,13 @@ fn check_rocshmem_home(home: &Path) -> anyhow::Result<()> {
 /// CMake definitions for the rocSHMEM backend. The ROCm location travels only here: a
 /// definition reaches CMake's package lookups and its HIP compiler check, whereas an exported
 /// ROCM_PATH also reaches clang, and Debian's clang then looks for its device libraries under
-/// it (they are in /usr/lib/llvm-<N>/lib/clang/<N>/amdgcn/bitcode) and fails.
+/// it (they are in /usr/lib/llvm-<N>/lib/clang/<N>/amdgcn/bitcode) and fails. rocSHMEM's
+/// package folder is given as `rocshmem_DIR` too: CMake keeps a package folder it found in its
+/// cache and would not look again when the prefix path changes.
 fn rocshmem_defines(home: &Path, rocm: Option<&Rocm>) -> Vec<(String, String)> {
     let mut prefix_path = home.display().to_string();
-    let mut defines = Vec::new();
+    let config_dir = rocshmem_config_dir(home).unwrap_or_else(|| home.join("lib/cmake/rocshmem"));
+    let mut defines = vec![("rocshmem_DIR".to_string(), config_dir.display().to_string())];
     if let Some(rocm) = rocm {
         let root = rocm.root.display().to_string();
         prefix_path.push(';');
@@ -186,8 +195,263 @@ fn run_step(driver: &cmake::Driver<'_>, step: Step, command: &[String]) -> Resul
     Ok(())
 }
 
-pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
-    let started = Instant::now();
+/// The SHMEM library install a shim build links: what the build reports, and what it keys
+/// its build folder on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Library {
+    /// One line for humans: which library, version, commit, targets, prefix.
+    describe: String,
+    /// What identifies this install (its stamp's hash, or its files' sizes and times).
+    key: Vec<(String, String)>,
+}
+
+/// Size and modification time of `file`, as a key: a rebuilt library changes them.
+fn file_identity(file: &Path) -> String {
+    match file.metadata() {
+        Ok(m) => {
+            let mtime = m
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            format!("{} bytes, mtime {mtime}", m.len())
+        }
+        Err(_) => "missing".into(),
+    }
+}
+
+/// The rocSHMEM install in `home`, as its stamp (written by build-rocshmem) describes it.
+fn rocshmem_library(home: &Path) -> anyhow::Result<Library> {
+    let archive = home.join("lib/librocshmem.a");
+    let mut key = vec![
+        ("rocshmem.prefix".to_string(), home.display().to_string()),
+        ("rocshmem.archive".to_string(), file_identity(&archive)),
+    ];
+    let describe = match crate::build_rocshmem::install::read_stamp(home)? {
+        Some(stamp) => {
+            key.push(("rocshmem.stamp".into(), stamp.hash.clone()));
+            format!(
+                "rocSHMEM {} at {} for {} (prefix {}, stamp {})",
+                stamp.version,
+                &stamp.commit[..stamp.commit.len().min(12)],
+                stamp.targets,
+                home.display(),
+                &stamp.hash[..stamp.hash.len().min(12)]
+            )
+        }
+        None => format!(
+            "rocSHMEM at {} (no {}: not made by `cargo xtask build-rocshmem`, so its version, \
+             commit and targets are not known)",
+            home.display(),
+            crate::build_rocshmem::plan::STAMP
+        ),
+    };
+    Ok(Library { describe, key })
+}
+
+/// NVSHMEM's version from `include/non_abi/nvshmem_version.h`, when it is there.
+fn nvshmem_version(home: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(home.join("include/non_abi/nvshmem_version.h")).ok()?;
+    let field = |name: &str| {
+        text.lines().find_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next()? == "#define" && words.next()? == name)
+                .then(|| words.next()?.parse::<u32>().ok())
+                .flatten()
+        })
+    };
+    let [major, minor, patch] =
+        ["MAJOR", "MINOR", "PATCH"].map(|part| field(&format!("NVSHMEM_VENDOR_{part}_VERSION")));
+    Some(format!("{}.{}.{}", major?, minor?, patch?))
+}
+
+/// The NVSHMEM install in `home`: its version header and the libraries the shim links.
+fn nvshmem_library(home: &Path) -> Library {
+    let version = nvshmem_version(home);
+    let mut key = vec![("nvshmem.prefix".to_string(), home.display().to_string())];
+    key.push((
+        "nvshmem.version".into(),
+        version.clone().unwrap_or_else(|| "unknown".into()),
+    ));
+    for lib in ["libnvshmem_device.a", "libnvshmem_host.so.3"] {
+        key.push((
+            format!("nvshmem.{lib}"),
+            file_identity(&home.join("lib").join(lib)),
+        ));
+    }
+    Library {
+        describe: format!(
+            "NVSHMEM {} (prefix {})",
+            version
+                .as_deref()
+                .unwrap_or("of unknown version (no include/non_abi/nvshmem_version.h)"),
+            home.display()
+        ),
+        key,
+    }
+}
+
+/// The shim's sources, as a key: a digest of every file in the source folder.
+fn sources_digest(source: &Path) -> anyhow::Result<String> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(source)
+        .with_context(|| format!("reading {}", source.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    names.sort();
+    let mut hasher = Sha256::new();
+    for path in names {
+        let body = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        hasher.update(path.file_name().unwrap_or_default().as_encoded_bytes());
+        hasher.update([0]);
+        hasher.update(Sha256::digest(&body));
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Every input of a shim build, and the hash that names its build folder: a build folder (and
+/// CMake's cache in it, which remembers where it found rocSHMEM) serves only these inputs.
+#[derive(Clone, Debug)]
+struct Key {
+    inputs: Vec<(String, String)>,
+    hash: String,
+}
+
+impl Key {
+    fn new(
+        cmake: &Path,
+        generator: crate::tools::Generator,
+        defines: &[(String, String)],
+        library: &Library,
+        sources: String,
+    ) -> Self {
+        let mut inputs = vec![
+            ("cmake".to_string(), cmake.display().to_string()),
+            ("generator".to_string(), generator.cmake_name().to_string()),
+            ("sources".to_string(), sources),
+        ];
+        inputs.extend(
+            defines
+                .iter()
+                .map(|(k, v)| (format!("define.{k}"), v.clone())),
+        );
+        inputs.extend(library.key.iter().cloned());
+        let mut hasher = Sha256::new();
+        for (k, v) in &inputs {
+            hasher.update(format!("{k}={v}\n"));
+        }
+        let hash = hex(&hasher.finalize());
+        Self { inputs, hash }
+    }
+
+    /// The build folder of these inputs, under `out`.
+    fn build_dir(&self, out: &Path) -> PathBuf {
+        out.join("build").join(&self.hash[..12])
+    }
+
+    /// The stamp written next to the installed library (TOML).
+    fn stamp(&self, library: &Library) -> String {
+        #[derive(serde::Serialize)]
+        struct Stamp<'a> {
+            hash: &'a str,
+            library: &'a str,
+            inputs: std::collections::BTreeMap<&'a str, &'a str>,
+        }
+        let body = toml::to_string(&Stamp {
+            hash: &self.hash,
+            library: &library.describe,
+            inputs: self
+                .inputs
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect(),
+        })
+        .expect("a stamp serialises");
+        format!("# Written by `cargo xtask build-shim`: what this shim was built from.\n{body}")
+    }
+}
+
+/// File next to `lib/` recording what the installed shim was built from.
+pub const SHIM_STAMP: &str = "symmem-shim-stamp.toml";
+
+/// What one shim build needs, decided before CMake runs.
+struct Setup {
+    backend: ProviderKind,
+    source: PathBuf,
+    out: PathBuf,
+    defines: Vec<(String, String)>,
+    library: Library,
+    /// `$ROCM_PATH` when it is exported (a likely cause of a failure on Debian).
+    rocm_path_exported: Option<std::ffi::OsString>,
+}
+
+fn nvshmem_setup(args: &Args, defines: &mut Vec<(String, String)>) -> anyhow::Result<Library> {
+    let nvcc = tools::nvcc(args.nvcc.as_deref())?;
+    let home = from_env(args.nvshmem_home.as_deref(), &["NVSHMEM_HOME"]).context(
+        "NVSHMEM not found: pass --nvshmem-home or set NVSHMEM_HOME to the folder with \
+         include/nvshmem.h and lib/libnvshmem_host.so.3 (pip: nvidia-nvshmem-cu13==3.4.5 \
+         installs it as site-packages/nvidia/nvshmem)",
+    )?;
+    if !home.join("include/nvshmem.h").is_file() {
+        bail!(
+            "{} has no include/nvshmem.h: point --nvshmem-home at an NVSHMEM install",
+            home.display()
+        );
+    }
+    let home = std::path::absolute(&home).unwrap_or(home);
+    // A toolkit root for CMake: the folder above nvcc's bin/.
+    let root = nvcc
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("/"))
+        .to_path_buf();
+    defines.push(("CMAKE_CUDA_COMPILER".into(), nvcc.display().to_string()));
+    defines.push(("CUDAToolkit_ROOT".into(), root.display().to_string()));
+    defines.push(("NVSHMEM_HOME".into(), home.display().to_string()));
+    Ok(nvshmem_library(&home))
+}
+
+fn rocshmem_setup(
+    sh: &Shell,
+    args: &Args,
+    defines: &mut Vec<(String, String)>,
+) -> anyhow::Result<Library> {
+    let home = from_env(args.rocshmem_home.as_deref(), &["ROCSHMEM_HOME"]).context(
+        "rocSHMEM not found: run `eval \"$(cargo xtask build-rocshmem --arch gfx942)\"` \
+         first, or pass --rocshmem-home",
+    )?;
+    let home = std::path::absolute(&home).unwrap_or(home);
+    check_rocshmem_home(&home)?;
+    let library = rocshmem_library(&home)?;
+    let rocm = rocm(
+        sh,
+        args.rocm_path.as_deref(),
+        &tools::Search::from_process(),
+    )?;
+    match &rocm {
+        Some(r) => eprintln!(
+            "ROCm    {} ({}); HIP clang: {}",
+            r.root.display(),
+            r.found,
+            r.hip_clang
+                .as_deref()
+                .map_or_else(|| "left to CMake".to_string(), |c| c.display().to_string())
+        ),
+        None => eprintln!(
+            "ROCm    not found (no --rocm-path, $ROCM_PATH, hipconfig or /opt/rocm): left to \
+             CMake"
+        ),
+    }
+    defines.extend(rocshmem_defines(&home, rocm.as_ref()));
+    Ok(library)
+}
+
+/// Checks the inputs and decides the defines; no tool runs yet.
+fn setup(sh: &Shell, args: &Args) -> anyhow::Result<Setup> {
     let backend = args.backend;
     let source = project_root().join("crates/symmem-shim-sys/shim");
     let out = std::path::absolute(
@@ -203,108 +467,133 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
         defines.push((cmake::SHIM_ARCHS_DEFINE.into(), arch.replace(',', ";")));
     }
     let mut rocm_path_exported = None;
-    match backend {
+    let library = match backend {
         ProviderKind::Host => {
             bail!("the host provider has no shim: build-shim takes a GPU provider")
         }
-        ProviderKind::Nvshmem => {
-            let nvcc = tools::nvcc(args.nvcc.as_deref())?;
-            let home = from_env(args.nvshmem_home.as_deref(), &["NVSHMEM_HOME"]).context(
-                "NVSHMEM not found: pass --nvshmem-home or set NVSHMEM_HOME to the folder with \
-                 include/nvshmem.h and lib/libnvshmem_host.so.3 (pip: nvidia-nvshmem-cu13==3.4.5 \
-                 installs it as site-packages/nvidia/nvshmem)",
-            )?;
-            if !home.join("include/nvshmem.h").is_file() {
-                bail!(
-                    "{} has no include/nvshmem.h: point --nvshmem-home at an NVSHMEM install",
-                    home.display()
-                );
-            }
-            let home = std::path::absolute(&home).unwrap_or(home);
-            // A toolkit root for CMake: the folder above nvcc's bin/.
-            let root = nvcc
-                .parent()
-                .and_then(Path::parent)
-                .unwrap_or(Path::new("/"))
-                .to_path_buf();
-            defines.push(("CMAKE_CUDA_COMPILER".into(), nvcc.display().to_string()));
-            defines.push(("CUDAToolkit_ROOT".into(), root.display().to_string()));
-            defines.push(("NVSHMEM_HOME".into(), home.display().to_string()));
-        }
+        ProviderKind::Nvshmem => nvshmem_setup(args, &mut defines)?,
         ProviderKind::Rocshmem => {
-            let home = from_env(args.rocshmem_home.as_deref(), &["ROCSHMEM_HOME"]).context(
-                "rocSHMEM not found: run `eval \"$(cargo xtask build-rocshmem --arch gfx942)\"` \
-                 first, or pass --rocshmem-home",
-            )?;
-            let home = std::path::absolute(&home).unwrap_or(home);
-            check_rocshmem_home(&home)?;
-            let rocm = rocm(
-                sh,
-                args.rocm_path.as_deref(),
-                &tools::Search::from_process(),
-            )?;
-            match &rocm {
-                Some(r) => eprintln!(
-                    "ROCm    {} ({}); HIP clang: {}",
-                    r.root.display(),
-                    r.found,
-                    r.hip_clang
-                        .as_deref()
-                        .map_or_else(|| "left to CMake".to_string(), |c| c.display().to_string())
-                ),
-                None => eprintln!(
-                    "ROCm    not found (no --rocm-path, $ROCM_PATH, hipconfig or /opt/rocm): \
-                     left to CMake"
-                ),
-            }
+            let library = rocshmem_setup(sh, args, &mut defines)?;
             rocm_path_exported = std::env::var_os("ROCM_PATH").filter(|v| !v.is_empty());
-            defines.extend(rocshmem_defines(&home, rocm.as_ref()));
+            library
+        }
+    };
+    Ok(Setup {
+        backend,
+        source,
+        out,
+        defines,
+        library,
+        rocm_path_exported,
+    })
+}
+
+/// Removes the build folders of other inputs under `out/build` (each serves only its own
+/// inputs; a rebuild takes seconds), saying which.
+fn remove_other_builds(out: &Path, keep: &Path) {
+    let Ok(entries) = std::fs::read_dir(out.join("build")) else {
+        return;
+    };
+    let mut removed = Vec::new();
+    for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+        if path == keep {
+            continue;
+        }
+        let gone = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        match gone {
+            Ok(()) => removed.push(path.display().to_string()),
+            Err(e) => eprintln!("note: could not remove {}: {e}", path.display()),
         }
     }
+    if !removed.is_empty() {
+        eprintln!(
+            "removed the build folders of other inputs: {}",
+            removed.join(", ")
+        );
+    }
+}
 
-    // The inputs are checked first: their errors are the likelier ones, and need no tools.
-    let cmake = tools::cmake(sh)?;
-    let generator = tools::generator()?;
+/// The error for a failed CMake step, naming the log and the folder to delete.
+fn step_failed(setup: &Setup, build_dir: &Path, what: &str, err: StepError) -> anyhow::Error {
+    let StepError::Failed { status, log, .. } = err else {
+        return anyhow::Error::new(err);
+    };
+    let mut fix = format!(
+        "CMake's messages above (also in {}) say what failed; fix that and run the same \
+         command again (delete {} to start over)",
+        log.display(),
+        build_dir.display()
+    );
+    if let Some(value) = &setup.rocm_path_exported {
+        fix.push_str(&format!(
+            ". Note: ROCM_PATH={} is exported; Debian's clang then looks for its device \
+             libraries there: unset it and pass --rocm-path instead",
+            value.to_string_lossy()
+        ));
+    }
+    anyhow::anyhow!(
+        "{what} the {} shim failed ({status}): {fix}",
+        setup.backend.name()
+    )
+}
 
-    let build_dir = out.join("build");
+/// Configures, builds and installs the shim in the build folder of `key`.
+fn build(sh: &Shell, setup: &Setup, key: &Key, steps: &cmake::Steps) -> anyhow::Result<()> {
+    let build_dir = key.build_dir(&setup.out);
     std::fs::create_dir_all(&build_dir)
         .with_context(|| format!("creating {}", build_dir.display()))?;
     eprintln!(
-        "building the {} shim from {} in {} ...",
-        backend.name(),
-        source.display(),
-        build_dir.display()
+        "building the {} shim from {} in {} against {} ...",
+        setup.backend.name(),
+        setup.source.display(),
+        build_dir.display(),
+        setup.library.describe
     );
-    let steps = shim_project(&cmake, generator, &source, &build_dir, &out, &defines).steps();
     let driver = cmake::Driver::new(sh, build_dir.join("symmem-build.log"), true)?;
-    let failed = |what: &str, err: StepError| {
-        let StepError::Failed { status, log, .. } = err else {
-            return anyhow::Error::new(err);
-        };
-        let mut fix = format!(
-            "CMake's messages above (also in {}) say what failed; fix that and run the same \
-             command again (delete {} to start over)",
-            log.display(),
-            build_dir.display()
-        );
-        if let Some(value) = &rocm_path_exported {
-            fix.push_str(&format!(
-                ". Note: ROCM_PATH={} is exported; Debian's clang then looks for its device \
-                 libraries there: unset it and pass --rocm-path instead",
-                value.to_string_lossy()
-            ));
-        }
-        anyhow::anyhow!(
-            "{what} the {} shim failed ({status}): {fix}",
-            backend.name()
-        )
-    };
+    let failed = |what: &str, err| step_failed(setup, &build_dir, what, err);
     run_step(&driver, Step::Configure, &steps.configure).map_err(|e| failed("configuring", e))?;
     run_step(&driver, Step::Build, &steps.build).map_err(|e| failed("building", e))?;
     run_step(&driver, Step::Install, &steps.install).map_err(|e| failed("installing", e))?;
-    let library = out
+    Ok(())
+}
+
+pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let setup = setup(sh, &args)?;
+    // The inputs are checked first: their errors are the likelier ones, and need no tools.
+    let cmake = tools::cmake(sh)?;
+    let generator = tools::generator()?;
+    let key = Key::new(
+        &cmake,
+        generator,
+        &setup.defines,
+        &setup.library,
+        sources_digest(&setup.source)?,
+    );
+    let build_dir = key.build_dir(&setup.out);
+    let steps = shim_project(
+        &cmake,
+        generator,
+        &setup.source,
+        &build_dir,
+        &setup.out,
+        &setup.defines,
+    )
+    .steps();
+    // The stamp of a previous install says another build: it is no longer true meanwhile.
+    let stamp = setup.out.join(SHIM_STAMP);
+    if stamp.exists() {
+        std::fs::remove_file(&stamp).with_context(|| format!("removing {}", stamp.display()))?;
+    }
+    build(sh, &setup, &key, &steps)?;
+    let library = setup
+        .out
         .join("lib")
-        .join(backend.shim_library().unwrap_or_default());
+        .join(setup.backend.shim_library().unwrap_or_default());
     if !library.is_file() {
         bail!(
             "CMake finished but {} is missing: delete {} and run again",
@@ -312,9 +601,13 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
             build_dir.display()
         );
     }
+    std::fs::write(&stamp, key.stamp(&setup.library))
+        .with_context(|| format!("writing {}", stamp.display()))?;
+    remove_other_builds(&setup.out, &build_dir);
     eprintln!(
-        "built {} in {}",
+        "built {} against {} in {}",
         library.display(),
+        setup.library.describe,
         format_elapsed(started.elapsed())
     );
     println!("{}", library.display());
@@ -355,6 +648,7 @@ mod tests {
         let args = text(configure.get_args());
         for expected in [
             "-DCMAKE_PREFIX_PATH=/prefix/rocshmem;/usr",
+            "-Drocshmem_DIR=/prefix/rocshmem/lib/cmake/rocshmem",
             "-DROCM_PATH=/usr",
             "-DCMAKE_HIP_COMPILER_ROCM_ROOT=/usr",
             "-DCMAKE_HIP_COMPILER=/usr/lib/llvm-21/bin/clang++",
@@ -372,7 +666,13 @@ mod tests {
         let defines = rocshmem_defines(Path::new("/prefix/rocshmem"), None);
         assert_eq!(
             defines,
-            [("CMAKE_PREFIX_PATH".to_string(), "/prefix/rocshmem".into())]
+            [
+                ("CMAKE_PREFIX_PATH".to_string(), "/prefix/rocshmem".into()),
+                (
+                    "rocshmem_DIR".to_string(),
+                    "/prefix/rocshmem/lib/cmake/rocshmem".into()
+                )
+            ]
         );
     }
 

@@ -40,6 +40,51 @@ pub fn verify(dir: &Path, targets: &[TargetId]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What a prefix's stamp says about the install: what `build-shim` reports and keys on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstallStamp {
+    /// The hash of every input of the install.
+    pub hash: String,
+    pub version: String,
+    pub commit: String,
+    /// The GPU targets it was built for, as `--arch` took them (comma-separated).
+    pub targets: String,
+}
+
+/// The stamp of the install in `prefix`; `None` when it has none (not made by
+/// `cargo xtask build-rocshmem`). A stamp that does not parse is an error naming the file.
+pub fn read_stamp(prefix: &Path) -> anyhow::Result<Option<InstallStamp>> {
+    let path = prefix.join(STAMP);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let bad = |why: &str| {
+        anyhow::anyhow!(
+            "{} is not a build-rocshmem stamp ({why}): rebuild the install with `cargo xtask \
+             build-rocshmem`",
+            path.display()
+        )
+    };
+    let table: toml::Table = toml::from_str(&text).map_err(|e| bad(&e.to_string()))?;
+    let hash = table.get("hash").and_then(toml::Value::as_str);
+    let inputs = table.get("inputs").and_then(toml::Value::as_table);
+    let input = |name: &str| {
+        inputs
+            .and_then(|i| i.get(name))
+            .and_then(toml::Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| bad(&format!("no inputs.{name}")))
+    };
+    Ok(Some(InstallStamp {
+        hash: hash.ok_or_else(|| bad("no hash"))?.to_string(),
+        version: input("version")?,
+        commit: input("commit")?,
+        targets: input("targets")?,
+    }))
+}
+
 /// True when `plan.prefix` already holds a verified install of exactly this plan.
 pub fn up_to_date(plan: &Plan, targets: &[TargetId]) -> bool {
     std::fs::read_to_string(plan.prefix.join(STAMP))

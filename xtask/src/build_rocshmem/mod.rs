@@ -2,7 +2,7 @@
 //! targets, into a content-addressed prefix under `target/`.
 
 pub(crate) mod arch;
-mod install;
+pub(crate) mod install;
 pub(crate) mod plan;
 mod source;
 mod stale;
