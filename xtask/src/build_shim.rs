@@ -227,7 +227,9 @@ fn rocshmem_library(home: &Path) -> anyhow::Result<Library> {
         ("rocshmem.prefix".to_string(), home.display().to_string()),
         ("rocshmem.archive".to_string(), file_identity(&archive)),
     ];
-    let describe = match crate::build_rocshmem::install::read_stamp(home)? {
+    let stamp = crate::build_rocshmem::install::read_stamp(home)?;
+    check_rocshmem_version(home, stamp.as_ref())?;
+    let describe = match stamp {
         Some(stamp) => {
             key.push(("rocshmem.stamp".into(), stamp.hash.clone()));
             format!(
@@ -247,6 +249,33 @@ fn rocshmem_library(home: &Path) -> anyhow::Result<Library> {
         ),
     };
     Ok(Library { describe, key })
+}
+
+/// Refuses an install older than the shim supports: by its stamp's version, else by the
+/// version its CMake package declares.
+fn check_rocshmem_version(
+    home: &Path,
+    stamp: Option<&crate::build_rocshmem::install::InstallStamp>,
+) -> anyhow::Result<()> {
+    use crate::build_rocshmem::support;
+    if let Some(stamp) = stamp {
+        return support::check_install(
+            &stamp.version,
+            home,
+            &home.join(crate::build_rocshmem::plan::STAMP),
+        );
+    }
+    let Some(dir) = rocshmem_config_dir(home) else {
+        return Ok(());
+    };
+    let file = dir.join("rocshmem-config-version.cmake");
+    match std::fs::read_to_string(&file)
+        .ok()
+        .and_then(|t| support::package_version(&t))
+    {
+        Some(version) => support::check_install(&version, home, &file),
+        None => Ok(()),
+    }
 }
 
 /// NVSHMEM's version from `include/non_abi/nvshmem_version.h`, when it is there.

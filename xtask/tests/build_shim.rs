@@ -218,3 +218,42 @@ fn each_build_uses_the_rocshmem_it_was_given() {
         );
     }
 }
+
+/// An install of rocSHMEM 2.x is refused before any tool runs, by its stamp or, without one,
+/// by the version its CMake package declares.
+#[test]
+fn a_rocshmem_2_install_is_refused_up_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let stamped = dir.path().join("stamped");
+    standin_install(&stamped, "2.0.0", &"c".repeat(40), "gfx942");
+    let out = xtask(&[
+        "--backend",
+        "rocshmem",
+        "--rocshmem-home",
+        &stamped.display().to_string(),
+    ]);
+    assert_clean_failure(&out, "is version 2.0.0 (from");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("3.x") && stderr.contains("cargo xtask build-rocshmem --arch"),
+        "{stderr}"
+    );
+    let unstamped = dir.path().join("unstamped");
+    standin_install(&unstamped, "2.0.0", &"c".repeat(40), "gfx942");
+    std::fs::remove_file(unstamped.join("symmem-rocshmem-stamp.toml")).unwrap();
+    std::fs::write(
+        unstamped.join("lib/cmake/rocshmem/rocshmem-config-version.cmake"),
+        "set(PACKAGE_VERSION \"2.0.0\")\n",
+    )
+    .unwrap();
+    let out = xtask(&[
+        "--backend",
+        "rocshmem",
+        "--rocshmem-home",
+        &unstamped.display().to_string(),
+    ]);
+    assert_clean_failure(
+        &out,
+        "rocshmem-config-version.cmake): the shim needs rocSHMEM 3.x",
+    );
+}

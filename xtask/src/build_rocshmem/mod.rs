@@ -6,6 +6,7 @@ pub(crate) mod install;
 pub(crate) mod plan;
 mod source;
 mod stale;
+pub(crate) mod support;
 
 use arch::TargetId;
 use plan::{CmakeDefine, Plan, PlanInputs, Source, Toolchain};
@@ -142,6 +143,15 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| project_root().join("pins.toml"));
     let pin = Pins::load(&pins_path)?.rocshmem;
+    if !support::supported(&pin.version) {
+        bail!(
+            "{} pins rocSHMEM {}, which the shim does not support (it needs {}.x or newer): pin \
+             a rocSHMEM 3.x commit (rocshmem.commit and rocshmem.version)",
+            pins_path.display(),
+            pin.version,
+            support::OLDEST_MAJOR
+        );
+    }
     CmakeDefine::check_unique(&args.cmake_args)?;
     let toolchain = match toolchain(
         sh,
@@ -199,6 +209,7 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
                     pin.commit
                 ),
             };
+            check_source_version(&root.join(&pin.subdirectory), &pin)?;
             Source::Local { root, mismatch }
         }
     };
@@ -283,6 +294,7 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
             pin.subdirectory
         );
     }
+    check_source_version(&plan.source_dir, &pin)?;
     done(t);
     let t = step(2, "configure");
     cmake.run(Step::Configure, &plan.configure)?;
@@ -323,6 +335,27 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     }
     print_exports(&plan.prefix);
     Ok(())
+}
+
+/// Refuses a source tree whose CMakeLists.txt declares a rocSHMEM older than the shim
+/// supports, before any tool runs on it.
+fn check_source_version(source_dir: &Path, pin: &crate::pins::RocshmemPin) -> anyhow::Result<()> {
+    let cmakelists = source_dir.join("CMakeLists.txt");
+    let Some(version) = std::fs::read_to_string(&cmakelists)
+        .ok()
+        .and_then(|text| source::declared_version(&text))
+    else {
+        return Ok(());
+    };
+    support::check_source(
+        &version,
+        &cmakelists,
+        &format!(
+            "build the pinned rocSHMEM {} (commit {} of {}): drop --source, or check that \
+             commit out in the --source checkout",
+            pin.version, pin.commit, pin.repository
+        ),
+    )
 }
 
 /// What `--clean-stale` never removes: this plan's build tree, prefix and staging folder.
