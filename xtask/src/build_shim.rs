@@ -582,6 +582,7 @@ fn build(sh: &Shell, setup: &Setup, key: &Key, steps: &cmake::Steps) -> anyhow::
         build_dir.display(),
         setup.library.describe
     );
+    cmake::drop_stale_tree(&build_dir, &setup.source)?;
     let driver = cmake::Driver::new(sh, build_dir.join("symmem-build.log"), true)?;
     let failed = |what: &str, err| step_failed(setup, &build_dir, what, err);
     run_step(&driver, Step::Configure, &steps.configure).map_err(|e| failed("configuring", e))?;

@@ -362,3 +362,32 @@ fn a_rocshmem_2_tree_is_refused_before_configuring() {
     );
     assert!(!f.root.join("out").exists(), "{t}");
 }
+
+/// A kept build tree (a failed build's) whose CMake cache names what the machine no longer has
+/// (an MPI found where it was configured, e.g. another root sharing this out folder) is
+/// configured anew, and the output says why; the build then succeeds.
+#[test]
+fn a_kept_tree_whose_cache_no_longer_fits_is_configured_anew() {
+    let Some(f) = fixture() else { return };
+    let (out, _) = xtask(&f, &["--arch", "gfx942"], &[("FAKE_HIPCC_FAIL", "1")]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let builds: Vec<PathBuf> = std::fs::read_dir(f.root.join("out/build"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(builds.len(), 1, "{builds:?}");
+    let cache = builds[0].join("CMakeCache.txt");
+    let mut text_of_cache = std::fs::read_to_string(&cache).unwrap();
+    text_of_cache.push_str("MPI_CXX_HEADER_DIR:PATH=/nonexistent/openmpi/include\n");
+    std::fs::write(&cache, text_of_cache).unwrap();
+    let (out, _) = xtask(&f, &["--arch", "gfx942"], &[]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains(&format!(
+            "the kept build folder {} does not fit this machine",
+            builds[0].display()
+        )) && t.contains("MPI_CXX_HEADER_DIR = /nonexistent/openmpi/include"),
+        "{t}"
+    );
+}

@@ -297,6 +297,7 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     check_source_version(&plan.source_dir, &pin)?;
     done(t);
     let t = step(2, "configure");
+    cmake::drop_stale_tree(&plan.build_dir, &plan.source_dir)?;
     cmake.run(Step::Configure, &plan.configure)?;
     done(t);
     let t = step(3, &format!("build ({jobs} jobs; log: {})", log.display()));
