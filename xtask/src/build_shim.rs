@@ -2,10 +2,12 @@
 //! library that carries its own device link, built by the xtask's one CMake driver (as
 //! build-rocshmem is), with CMake's output on stderr and in the build folder's log.
 
+use crate::build_rocshmem::arch::{GpuTargets, TargetId};
+use crate::build_rocshmem::install::{InstallStamp, read_stamp};
 use crate::cmake::{self, Step};
 use crate::project::{project_root, target_dir};
 use crate::runner::StepError;
-use crate::tools;
+use crate::{rocm, tools};
 use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -41,9 +43,9 @@ pub struct Args {
     #[arg(long, value_parser = crate::project::gpu_provider())]
     backend: ProviderKind,
     /// GPU architectures, comma-separated: CUDA compute capabilities (default 90) or HIP
-    /// targets (default gfx942).
-    #[arg(long)]
-    arch: Option<String>,
+    /// targets (default gfx942; each must be one the rocSHMEM install was built for).
+    #[arg(long, value_parser = GpuTargets::parse)]
+    arch: Option<GpuTargets>,
     /// nvcc to use (default: $CUDACXX, else nvcc on PATH, else $CUDA_HOME/bin/nvcc).
     #[arg(long, value_name = "PATH")]
     nvcc: Option<PathBuf>,
@@ -83,16 +85,16 @@ struct Rocm {
 
 /// What `hipconfig <flag>` prints, if that is an existing folder.
 fn hipconfig_dir(sh: &Shell, hipconfig: &Path, flag: &str) -> Option<PathBuf> {
-    tools::hipconfig_dir(sh, hipconfig, flag)
+    rocm::hipconfig_dir(sh, hipconfig, flag)
         .ok()
         .filter(|dir| dir.is_dir())
 }
 
-/// The ROCm install for a rocSHMEM build, as build-rocshmem finds it ([`tools::find_rocm`]:
+/// The ROCm install for a rocSHMEM build, as build-rocshmem finds it ([`rocm::find_rocm`]:
 /// `--rocm-path`, else `$ROCM_PATH`, else what hipconfig reports, else /opt/rocm). `None` when
 /// none of those exists: CMake then looks on its own, and says what it could not find.
-fn rocm(sh: &Shell, given: Option<&Path>, s: &tools::Search) -> anyhow::Result<Option<Rocm>> {
-    let Ok(found) = tools::find_rocm(sh, given, None, s)? else {
+fn rocm(sh: &Shell, given: Option<&Path>, s: &rocm::Search) -> anyhow::Result<Option<Rocm>> {
+    let Ok(found) = rocm::find_rocm(sh, given, None, s)? else {
         return Ok(None);
     };
     let root = std::path::absolute(&found.path).unwrap_or(found.path);
@@ -221,14 +223,12 @@ fn file_identity(file: &Path) -> String {
 }
 
 /// The rocSHMEM install in `home`, as its stamp (written by build-rocshmem) describes it.
-fn rocshmem_library(home: &Path) -> anyhow::Result<Library> {
+fn rocshmem_library(home: &Path, stamp: Option<&InstallStamp>) -> Library {
     let archive = home.join("lib/librocshmem.a");
     let mut key = vec![
         ("rocshmem.prefix".to_string(), home.display().to_string()),
         ("rocshmem.archive".to_string(), file_identity(&archive)),
     ];
-    let stamp = crate::build_rocshmem::install::read_stamp(home)?;
-    check_rocshmem_version(home, stamp.as_ref())?;
     let describe = match stamp {
         Some(stamp) => {
             key.push(("rocshmem.stamp".into(), stamp.hash.clone()));
@@ -248,15 +248,56 @@ fn rocshmem_library(home: &Path) -> anyhow::Result<Library> {
             crate::build_rocshmem::plan::STAMP
         ),
     };
-    Ok(Library { describe, key })
+    Library { describe, key }
+}
+
+/// The shim's HIP targets (gfx942 when none are given, as its CMakeLists.txt defaults), each
+/// of which the rocSHMEM install must have been built for: its stamp lists them. A device link
+/// against an install without that processor fails, or the kernels find no code at run time.
+fn check_targets(
+    home: &Path,
+    asked: Option<&GpuTargets>,
+    stamp: Option<&InstallStamp>,
+) -> anyhow::Result<()> {
+    let default = [TargetId::parse("gfx942")?];
+    let asked = match asked {
+        Some(targets) => targets.hip("the rocshmem shim")?,
+        None => &default[..],
+    };
+    let Some(stamp) = stamp else {
+        return Ok(());
+    };
+    let built = TargetId::parse_list(&stamp.targets).map_err(|e| {
+        anyhow::anyhow!(
+            "the stamp of {} lists targets {:?} that do not parse ({e}): rebuild it with `cargo \
+             xtask build-rocshmem`",
+            home.display(),
+            stamp.targets
+        )
+    })?;
+    let missing: Vec<String> = asked
+        .iter()
+        .filter(|t| !built.iter().any(|b| b.processor == t.processor))
+        .map(ToString::to_string)
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "the rocSHMEM install {} was built for {} only, not for {}: pass --arch with targets \
+             it has (e.g. --arch {}), or build rocSHMEM for them (cargo xtask build-rocshmem \
+             --arch {}) and pass that prefix",
+            home.display(),
+            stamp.targets,
+            missing.join(","),
+            stamp.targets,
+            missing.join(",")
+        );
+    }
+    Ok(())
 }
 
 /// Refuses an install older than the shim supports: by its stamp's version, else by the
 /// version its CMake package declares.
-fn check_rocshmem_version(
-    home: &Path,
-    stamp: Option<&crate::build_rocshmem::install::InstallStamp>,
-) -> anyhow::Result<()> {
+fn check_rocshmem_version(home: &Path, stamp: Option<&InstallStamp>) -> anyhow::Result<()> {
     use crate::build_rocshmem::support;
     if let Some(stamp) = stamp {
         return support::check_install(
@@ -419,6 +460,9 @@ struct Setup {
 }
 
 fn nvshmem_setup(args: &Args, defines: &mut Vec<(String, String)>) -> anyhow::Result<Library> {
+    if let Some(arch) = &args.arch {
+        arch.cuda("the nvshmem shim")?;
+    }
     let nvcc = tools::nvcc(args.nvcc.as_deref())?;
     let home = from_env(args.nvshmem_home.as_deref(), &["NVSHMEM_HOME"]).context(
         "NVSHMEM not found: pass --nvshmem-home or set NVSHMEM_HOME to the folder with \
@@ -455,12 +499,11 @@ fn rocshmem_setup(
     )?;
     let home = std::path::absolute(&home).unwrap_or(home);
     check_rocshmem_home(&home)?;
-    let library = rocshmem_library(&home)?;
-    let rocm = rocm(
-        sh,
-        args.rocm_path.as_deref(),
-        &tools::Search::from_process(),
-    )?;
+    let stamp = read_stamp(&home)?;
+    check_rocshmem_version(&home, stamp.as_ref())?;
+    check_targets(&home, args.arch.as_ref(), stamp.as_ref())?;
+    let library = rocshmem_library(&home, stamp.as_ref());
+    let rocm = rocm(sh, args.rocm_path.as_deref(), &rocm::Search::from_process())?;
     match &rocm {
         Some(r) => eprintln!(
             "ROCm    {} ({}); HIP clang: {}",
@@ -493,7 +536,7 @@ fn setup(sh: &Shell, args: &Args) -> anyhow::Result<Setup> {
         (cmake::SHIM_BACKEND_DEFINE.into(), backend.name().into()),
     ];
     if let Some(arch) = &args.arch {
-        defines.push((cmake::SHIM_ARCHS_DEFINE.into(), arch.replace(',', ";")));
+        defines.push((cmake::SHIM_ARCHS_DEFINE.into(), arch.cmake_list()));
     }
     let mut rocm_path_exported = None;
     let library = match backend {
@@ -709,7 +752,7 @@ mod tests {
     #[test]
     fn missing_rocm_and_rocshmem_name_the_fix() {
         let sh = Shell::new().unwrap();
-        let search = tools::Search::from_process();
+        let search = rocm::Search::from_process();
         let e = rocm(&sh, Some(Path::new("/nonexistent/rocm")), &search)
             .unwrap_err()
             .to_string();
@@ -732,7 +775,7 @@ mod tests {
         let found = rocm(
             &Shell::new().unwrap(),
             Some(dir.path()),
-            &tools::Search::from_process(),
+            &rocm::Search::from_process(),
         )
         .unwrap()
         .unwrap();
@@ -769,7 +812,7 @@ mod tests {
             .stdin(body)
             .run()
             .unwrap();
-        let search = |path: Vec<PathBuf>| tools::Search {
+        let search = |path: Vec<PathBuf>| rocm::Search {
             rocm_path_env: None,
             hipcc_env: None,
             path,

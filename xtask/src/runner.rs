@@ -115,7 +115,7 @@ pub fn run(
         .append(true)
         .open(log)
         .with_context(|| format!("opening the build log {}", log.display()))?;
-    let shown = crate::build_rocshmem::plan::shell_words(command);
+    let shown = shell_words(command);
     writeln!(log_file, "$ {shown}")?;
     let mut child = self::command(sh, command)
         .stdin(Stdio::null())
@@ -270,6 +270,24 @@ pub fn output_as(
 ) -> std::io::Result<std::process::Output> {
     use std::os::unix::process::CommandExt;
     Command::from(cmd).uid(uid).gid(gid).output()
+}
+
+/// Shell-style rendering of a command for humans (single quotes where needed).
+pub fn shell_words(command: &[String]) -> String {
+    command
+        .iter()
+        .map(|w| {
+            if !w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+            {
+                w.clone()
+            } else {
+                format!("'{}'", w.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]

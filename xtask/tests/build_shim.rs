@@ -257,3 +257,38 @@ fn a_rocshmem_2_install_is_refused_up_front() {
         "rocshmem-config-version.cmake): the shim needs rocSHMEM 3.x",
     );
 }
+
+/// `--arch` is one typed list for both backends: a rocSHMEM shim for a target the install was
+/// not built for (its stamp lists them), or for CUDA compute capabilities, is refused before
+/// CMake; so is an unknown target.
+#[test]
+fn targets_the_install_lacks_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("rocshmem");
+    standin_install(&home, "3.4.0", &"d".repeat(40), "gfx90a");
+    let home = home.display().to_string();
+    let out = xtask(&[
+        "--backend",
+        "rocshmem",
+        "--rocshmem-home",
+        &home,
+        "--arch",
+        "gfx942,gfx90a",
+    ]);
+    assert_clean_failure(&out, "was built for gfx90a only, not for gfx942");
+    // The default target (gfx942) is checked too.
+    let out = xtask(&["--backend", "rocshmem", "--rocshmem-home", &home]);
+    assert_clean_failure(&out, "not for gfx942: pass --arch with targets it has");
+    let out = xtask(&[
+        "--backend",
+        "rocshmem",
+        "--rocshmem-home",
+        &home,
+        "--arch",
+        "90",
+    ]);
+    assert_clean_failure(&out, "takes HIP targets");
+    let out = xtask(&["--backend", "rocshmem", "--arch", "gfx9999"]);
+    assert_eq!(out.status.code(), Some(2), "a clap usage error");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown GPU target `gfx9999`"));
+}

@@ -86,19 +86,19 @@ pub fn read_stamp(prefix: &Path) -> anyhow::Result<Option<InstallStamp>> {
 }
 
 /// True when `plan.prefix` already holds a verified install of exactly this plan.
-pub fn up_to_date(plan: &Plan, targets: &[TargetId]) -> bool {
+pub fn up_to_date(plan: &Plan) -> bool {
     std::fs::read_to_string(plan.prefix.join(STAMP))
         .ok()
         .and_then(|s| Plan::stamped_hash(&s))
         .is_some_and(|h| h == plan.hash)
-        && verify(&plan.prefix, targets).is_ok()
+        && verify(&plan.prefix, &plan.targets).is_ok()
 }
 
 /// Verifies the staged install, stamps it and moves it to its prefix. On failure the staging
 /// folder is removed, so nothing half-built can pass for an install.
-pub fn publish(plan: &Plan, targets: &[TargetId]) -> anyhow::Result<()> {
+pub fn publish(plan: &Plan) -> anyhow::Result<()> {
     let result = (|| {
-        verify(&plan.staging, targets)?;
+        verify(&plan.staging, &plan.targets)?;
         std::fs::write(plan.staging.join(STAMP), plan.stamp()).context("writing the stamp")?;
         if plan.prefix.exists() {
             // Not up to date (checked before building): an invalid leftover.

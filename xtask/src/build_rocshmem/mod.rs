@@ -8,13 +8,13 @@ mod source;
 mod stale;
 pub(crate) mod support;
 
-use arch::TargetId;
+use arch::GpuTargets;
 use plan::{CmakeDefine, Plan, PlanInputs, Source, Toolchain};
 
 use crate::cmake::{self, Step};
 use crate::pins::Pins;
 use crate::project::{project_root, target_dir};
-use crate::tools;
+use crate::{rocm, tools};
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -46,8 +46,8 @@ use xshell::Shell;
 pub struct Args {
     /// GPU targets, comma-separated: gfx942, gfx950, gfx90a, ... with optional features
     /// (gfx950:sramecc+:xnack-).
-    #[arg(long, required = true, value_parser = parse_targets)]
-    arch: Targets,
+    #[arg(long, required = true, value_parser = GpuTargets::parse_hip)]
+    arch: GpuTargets,
     /// Build from this local checkout of the pinned repository instead of fetching.
     #[arg(long, value_name = "DIR")]
     source: Option<PathBuf>,
@@ -96,14 +96,6 @@ pub struct Args {
     out_dir: Option<PathBuf>,
 }
 
-/// The `--arch` list (a newtype: clap treats a bare `Vec` as repeated values).
-#[derive(Clone, Debug)]
-struct Targets(Vec<TargetId>);
-
-fn parse_targets(text: &str) -> anyhow::Result<Targets> {
-    TargetId::parse_list(text).map(Targets)
-}
-
 /// The tools a rocSHMEM build needs: ROCm's (from the process's environment), CMake and the
 /// generator.
 fn toolchain(
@@ -112,12 +104,18 @@ fn toolchain(
     hipcc_path: Option<&Path>,
     cmake_args: &[CmakeDefine],
 ) -> anyhow::Result<Toolchain> {
-    let parts = tools::rocm_parts(
+    let explicit_version = cmake_args
+        .iter()
+        .find(|d| d.var() == "EXPLICIT_ROCM_VERSION")
+        .map(|d| d.value.as_str());
+    let given = |var: &str| cmake_args.iter().any(|d| d.var() == var);
+    let parts = rocm::rocm_parts(
         sh,
         rocm,
         hipcc_path,
-        cmake_args,
-        &tools::Search::from_process(),
+        explicit_version,
+        &given,
+        &rocm::Search::from_process(),
     )?;
     Ok(Toolchain {
         rocm_path: parts.rocm_path,
@@ -137,7 +135,7 @@ fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
 
 pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
-    let targets = args.arch.0.clone();
+    let targets = args.arch.hip("build-rocshmem")?.to_vec();
     let pins_path = args
         .pins
         .clone()
@@ -239,7 +237,7 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
         print!("{}", plan.render(&pin, &fetch));
         return Ok(());
     }
-    if install::up_to_date(&plan, &targets) {
+    if install::up_to_date(&plan) {
         eprintln!(
             "{} for {} is up to date in {} (nothing to do, {})",
             plan.built,
@@ -315,7 +313,7 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     installed?;
     done(t);
     let t = step(5, "verify and publish");
-    install::publish(&plan, &targets)?;
+    install::publish(&plan)?;
     done(t);
     // The build tree only serves a resumed build; the install is complete.
     let _ = std::fs::remove_dir_all(&plan.build_dir);
@@ -407,6 +405,7 @@ fn print_exports(prefix: &Path) {
 mod tests {
     use super::*;
     use crate::pins::RocshmemPin;
+    use arch::TargetId;
     use clap::Parser as _;
     use plan::{Generator, LlvmTools, Mismatch, RocmVersion, VersionSource};
 

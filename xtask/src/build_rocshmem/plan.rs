@@ -3,6 +3,8 @@
 
 use super::arch::TargetId;
 use crate::pins::RocshmemPin;
+pub use crate::rocm::{LLVM_TOOLS, LlvmTools, RocmVersion, VersionSource};
+use crate::runner::shell_words;
 pub use crate::tools::Generator;
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
@@ -48,102 +50,6 @@ impl Toolchain {
         self.rocm_version.source == VersionSource::Unknown
     }
 }
-
-/// The ROCm version, as rocSHMEM needs it (`x.y.z`; it only compares the major version).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RocmVersion {
-    pub version: String,
-    pub source: VersionSource,
-}
-
-/// Where the ROCm version was read.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum VersionSource {
-    /// `${ROCM_PATH}/.info/version` (AMD's packages): rocSHMEM reads it itself.
-    InfoFile,
-    /// `rocm-core/rocm_version.h` (ROCM_VERSION_MAJOR/MINOR/PATCH): that header, relative to
-    /// the ROCm folder.
-    RocmVersionHeader(String),
-    /// `include/hip/hip_version.h` only (Debian's and Ubuntu's packages). HIP's major and minor
-    /// versions are the ROCm series (HIP 6.4 ships with ROCm 6.4), but HIP_VERSION_PATCH is a
-    /// build number (43484), not ROCm's patch release, so the version is `major.minor.0` and
-    /// the full HIP version goes into the stamp and the hash.
-    HipVersionHeader { hip: String },
-    /// None of those, but `--cmake-arg -DEXPLICIT_ROCM_VERSION=` says it.
-    Given,
-    /// No ROCm was found: a `--dry-run` shows the rest of the plan.
-    Unknown,
-}
-
-impl RocmVersion {
-    /// rocSHMEM finds the version by itself only in `.info/version`.
-    pub fn needs_explicit(&self) -> bool {
-        self.source != VersionSource::InfoFile
-    }
-
-    fn describe(&self, rocm: &Path) -> String {
-        match &self.source {
-            VersionSource::InfoFile => {
-                format!(
-                    "{} (from {})",
-                    self.version,
-                    rocm.join(".info/version").display()
-                )
-            }
-            VersionSource::RocmVersionHeader(header) => {
-                format!("{} (from {})", self.version, rocm.join(header).display())
-            }
-            VersionSource::HipVersionHeader { hip } => format!(
-                "{}: the ROCm {} series, from {} (HIP {hip}; its patch number is a build \
-                 number, not ROCm's patch release)",
-                self.version,
-                self.version
-                    .rsplit_once('.')
-                    .map_or(self.version.as_str(), |(s, _)| s),
-                rocm.join("include/hip/hip_version.h").display()
-            ),
-            VersionSource::Given => format!(
-                "{} (given with --cmake-arg -DEXPLICIT_ROCM_VERSION)",
-                self.version
-            ),
-            VersionSource::Unknown => format!(
-                "{} (read from the ROCm install: .info/version, rocm-core/rocm_version.h or \
-                 hip/hip_version.h)",
-                self.version
-            ),
-        }
-    }
-}
-
-/// clang++, llvm-link and opt, which rocSHMEM's cmake/DeviceBitcode.cmake needs for the
-/// device bitcode. It looks only in `${ROCM_PATH}/llvm/bin` and, when they are not there,
-/// merely warns and installs no bitcode, which fails verification minutes later: so they are
-/// found before the build, and passed explicitly when they live elsewhere.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LlvmTools {
-    /// All three in `${ROCM_PATH}/llvm/bin` (AMD's /opt/rocm, the Nix ROCm path): rocSHMEM
-    /// finds them itself.
-    InRocm(PathBuf),
-    /// In HIP's clang folder, as `hipconfig --hipclangpath` reports it (Debian's
-    /// /usr/lib/llvm-21/bin): passed as LLVM_CLANG, LLVM_LINK and LLVM_OPT.
-    FromHipconfig {
-        dir: PathBuf,
-        hipconfig: PathBuf,
-        /// Why `${ROCM_PATH}/llvm/bin` was not used, e.g. "/usr/llvm/bin has no opt".
-        why: String,
-    },
-    /// All three given with `--cmake-arg -DLLVM_...=`.
-    Given,
-    /// No ROCm was found: a `--dry-run` shows the rest of the plan.
-    Unknown,
-}
-
-/// The CMake variables rocSHMEM's DeviceBitcode.cmake reads, and the tool each names.
-pub const LLVM_TOOLS: [(&str, &str); 3] = [
-    ("LLVM_CLANG", "clang++"),
-    ("LLVM_LINK", "llvm-link"),
-    ("LLVM_OPT", "opt"),
-];
 
 /// One `--cmake-arg -DNAME[:TYPE]=VALUE`, added to the configure step (and so to the hash).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -293,6 +199,8 @@ pub struct Plan {
     pub hash: String,
     /// What is built (the pin, or the `--source` checkout accepted in its place).
     pub built: Built,
+    /// The GPU targets, as `--arch` gave them (sorted, deduplicated).
+    pub targets: Vec<TargetId>,
     pub prefix: PathBuf,
     /// Where `cmake --install` writes before verification; renamed to `prefix` on success.
     pub staging: PathBuf,
@@ -467,6 +375,7 @@ impl Plan {
         Self {
             hash,
             built,
+            targets: i.targets.to_vec(),
             prefix,
             staging,
             checkout,
@@ -599,22 +508,4 @@ fn toolchain_lines(t: &Toolchain) -> Vec<(&'static str, String)> {
         ),
         ("llvm", llvm),
     ]
-}
-
-/// Shell-style rendering of a command for humans (single quotes where needed).
-pub fn shell_words(command: &[String]) -> String {
-    command
-        .iter()
-        .map(|w| {
-            if !w.is_empty()
-                && w.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
-            {
-                w.clone()
-            } else {
-                format!("'{}'", w.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
