@@ -12,7 +12,7 @@ use arch::GpuTargets;
 use plan::{CmakeDefine, Plan, PlanInputs, Source, Toolchain};
 
 use crate::cmake::{self, Step};
-use crate::pins::Pins;
+use crate::pins::{Pins, RocshmemPin};
 use crate::project::{project_root, target_dir};
 use crate::{rocm, tools};
 use anyhow::{Context, bail};
@@ -135,7 +135,70 @@ fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
 
 pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
-    let targets = args.arch.hip("build-rocshmem")?.to_vec();
+    let (pin, toolchain) = pin_and_toolchain(sh, &args)?;
+    let out_dir = absolute(
+        &args
+            .out_dir
+            .clone()
+            .unwrap_or_else(|| target_dir().join("rocshmem")),
+    )?;
+    let git = match &args.source {
+        None => tools::git()?,
+        Some(_) => tools::which("git").unwrap_or_else(|| PathBuf::from("git")),
+    };
+    let source = source_of(sh, &args, &pin, &git)?;
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let plan = Plan::new(&PlanInputs {
+        pin: &pin,
+        targets: args.arch.hip("build-rocshmem")?,
+        toolchain: &toolchain,
+        source,
+        out_dir: &out_dir,
+        jobs,
+        cmake_args: &args.cmake_args,
+    });
+
+    if args.clean_stale {
+        return clean_stale(&out_dir, &plan, args.dry_run);
+    }
+    if args.print_prefix {
+        println!("{}", plan.prefix.display());
+        return Ok(());
+    }
+    if args.dry_run {
+        let fetch = source::fetch_commands(&git, &pin, &source::partial_dir(&plan.checkout));
+        print!("{}", plan.render(&pin, &fetch));
+        return Ok(());
+    }
+    if install::up_to_date(&plan) {
+        eprintln!(
+            "{} for {} is up to date in {} (nothing to do, {})",
+            plan.built,
+            GpuTargets::Hip(plan.targets.clone()),
+            plan.prefix.display(),
+            format_elapsed(started.elapsed())
+        );
+        print_exports(&plan.prefix);
+        return Ok(());
+    }
+    build(sh, &plan, &pin, &git, jobs)?;
+    eprintln!(
+        "{} installed in {} ({})",
+        plan.built,
+        plan.prefix.display(),
+        format_elapsed(started.elapsed())
+    );
+    note_stale(&out_dir, &plan);
+    print_exports(&plan.prefix);
+    Ok(())
+}
+
+/// The pin (refused when it names a rocSHMEM the shim does not support) and the tools; for
+/// `--dry-run`, a missing ROCm shows as unknown in the plan instead of stopping it.
+fn pin_and_toolchain(sh: &Shell, args: &Args) -> anyhow::Result<(RocshmemPin, Toolchain)> {
     let pins_path = args
         .pins
         .clone()
@@ -169,107 +232,49 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
         }
         Err(err) => return Err(err),
     };
-    let out_dir = absolute(
-        &args
-            .out_dir
-            .clone()
-            .unwrap_or_else(|| target_dir().join("rocshmem")),
-    )?;
+    Ok((pin, toolchain))
+}
 
-    let git = match &args.source {
-        None => tools::git()?,
-        Some(_) => tools::which("git").unwrap_or_else(|| PathBuf::from("git")),
+/// Where the sources come from: the pin fetched, or a `--source` checkout, which must be the
+/// pin unless `--allow-source-mismatch`, and never a rocSHMEM older than the shim supports.
+fn source_of(sh: &Shell, args: &Args, pin: &RocshmemPin, git: &Path) -> anyhow::Result<Source> {
+    let Some(dir) = &args.source else {
+        return Ok(Source::Fetch);
     };
-    let source = match &args.source {
-        None => Source::Fetch,
-        Some(dir) => {
-            let root = absolute(dir)?;
-            let state = source::LocalState::read(sh, &git, &root)?;
-            let mismatch = match state.mismatch(&pin) {
-                None => None,
-                Some(why) if args.allow_source_mismatch => {
-                    let details = state.mismatch_details(sh, &git, &root, &pin.subdirectory)?;
-                    if !args.print_prefix {
-                        eprintln!(
-                            "warning: --source {} differs from the pin ({why}); building it \
-                             anyway, under its own prefix",
-                            root.display()
-                        );
-                    }
-                    Some(details)
-                }
-                Some(why) => bail!(
-                    "--source {} is not the pinned rocSHMEM: {why}. Check out the pin \
-                     (git -C {} checkout {}) and commit or stash local changes, or pass \
-                     --allow-source-mismatch to build it anyway under its own prefix",
-                    root.display(),
-                    root.display(),
-                    pin.commit
-                ),
-            };
-            check_source_version(&root.join(&pin.subdirectory), &pin)?;
-            Source::Local { root, mismatch }
+    let root = absolute(dir)?;
+    let state = source::LocalState::read(sh, git, &root)?;
+    let mismatch = match state.mismatch(pin) {
+        None => None,
+        Some(why) if args.allow_source_mismatch => {
+            let details = state.mismatch_details(sh, git, &root, &pin.subdirectory)?;
+            if !args.print_prefix {
+                eprintln!(
+                    "warning: --source {} differs from the pin ({why}); building it anyway, \
+                     under its own prefix",
+                    root.display()
+                );
+            }
+            Some(details)
         }
+        Some(why) => bail!(
+            "--source {} is not the pinned rocSHMEM: {why}. Check out the pin (git -C {} \
+             checkout {}) and commit or stash local changes, or pass --allow-source-mismatch to \
+             build it anyway under its own prefix",
+            root.display(),
+            root.display(),
+            pin.commit
+        ),
     };
-    let jobs = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
-    let plan = Plan::new(&PlanInputs {
-        pin: &pin,
-        targets: &targets,
-        toolchain: &toolchain,
-        source,
-        out_dir: &out_dir,
-        jobs,
-        cmake_args: &args.cmake_args,
-    });
+    check_source_version(&root.join(&pin.subdirectory), pin)?;
+    Ok(Source::Local { root, mismatch })
+}
 
-    if args.clean_stale {
-        return clean_stale(&out_dir, &plan, args.dry_run);
-    }
-    if args.print_prefix {
-        println!("{}", plan.prefix.display());
-        return Ok(());
-    }
-    let fetch = source::fetch_commands(&git, &pin, &source::partial_dir(&plan.checkout));
-    if args.dry_run {
-        print!("{}", plan.render(&pin, &fetch));
-        return Ok(());
-    }
-    if install::up_to_date(&plan) {
-        eprintln!(
-            "{} for {} is up to date in {} (nothing to do, {})",
-            plan.built,
-            targets
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
-            plan.prefix.display(),
-            format_elapsed(started.elapsed())
-        );
-        print_exports(&plan.prefix);
-        return Ok(());
-    }
-
-    for (what, line) in &plan.toolchain_lines {
-        eprintln!("{what:<7} {line}");
-    }
-    std::fs::create_dir_all(&plan.build_dir)
-        .with_context(|| format!("creating {}", plan.build_dir.display()))?;
-    let log = plan.build_dir.join("symmem-build.log");
-    let cmake = cmake::Driver::new(sh, log.clone(), false)?;
-    let step = |n: usize, what: &str| {
-        eprintln!("[{n}/5] {what}");
-        Instant::now()
-    };
-    let done = |t: Instant| eprintln!("      done in {}", format_elapsed(t.elapsed()));
-
-    let t = step(1, "source");
+/// Step 1: the sources are there (fetched, or the checkout given) and are a rocSHMEM the shim
+/// supports.
+fn source_step(sh: &Shell, plan: &Plan, pin: &RocshmemPin, git: &Path) -> anyhow::Result<()> {
     match &plan.source {
         Source::Fetch => {
-            let reused = source::ensure_fetched(sh, &git, &pin, &plan.checkout)?;
+            let reused = source::ensure_fetched(sh, git, pin, &plan.checkout)?;
             eprintln!(
                 "      {} {} at {}",
                 if reused {
@@ -292,7 +297,45 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
             pin.subdirectory
         );
     }
-    check_source_version(&plan.source_dir, &pin)?;
+    check_source_version(&plan.source_dir, pin)
+}
+
+/// Step 4: `cmake --install` into the staging folder (never half into the prefix).
+fn install_step(cmake: &cmake::Driver<'_>, plan: &Plan) -> anyhow::Result<()> {
+    if plan.staging.exists() {
+        std::fs::remove_dir_all(&plan.staging)
+            .with_context(|| format!("removing the stale {}", plan.staging.display()))?;
+    }
+    let installed = cmake.run(Step::Install, &plan.install);
+    if installed.is_err() {
+        let _ = std::fs::remove_dir_all(&plan.staging);
+    }
+    Ok(installed?)
+}
+
+/// The five steps: source, configure, build, install (staging), verify and publish.
+fn build(
+    sh: &Shell,
+    plan: &Plan,
+    pin: &RocshmemPin,
+    git: &Path,
+    jobs: usize,
+) -> anyhow::Result<()> {
+    for (what, line) in &plan.toolchain_lines {
+        eprintln!("{what:<7} {line}");
+    }
+    std::fs::create_dir_all(&plan.build_dir)
+        .with_context(|| format!("creating {}", plan.build_dir.display()))?;
+    let log = plan.build_dir.join("symmem-build.log");
+    let cmake = cmake::Driver::new(sh, log.clone(), false)?;
+    let step = |n: usize, what: &str| {
+        eprintln!("[{n}/5] {what}");
+        Instant::now()
+    };
+    let done = |t: Instant| eprintln!("      done in {}", format_elapsed(t.elapsed()));
+
+    let t = step(1, "source");
+    source_step(sh, plan, pin, git)?;
     done(t);
     let t = step(2, "configure");
     cmake::drop_stale_tree(&plan.build_dir, &plan.source_dir)?;
@@ -302,28 +345,19 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     cmake.run(Step::Build, &plan.build)?;
     done(t);
     let t = step(4, "install (staging)");
-    if plan.staging.exists() {
-        std::fs::remove_dir_all(&plan.staging)
-            .with_context(|| format!("removing the stale {}", plan.staging.display()))?;
-    }
-    let installed = cmake.run(Step::Install, &plan.install);
-    if installed.is_err() {
-        let _ = std::fs::remove_dir_all(&plan.staging);
-    }
-    installed?;
+    install_step(&cmake, plan)?;
     done(t);
     let t = step(5, "verify and publish");
-    install::publish(&plan)?;
+    install::publish(plan)?;
     done(t);
     // The build tree only serves a resumed build; the install is complete.
     let _ = std::fs::remove_dir_all(&plan.build_dir);
-    eprintln!(
-        "{} installed in {} ({})",
-        plan.built,
-        plan.prefix.display(),
-        format_elapsed(started.elapsed())
-    );
-    let stale = stale::find(&out_dir, &keep(&plan));
+    Ok(())
+}
+
+/// Says what other inputs left under the out folder (`--clean-stale` removes it).
+fn note_stale(out_dir: &Path, plan: &Plan) {
+    let stale = stale::find(out_dir, &keep(plan));
     if !stale.is_empty() {
         eprintln!(
             "note: {} of other inputs under {}: run this command again with --clean-stale to \
@@ -332,13 +366,11 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
             out_dir.display()
         );
     }
-    print_exports(&plan.prefix);
-    Ok(())
 }
 
 /// Refuses a source tree whose CMakeLists.txt declares a rocSHMEM older than the shim
 /// supports, before any tool runs on it.
-fn check_source_version(source_dir: &Path, pin: &crate::pins::RocshmemPin) -> anyhow::Result<()> {
+fn check_source_version(source_dir: &Path, pin: &RocshmemPin) -> anyhow::Result<()> {
     let cmakelists = source_dir.join("CMakeLists.txt");
     let Some(version) = std::fs::read_to_string(&cmakelists)
         .ok()

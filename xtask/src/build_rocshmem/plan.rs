@@ -225,93 +225,10 @@ pub const STAMP: &str = "symmem-rocshmem-stamp.toml";
 
 impl Plan {
     pub fn new(i: &PlanInputs<'_>) -> Self {
-        let targets: Vec<String> = i.targets.iter().map(ToString::to_string).collect();
         let t = i.toolchain;
-        let mut defines: Vec<(String, String)> = vec![
-            ("CMAKE_BUILD_TYPE".into(), "Release".into()),
-            ("CMAKE_CXX_COMPILER".into(), t.hipcc.display().to_string()),
-            ("CMAKE_POSITION_INDEPENDENT_CODE".into(), "ON".into()),
-            (
-                "CMAKE_PREFIX_PATH".into(),
-                t.rocm_path.display().to_string(),
-            ),
-            ("GPU_TARGETS".into(), targets.join(";")),
-            ("ROCM_PATH".into(), t.rocm_path.display().to_string()),
-            ("USE_GDA".into(), "OFF".into()),
-            ("USE_IPC".into(), "ON".into()),
-            ("USE_RO".into(), "OFF".into()),
-            ("USE_SINGLE_NODE".into(), "ON".into()),
-            // rocSHMEM 3.4 links MPI whenever one is installed (AUTO): the install would then
-            // depend on the machine, not on these inputs. The shim bootstraps with a unique id
-            // and needs no MPI.
-            ("USE_EXTERNAL_MPI".into(), "OFF".into()),
-            // rocSHMEM 3.4 has no option for its `find_package(amd_smi QUIET)` (pod detection
-            // and the vmm_fabric heap, both multi-node); CMake's own switch keeps a machine's
-            // amd_smi out of a single-node build.
-            ("CMAKE_DISABLE_FIND_PACKAGE_amd_smi".into(), "ON".into()),
-        ];
-        if t.rocm_version.needs_explicit() {
-            // rocSHMEM's setup reads ${ROCM_PATH}/.info/version and fails without it.
-            defines.push((
-                "EXPLICIT_ROCM_VERSION".into(),
-                t.rocm_version.version.clone(),
-            ));
-        }
-        if let LlvmTools::FromHipconfig { dir, .. } = &t.llvm {
-            for (var, tool) in LLVM_TOOLS {
-                defines.push((var.into(), dir.join(tool).display().to_string()));
-            }
-        }
-        for arg in i.cmake_args {
-            defines.retain(|(k, _)| k != arg.var());
-            defines.push((arg.name.clone(), arg.value.clone()));
-        }
-        defines.sort();
-
-        let built = match &i.source {
-            Source::Local {
-                mismatch: Some(m), ..
-            } => Built {
-                version: m.version.clone(),
-                commit: m.head.clone(),
-                changes: m.changes.clone(),
-                instead_of: Some(i.pin.commit.clone()),
-            },
-            _ => Built {
-                version: i.pin.version.clone(),
-                commit: i.pin.commit.clone(),
-                changes: None,
-                instead_of: None,
-            },
-        };
-        let mut inputs: Vec<(String, String)> = vec![
-            ("repository".into(), i.pin.repository.clone()),
-            ("subdirectory".into(), i.pin.subdirectory.clone()),
-            ("commit".into(), built.commit.clone()),
-            ("version".into(), built.version.clone()),
-            ("targets".into(), targets.join(",")),
-            ("rocm_version".into(), t.rocm_version.version.clone()),
-        ];
-        if let VersionSource::HipVersionHeader { hip } = &t.rocm_version.source {
-            // The ROCm version is only major.minor here; HIP's build number tells releases
-            // of one series apart.
-            inputs.push(("hip_version".into(), hip.clone()));
-        }
-        if let Some(changes) = &built.changes {
-            inputs.push(("local_changes".into(), changes.clone()));
-        }
-        if let Some(pin) = &built.instead_of {
-            inputs.push(("pinned_commit".into(), pin.clone()));
-        }
-        if !i.cmake_args.is_empty() {
-            let args: Vec<String> = i.cmake_args.iter().map(ToString::to_string).collect();
-            inputs.push(("cmake_args".into(), args.join(" ")));
-        }
-        inputs.extend(
-            defines
-                .iter()
-                .map(|(k, v)| (format!("define.{k}"), v.clone())),
-        );
+        let defines = Self::defines(i);
+        let built = Self::built(i);
+        let inputs = Self::inputs(i, &built, &defines);
         let mut hasher = Sha256::new();
         for (k, v) in &inputs {
             hasher.update(format!("{k}={v}\n"));
@@ -328,23 +245,7 @@ impl Plan {
         } else {
             hash[..12].to_string()
         };
-        // What is built, never the pin when it is not: `+local` marks local changes.
-        let name = format!(
-            "rocshmem-{}-{}{}-{}-{}",
-            built.version,
-            &built.commit[..built.commit.len().min(12)],
-            if built.changes.is_some() {
-                "+local"
-            } else {
-                ""
-            },
-            i.targets
-                .iter()
-                .map(TargetId::path_safe)
-                .collect::<Vec<_>>()
-                .join(","),
-            short
-        );
+        let name = Self::prefix_name(i, &built, &short);
         let prefix = i.out_dir.join("prefix").join(&name);
         let staging = i.out_dir.join("prefix").join(format!(".{name}.partial"));
         let checkout = match &i.source {
@@ -390,6 +291,133 @@ impl Plan {
             toolchain_lines,
             rocm_unknown: t.is_unknown(),
         }
+    }
+
+    /// The prefix's name: what is built (never the pin when it is not: `+local` marks local
+    /// changes), the targets and the short hash.
+    fn prefix_name(i: &PlanInputs<'_>, built: &Built, short: &str) -> String {
+        format!(
+            "rocshmem-{}-{}{}-{}-{}",
+            built.version,
+            &built.commit[..built.commit.len().min(12)],
+            if built.changes.is_some() {
+                "+local"
+            } else {
+                ""
+            },
+            i.targets
+                .iter()
+                .map(TargetId::path_safe)
+                .collect::<Vec<_>>()
+                .join(","),
+            short
+        )
+    }
+
+    /// The CMake defines: the plan's own, then `--cmake-arg` (which override), sorted.
+    fn defines(i: &PlanInputs<'_>) -> Vec<(String, String)> {
+        let targets: Vec<String> = i.targets.iter().map(ToString::to_string).collect();
+        let t = i.toolchain;
+        let mut defines: Vec<(String, String)> = vec![
+            ("CMAKE_BUILD_TYPE".into(), "Release".into()),
+            ("CMAKE_CXX_COMPILER".into(), t.hipcc.display().to_string()),
+            ("CMAKE_POSITION_INDEPENDENT_CODE".into(), "ON".into()),
+            (
+                "CMAKE_PREFIX_PATH".into(),
+                t.rocm_path.display().to_string(),
+            ),
+            ("GPU_TARGETS".into(), targets.join(";")),
+            ("ROCM_PATH".into(), t.rocm_path.display().to_string()),
+            ("USE_GDA".into(), "OFF".into()),
+            ("USE_IPC".into(), "ON".into()),
+            ("USE_RO".into(), "OFF".into()),
+            ("USE_SINGLE_NODE".into(), "ON".into()),
+            // rocSHMEM 3.4 links MPI whenever one is installed (AUTO): the install would then
+            // depend on the machine, not on these inputs. The shim bootstraps with a unique id
+            // and needs no MPI.
+            ("USE_EXTERNAL_MPI".into(), "OFF".into()),
+            // rocSHMEM 3.4 has no option for its `find_package(amd_smi QUIET)` (pod detection
+            // and the vmm_fabric heap, both multi-node); CMake's own switch keeps a machine's
+            // amd_smi out of a single-node build.
+            ("CMAKE_DISABLE_FIND_PACKAGE_amd_smi".into(), "ON".into()),
+        ];
+        if t.rocm_version.needs_explicit() {
+            // rocSHMEM's setup reads ${ROCM_PATH}/.info/version and fails without it.
+            defines.push((
+                "EXPLICIT_ROCM_VERSION".into(),
+                t.rocm_version.version.clone(),
+            ));
+        }
+        if let LlvmTools::FromHipconfig { dir, .. } = &t.llvm {
+            for (var, tool) in LLVM_TOOLS {
+                defines.push((var.into(), dir.join(tool).display().to_string()));
+            }
+        }
+        for arg in i.cmake_args {
+            defines.retain(|(k, _)| k != arg.var());
+            defines.push((arg.name.clone(), arg.value.clone()));
+        }
+        defines.sort();
+        defines
+    }
+
+    /// What is built: the pin, or the accepted `--source` checkout in its place.
+    fn built(i: &PlanInputs<'_>) -> Built {
+        match &i.source {
+            Source::Local {
+                mismatch: Some(m), ..
+            } => Built {
+                version: m.version.clone(),
+                commit: m.head.clone(),
+                changes: m.changes.clone(),
+                instead_of: Some(i.pin.commit.clone()),
+            },
+            _ => Built {
+                version: i.pin.version.clone(),
+                commit: i.pin.commit.clone(),
+                changes: None,
+                instead_of: None,
+            },
+        }
+    }
+
+    /// Every input of the install, as hashed and recorded in the stamp.
+    fn inputs(
+        i: &PlanInputs<'_>,
+        built: &Built,
+        defines: &[(String, String)],
+    ) -> Vec<(String, String)> {
+        let targets: Vec<String> = i.targets.iter().map(ToString::to_string).collect();
+        let t = i.toolchain;
+        let mut inputs: Vec<(String, String)> = vec![
+            ("repository".into(), i.pin.repository.clone()),
+            ("subdirectory".into(), i.pin.subdirectory.clone()),
+            ("commit".into(), built.commit.clone()),
+            ("version".into(), built.version.clone()),
+            ("targets".into(), targets.join(",")),
+            ("rocm_version".into(), t.rocm_version.version.clone()),
+        ];
+        if let VersionSource::HipVersionHeader { hip } = &t.rocm_version.source {
+            // The ROCm version is only major.minor here; HIP's build number tells releases
+            // of one series apart.
+            inputs.push(("hip_version".into(), hip.clone()));
+        }
+        if let Some(changes) = &built.changes {
+            inputs.push(("local_changes".into(), changes.clone()));
+        }
+        if let Some(pin) = &built.instead_of {
+            inputs.push(("pinned_commit".into(), pin.clone()));
+        }
+        if !i.cmake_args.is_empty() {
+            let args: Vec<String> = i.cmake_args.iter().map(ToString::to_string).collect();
+            inputs.push(("cmake_args".into(), args.join(" ")));
+        }
+        inputs.extend(
+            defines
+                .iter()
+                .map(|(k, v)| (format!("define.{k}"), v.clone())),
+        );
+        inputs
     }
 
     /// The stamp written into a verified prefix (TOML).
