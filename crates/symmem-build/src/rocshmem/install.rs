@@ -1,7 +1,7 @@
 //! Verifying an install and publishing it under its content-addressed prefix.
 
-use super::arch::TargetId;
 use super::plan::{Plan, STAMP};
+use crate::targets::TargetId;
 use anyhow::{Context, bail};
 use std::path::Path;
 

@@ -1,19 +1,18 @@
 //! `cargo xtask build-rocshmem`: rocSHMEM from the pinned commit, with IPC, for the chosen GPU
 //! targets, into a content-addressed prefix under `target/`.
 
-pub(crate) mod arch;
-pub(crate) mod install;
-pub(crate) mod plan;
+pub mod install;
+pub mod plan;
 mod source;
 mod stale;
-pub(crate) mod support;
+pub mod support;
 
-use arch::GpuTargets;
+use crate::targets::GpuTargets;
 use plan::{CmakeDefine, Plan, PlanInputs, Source, Toolchain};
 
+use crate::Workspace;
 use crate::cmake::{self, Step};
 use crate::pins::{Pins, RocshmemPin};
-use crate::project::{project_root, target_dir};
 use crate::{rocm, tools};
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
@@ -47,24 +46,24 @@ pub struct Args {
     /// GPU targets, comma-separated: gfx942, gfx950, gfx90a, ... with optional features
     /// (gfx950:sramecc+:xnack-).
     #[arg(long, required = true, value_parser = GpuTargets::parse_hip)]
-    arch: GpuTargets,
+    pub arch: GpuTargets,
     /// Build from this local checkout of the pinned repository instead of fetching.
     #[arg(long, value_name = "DIR")]
-    source: Option<PathBuf>,
+    pub source: Option<PathBuf>,
     /// Accept a --source checkout at another commit or with local changes: its HEAD (and a
     /// digest of its changes) is what the prefix, the messages and the stamp name.
     #[arg(long, requires = "source")]
-    allow_source_mismatch: bool,
+    pub allow_source_mismatch: bool,
     /// Parallel build jobs (default: the number of CPUs).
     #[arg(long, short)]
-    jobs: Option<usize>,
+    pub jobs: Option<usize>,
     /// Print the whole plan (where each tool was found, commands, defines, prefix) and run
     /// nothing. With --clean-stale: list what it would remove.
     #[arg(long)]
-    dry_run: bool,
+    pub dry_run: bool,
     /// Print only the install prefix (for scripts) and build nothing.
     #[arg(long, conflicts_with = "dry_run")]
-    print_prefix: bool,
+    pub print_prefix: bool,
     /// An extra CMake define for rocSHMEM, -DNAME=VALUE or -DNAME:TYPE=VALUE; repeatable.
     /// Overrides the plan's own define of that name, and is part of the hash and the stamp.
     /// GPU_TARGETS, ROCM_PATH, CMAKE_CXX_COMPILER, CMAKE_INSTALL_PREFIX and USE_IPC are
@@ -75,25 +74,25 @@ pub struct Args {
         allow_hyphen_values = true,
         value_parser = CmakeDefine::parse
     )]
-    cmake_args: Vec<CmakeDefine>,
+    pub cmake_args: Vec<CmakeDefine>,
     /// Remove the build trees and prefixes of other inputs under the out folder (other
     /// targets, ROCm, defines or pins), keeping this plan's; build nothing. Not while another
     /// build-rocshmem runs in the same out folder.
     #[arg(long, conflicts_with = "print_prefix")]
-    clean_stale: bool,
+    pub clean_stale: bool,
     /// The ROCm install (default: $ROCM_PATH, else the ROCm `hipconfig --rocmpath` reports,
     /// else /opt/rocm). Debian/Ubuntu: /usr (found by hipconfig; never export ROCM_PATH there).
     #[arg(long, value_name = "DIR")]
-    rocm_path: Option<PathBuf>,
+    pub rocm_path: Option<PathBuf>,
     /// The HIP compiler (default: $HIPCC, else <rocm>/bin/hipcc, else hipcc on PATH).
     #[arg(long, value_name = "PATH")]
-    hipcc: Option<PathBuf>,
+    pub hipcc: Option<PathBuf>,
     /// Pins file (default: pins.toml at the repository root).
     #[arg(long, value_name = "FILE")]
-    pins: Option<PathBuf>,
+    pub pins: Option<PathBuf>,
     /// Where sources, build trees and prefixes go (default: target/rocshmem).
     #[arg(long, value_name = "DIR")]
-    out_dir: Option<PathBuf>,
+    pub out_dir: Option<PathBuf>,
 }
 
 /// The tools a rocSHMEM build needs: ROCm's (from the process's environment), CMake and the
@@ -133,14 +132,14 @@ fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
     std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
 }
 
-pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
+pub fn run(sh: &Shell, ws: &Workspace, args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
-    let (pin, toolchain) = pin_and_toolchain(sh, &args)?;
+    let (pin, toolchain) = pin_and_toolchain(sh, ws, &args)?;
     let out_dir = absolute(
         &args
             .out_dir
             .clone()
-            .unwrap_or_else(|| target_dir().join("rocshmem")),
+            .unwrap_or_else(|| ws.target.join("rocshmem")),
     )?;
     let git = match &args.source {
         None => tools::git()?,
@@ -198,11 +197,15 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
 
 /// The pin (refused when it names a rocSHMEM the shim does not support) and the tools; for
 /// `--dry-run`, a missing ROCm shows as unknown in the plan instead of stopping it.
-fn pin_and_toolchain(sh: &Shell, args: &Args) -> anyhow::Result<(RocshmemPin, Toolchain)> {
+fn pin_and_toolchain(
+    sh: &Shell,
+    ws: &Workspace,
+    args: &Args,
+) -> anyhow::Result<(RocshmemPin, Toolchain)> {
     let pins_path = args
         .pins
         .clone()
-        .unwrap_or_else(|| project_root().join("pins.toml"));
+        .unwrap_or_else(|| ws.root.join("pins.toml"));
     let pin = Pins::load(&pins_path)?.rocshmem;
     if !support::supported(&pin.version) {
         bail!(
@@ -437,7 +440,7 @@ fn print_exports(prefix: &Path) {
 mod tests {
     use super::*;
     use crate::pins::RocshmemPin;
-    use arch::TargetId;
+    use crate::targets::TargetId;
     use clap::Parser as _;
     use plan::{Generator, LlvmTools, Mismatch, RocmVersion, VersionSource};
 

@@ -1,10 +1,10 @@
 //! The build plan: a pure function of the pin, the targets and the tools found, so that it can
 //! be printed (`--dry-run`), snapshot-tested, and hashed into the install prefix.
 
-use super::arch::TargetId;
 use crate::pins::RocshmemPin;
 pub use crate::rocm::{LLVM_TOOLS, LlvmTools, RocmVersion, VersionSource};
 use crate::runner::shell_words;
+use crate::targets::TargetId;
 pub use crate::tools::Generator;
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;

@@ -1,5 +1,5 @@
-//! The one place where the xtask runs a program through `std::process` rather than through
-//! `xshell` alone: what xshell cannot do. Every command starts as an `xshell::Cmd` (so the
+//! The one place where the build library (and the xtask, which uses it) runs a program through
+//! `std::process` rather than through `xshell` alone: what xshell cannot do. Every command starts as an `xshell::Cmd` (so the
 //! Shell's folder and environment apply) and is converted here to stream its output:
 //! - [`run`]: one build step, its output line by line to a log file (and with
 //!   [`Output::Echo`] to stderr), `[x/y]` progress to a bar, Ctrl-C stops the child, and
@@ -301,7 +301,6 @@ pub fn pipe(
 
 /// Runs `cmd` as another user and group (a test of what that user cannot read), capturing
 /// its output.
-#[cfg(test)]
 pub fn output_as(
     cmd: xshell::Cmd<'_>,
     uid: u32,
