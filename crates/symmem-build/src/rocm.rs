@@ -435,6 +435,44 @@ pub fn llvm_tools(
     })
 }
 
+/// A ROCm install for compiling HIP with CMake (the shim), and HIP's clang in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HipRoot {
+    pub root: PathBuf,
+    /// How it was found, for the log.
+    pub found: String,
+    /// HIP's clang++, when found: CMake looks for it only through the hipconfig on PATH.
+    pub hip_clang: Option<PathBuf>,
+}
+
+/// The ROCm install as [`find_rocm`] finds it (`--rocm-path`, else `$ROCM_PATH`, else what
+/// hipconfig reports, else /opt/rocm), with HIP's clang++ found in [`llvm_tools`]' order:
+/// `<rocm>/llvm/bin`, else what `hipconfig --hipclangpath` reports (this ROCm's own hipconfig,
+/// or the one that named it; never another on PATH, which may belong to another install).
+/// `None` when no ROCm is found: CMake then looks on its own, and says what it could not find.
+pub fn hip_root(sh: &Shell, given: Option<&Path>, s: &Search) -> anyhow::Result<Option<HipRoot>> {
+    let Ok(found) = find_rocm(sh, given, None, s)? else {
+        return Ok(None);
+    };
+    let root = std::path::absolute(&found.path).unwrap_or(found.path);
+    let hip_clang = Some(root.join("llvm/bin/clang++"))
+        .filter(|p| is_executable(p))
+        .or_else(|| {
+            Some(root.join("bin/hipconfig"))
+                .filter(|p| is_executable(p))
+                .into_iter()
+                .chain(found.named_by)
+                .find_map(|h| hipconfig_dir(sh, &h, "--hipclangpath").ok())
+                .map(|dir| dir.join("clang++"))
+                .filter(|p| is_executable(p))
+        });
+    Ok(Some(HipRoot {
+        root,
+        found: found.how,
+        hip_clang,
+    }))
+}
+
 /// The ROCm half of the toolchain (ROCm, its version, hipcc, the LLVM tools), from `s`.
 pub struct RocmParts {
     pub rocm_path: PathBuf,

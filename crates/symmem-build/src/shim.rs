@@ -81,48 +81,6 @@ fn from_env(given: Option<&Path>, vars: &[&str]) -> Option<PathBuf> {
     })
 }
 
-/// Where ROCm is and how that was decided (for the log).
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Rocm {
-    root: PathBuf,
-    found: String,
-    /// HIP's clang++ (`hipconfig --hipclangpath`, else `<root>/llvm/bin`), when found: CMake
-    /// looks for it only through the hipconfig on PATH.
-    hip_clang: Option<PathBuf>,
-}
-
-/// What `hipconfig <flag>` prints, if that is an existing folder.
-fn hipconfig_dir(sh: &Shell, hipconfig: &Path, flag: &str) -> Option<PathBuf> {
-    rocm::hipconfig_dir(sh, hipconfig, flag)
-        .ok()
-        .filter(|dir| dir.is_dir())
-}
-
-/// The ROCm install for a rocSHMEM build, as build-rocshmem finds it ([`rocm::find_rocm`]:
-/// `--rocm-path`, else `$ROCM_PATH`, else what hipconfig reports, else /opt/rocm). `None` when
-/// none of those exists: CMake then looks on its own, and says what it could not find.
-fn rocm(sh: &Shell, given: Option<&Path>, s: &rocm::Search) -> anyhow::Result<Option<Rocm>> {
-    let Ok(found) = rocm::find_rocm(sh, given, None, s)? else {
-        return Ok(None);
-    };
-    let root = std::path::absolute(&found.path).unwrap_or(found.path);
-    // This ROCm's own hipconfig, or the one that named it: another one on PATH may belong to
-    // another install.
-    let hip_clang = Some(root.join("bin/hipconfig"))
-        .filter(|p| p.is_file())
-        .into_iter()
-        .chain(found.named_by)
-        .find_map(|h| hipconfig_dir(sh, &h, "--hipclangpath"))
-        .map(|dir| dir.join("clang++"))
-        .filter(|p| p.is_file())
-        .or_else(|| Some(root.join("llvm/bin/clang++")).filter(|p| p.is_file()));
-    Ok(Some(Rocm {
-        root,
-        found: found.how,
-        hip_clang,
-    }))
-}
-
 /// The folder of `home`'s rocshmem-config.cmake (lib/ or lib64/), if it has one.
 fn rocshmem_config_dir(home: &Path) -> Option<PathBuf> {
     ["lib/cmake/rocshmem", "lib64/cmake/rocshmem"]
@@ -150,7 +108,7 @@ fn check_rocshmem_home(home: &Path) -> anyhow::Result<()> {
 /// it (they are in /usr/lib/llvm-<N>/lib/clang/<N>/amdgcn/bitcode) and fails. rocSHMEM's
 /// package folder is given as `rocshmem_DIR` too: CMake keeps a package folder it found in its
 /// cache and would not look again when the prefix path changes.
-fn rocshmem_defines(home: &Path, rocm: Option<&Rocm>) -> Vec<(String, String)> {
+fn rocshmem_defines(home: &Path, rocm: Option<&rocm::HipRoot>) -> Vec<(String, String)> {
     let mut prefix_path = home.display().to_string();
     let config_dir = rocshmem_config_dir(home).unwrap_or_else(|| home.join("lib/cmake/rocshmem"));
     let mut defines = vec![("rocshmem_DIR".to_string(), config_dir.display().to_string())];
@@ -511,7 +469,7 @@ fn rocshmem_setup(
     check_rocshmem_version(&home, stamp.as_ref())?;
     check_targets(&home, args.arch.as_ref(), stamp.as_ref())?;
     let library = rocshmem_library(&home, stamp.as_ref());
-    let rocm = rocm(sh, args.rocm_path.as_deref(), &rocm::Search::from_process())?;
+    let rocm = rocm::hip_root(sh, args.rocm_path.as_deref(), &rocm::Search::from_process())?;
     match &rocm {
         Some(r) => eprintln!(
             "ROCm    {} ({}); HIP clang: {}",
@@ -707,7 +665,7 @@ mod tests {
     /// of CMake (and so of the compilers it runs).
     #[test]
     fn rocm_goes_to_cmake_as_definitions_only() {
-        let rocm = Rocm {
+        let rocm = rocm::HipRoot {
             root: "/usr".into(),
             found: "from `hipconfig --rocmpath`".into(),
             hip_clang: Some("/usr/lib/llvm-21/bin/clang++".into()),
@@ -761,7 +719,7 @@ mod tests {
     fn missing_rocm_and_rocshmem_name_the_fix() {
         let sh = Shell::new().unwrap();
         let search = rocm::Search::from_process();
-        let e = rocm(&sh, Some(Path::new("/nonexistent/rocm")), &search)
+        let e = rocm::hip_root(&sh, Some(Path::new("/nonexistent/rocm")), &search)
             .unwrap_err()
             .to_string();
         assert!(
@@ -779,8 +737,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let clang = dir.path().join("llvm/bin/clang++");
         std::fs::create_dir_all(clang.parent().unwrap()).unwrap();
+        // Looked at, never run: an executable file is what counts as a compiler.
         std::fs::write(&clang, "").unwrap();
-        let found = rocm(
+        std::fs::set_permissions(&clang, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let found = rocm::hip_root(
             &Shell::new().unwrap(),
             Some(dir.path()),
             &rocm::Search::from_process(),
@@ -802,7 +763,10 @@ mod tests {
         let clang = dir.path().join("llvm-21/bin/clang++");
         std::fs::create_dir_all(&root).unwrap();
         std::fs::create_dir_all(clang.parent().unwrap()).unwrap();
+        // Looked at, never run: an executable file is what counts as a compiler.
         std::fs::write(&clang, "").unwrap();
+        std::fs::set_permissions(&clang, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
         let hipconfig = dir.path().join("bin/hipconfig");
         std::fs::create_dir_all(hipconfig.parent().unwrap()).unwrap();
         let body = format!(
@@ -826,17 +790,27 @@ mod tests {
             path,
             default_rocm: dir.path().join("opt/rocm"),
         };
-        let found = rocm(&sh, None, &search(vec![dir.path().join("bin")]))
+        let found = rocm::hip_root(&sh, None, &search(vec![dir.path().join("bin")]))
             .unwrap()
             .unwrap();
         assert_eq!(
             found,
-            Rocm {
+            rocm::HipRoot {
                 root: root.clone(),
                 found: format!("from `{} --rocmpath`", hipconfig.display()),
                 hip_clang: Some(clang),
             }
         );
-        assert_eq!(rocm(&sh, None, &search(vec![])).unwrap(), None);
+        // Where the ROCm has its own llvm/bin, that comes first, as for rocSHMEM's LLVM tools.
+        let own = root.join("llvm/bin/clang++");
+        std::fs::create_dir_all(own.parent().unwrap()).unwrap();
+        std::fs::write(&own, "").unwrap();
+        std::fs::set_permissions(&own, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let found = rocm::hip_root(&sh, None, &search(vec![dir.path().join("bin")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.hip_clang, Some(own));
+        assert_eq!(rocm::hip_root(&sh, None, &search(vec![])).unwrap(), None);
     }
 }
