@@ -8,8 +8,5 @@ pub fn run(sh: &xshell::Shell, args: Args) -> anyhow::Result<()> {
 
 /// This checkout, for the build library's defaults (pins.toml, the shim's sources, target/).
 pub fn workspace() -> symmem_build::Workspace {
-    symmem_build::Workspace {
-        root: crate::project::project_root(),
-        target: crate::project::target_dir(),
-    }
+    symmem_build::Workspace::checkout(crate::project::project_root(), crate::project::target_dir())
 }

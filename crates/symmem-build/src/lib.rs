@@ -22,8 +22,22 @@ use std::path::PathBuf;
 /// Where the project is: the defaults for pins.toml, the shim's sources and the out folders.
 #[derive(Clone, Debug)]
 pub struct Workspace {
-    /// The repository's root (pins.toml, crates/symmem-shim-sys/shim).
+    /// The repository's root (pins.toml).
     pub root: PathBuf,
     /// Cargo's target folder (target/rocshmem, target/shim/<backend>).
     pub target: PathBuf,
+    /// The shim's CMake project (symmem-shim-sys's shim/ folder).
+    pub shim_source: PathBuf,
+}
+
+impl Workspace {
+    /// The checkout at `root`, with Cargo's target folder `target`.
+    pub fn checkout(root: PathBuf, target: PathBuf) -> Self {
+        let shim_source = root.join("crates/symmem-shim-sys/shim");
+        Self {
+            root,
+            target,
+            shim_source,
+        }
+    }
 }

@@ -12,7 +12,8 @@ use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use symmem::{ProviderKind, format_elapsed};
+pub use symmem::ProviderKind;
+use symmem::format_elapsed;
 use xshell::Shell;
 
 /// Build the GPU shim library for one backend.
@@ -491,7 +492,7 @@ fn rocshmem_setup(
 /// Checks the inputs and decides the defines; no tool runs yet.
 fn setup(sh: &Shell, ws: &Workspace, args: &Args) -> anyhow::Result<Setup> {
     let backend = args.backend;
-    let source = ws.root.join("crates/symmem-shim-sys/shim");
+    let source = ws.shim_source.clone();
     let out = std::path::absolute(
         args.out_dir
             .clone()
@@ -600,9 +601,17 @@ fn build(sh: &Shell, setup: &Setup, key: &Key, steps: &cmake::Steps) -> anyhow::
     Ok(())
 }
 
+/// `build-shim`: builds the library and prints its path (the only line on stdout).
 pub fn run(sh: &Shell, ws: &Workspace, args: Args) -> anyhow::Result<()> {
+    let library = build_library(sh, ws, &args)?;
+    println!("{}", library.display());
+    Ok(())
+}
+
+/// Builds the shim library as `args` say and returns its path.
+pub fn build_library(sh: &Shell, ws: &Workspace, args: &Args) -> anyhow::Result<PathBuf> {
     let started = Instant::now();
-    let setup = setup(sh, ws, &args)?;
+    let setup = setup(sh, ws, args)?;
     // The inputs are checked first: their errors are the likelier ones, and need no tools.
     let cmake = tools::cmake(sh)?;
     let generator = tools::generator()?;
@@ -649,8 +658,35 @@ pub fn run(sh: &Shell, ws: &Workspace, args: Args) -> anyhow::Result<()> {
         setup.library.describe,
         format_elapsed(started.elapsed())
     );
-    println!("{}", library.display());
-    Ok(())
+    Ok(library)
+}
+
+/// Builds the `backend` shim from the CMake project `source` into `out` (`out/lib` holds the
+/// library), finding the SHMEM library, ROCm and the compilers as `build-shim` does
+/// (NVSHMEM_HOME, CUDACXX, ROCSHMEM_HOME, ROCM_PATH, ...); `archs` as `--arch` takes them.
+/// For symmem-shim-sys's opt-in build features.
+pub fn build_into(
+    backend: ProviderKind,
+    source: &Path,
+    out: &Path,
+    archs: Option<&str>,
+) -> anyhow::Result<PathBuf> {
+    let sh = Shell::new().context("reading the current folder")?;
+    let ws = Workspace {
+        root: source.to_path_buf(),
+        target: out.to_path_buf(),
+        shim_source: source.to_path_buf(),
+    };
+    let args = Args {
+        backend,
+        arch: archs.map(GpuTargets::parse).transpose()?,
+        nvcc: None,
+        nvshmem_home: None,
+        rocshmem_home: None,
+        rocm_path: None,
+        out_dir: Some(out.to_path_buf()),
+    };
+    build_library(&sh, &ws, &args)
 }
 
 #[cfg(test)]

@@ -120,10 +120,8 @@ const NOT_SETTINGS: &[(&str, &str)] = &[
     // the build library's CMake driver (symmem-build).
     ("crates/symmem-build/src/cmake.rs", "SYMMEM_SHIM_BACKEND"),
     ("crates/symmem-build/src/cmake.rs", "SYMMEM_SHIM_ARCHS"),
-    // The same CMake names in symmem-shim-sys's opt-in build script (for users outside the
-    // workspace), which depends on no symmem crate; it passes `SYMMEM_SHIM_ARCHS` from its
-    // environment through to CMake, as CMake's own inputs are passed.
-    ("crates/symmem-shim-sys/build.rs", "SYMMEM_SHIM_BACKEND"),
+    // symmem-shim-sys's opt-in build script reads `SYMMEM_SHIM_ARCHS` from its environment
+    // and passes it on as the build's `--arch`, as CMake's own inputs are passed.
     ("crates/symmem-shim-sys/build.rs", "SYMMEM_SHIM_ARCHS"),
     // Compile-time variables that build script sets for the crate (`option_env!`).
     (
