@@ -473,7 +473,9 @@ pub fn hip_root(sh: &Shell, given: Option<&Path>, s: &Search) -> anyhow::Result<
     }))
 }
 
-/// The ROCm half of the toolchain (ROCm, its version, hipcc, the LLVM tools), from `s`.
+/// The ROCm half of the toolchain (ROCm, its version, hipcc, the LLVM tools), each with how it
+/// was found (printed in the plan, so that a wrong pick shows before minutes of building).
+#[derive(Clone, Debug)]
 pub struct RocmParts {
     pub rocm_path: PathBuf,
     pub rocm_found: String,

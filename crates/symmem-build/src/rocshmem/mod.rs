@@ -117,12 +117,7 @@ fn toolchain(
         &rocm::Search::from_process(),
     )?;
     Ok(Toolchain {
-        rocm_path: parts.rocm_path,
-        rocm_found: parts.rocm_found,
-        rocm_version: parts.rocm_version,
-        hipcc: parts.hipcc,
-        hipcc_found: parts.hipcc_found,
-        llvm: parts.llvm,
+        rocm: parts,
         cmake: tools::cmake(sh)?,
         generator: tools::generator()?,
     })
@@ -442,7 +437,7 @@ mod tests {
     use crate::pins::RocshmemPin;
     use crate::targets::TargetId;
     use clap::Parser as _;
-    use plan::{Generator, LlvmTools, Mismatch, RocmVersion, VersionSource};
+    use plan::{Generator, LlvmTools, Mismatch, RocmParts, RocmVersion, VersionSource};
 
     fn pin() -> RocshmemPin {
         RocshmemPin {
@@ -456,19 +451,21 @@ mod tests {
     /// AMD's /opt/rocm: `.info/version` (or only rocm_version.h) and llvm/bin.
     fn amd(version_file: bool) -> Toolchain {
         Toolchain {
-            rocm_path: "/opt/rocm".into(),
-            rocm_found: "from $ROCM_PATH".into(),
-            rocm_version: RocmVersion {
-                version: "7.2.4".into(),
-                source: if version_file {
-                    VersionSource::InfoFile
-                } else {
-                    VersionSource::RocmVersionHeader("include/rocm-core/rocm_version.h".into())
+            rocm: RocmParts {
+                rocm_path: "/opt/rocm".into(),
+                rocm_found: "from $ROCM_PATH".into(),
+                rocm_version: RocmVersion {
+                    version: "7.2.4".into(),
+                    source: if version_file {
+                        VersionSource::InfoFile
+                    } else {
+                        VersionSource::RocmVersionHeader("include/rocm-core/rocm_version.h".into())
+                    },
                 },
+                hipcc: "/opt/rocm/bin/hipcc".into(),
+                hipcc_found: "in the ROCm folder".into(),
+                llvm: LlvmTools::InRocm("/opt/rocm/llvm/bin".into()),
             },
-            hipcc: "/opt/rocm/bin/hipcc".into(),
-            hipcc_found: "in the ROCm folder".into(),
-            llvm: LlvmTools::InRocm("/opt/rocm/llvm/bin".into()),
             cmake: "/usr/bin/cmake".into(),
             generator: Generator::Ninja,
         }
@@ -477,20 +474,22 @@ mod tests {
     /// Debian's /usr: hip_version.h only, HIP's clang in /usr/lib/llvm-21/bin.
     fn debian() -> Toolchain {
         Toolchain {
-            rocm_path: "/usr".into(),
-            rocm_found: "from `/usr/bin/hipconfig --rocmpath`".into(),
-            rocm_version: RocmVersion {
-                version: "6.4.0".into(),
-                source: VersionSource::HipVersionHeader {
-                    hip: "6.4.43484".into(),
+            rocm: RocmParts {
+                rocm_path: "/usr".into(),
+                rocm_found: "from `/usr/bin/hipconfig --rocmpath`".into(),
+                rocm_version: RocmVersion {
+                    version: "6.4.0".into(),
+                    source: VersionSource::HipVersionHeader {
+                        hip: "6.4.43484".into(),
+                    },
                 },
-            },
-            hipcc: "/usr/bin/hipcc".into(),
-            hipcc_found: "in the ROCm folder".into(),
-            llvm: LlvmTools::FromHipconfig {
-                dir: "/usr/lib/llvm-21/bin".into(),
-                hipconfig: "/usr/bin/hipconfig".into(),
-                why: "/usr has no llvm/bin".into(),
+                hipcc: "/usr/bin/hipcc".into(),
+                hipcc_found: "in the ROCm folder".into(),
+                llvm: LlvmTools::FromHipconfig {
+                    dir: "/usr/lib/llvm-21/bin".into(),
+                    hipconfig: "/usr/bin/hipconfig".into(),
+                    why: "/usr has no llvm/bin".into(),
+                },
             },
             cmake: "/usr/bin/cmake".into(),
             generator: Generator::Ninja,
@@ -628,7 +627,7 @@ mod tests {
         );
         // Another clang folder is another build.
         let mut other = debian();
-        if let LlvmTools::FromHipconfig { dir, .. } = &mut other.llvm {
+        if let LlvmTools::FromHipconfig { dir, .. } = &mut other.rocm.llvm {
             *dir = "/usr/lib/llvm-20/bin".into();
         }
         assert_ne!(
@@ -637,7 +636,7 @@ mod tests {
         );
         // So is another HIP release of the same ROCm series.
         let mut newer = debian();
-        newer.rocm_version.source = VersionSource::HipVersionHeader {
+        newer.rocm.rocm_version.source = VersionSource::HipVersionHeader {
             hip: "6.4.43485".into(),
         };
         assert_ne!(
@@ -812,8 +811,8 @@ mod tests {
         };
         assert_eq!(base.prefix, plan("gfx942", true, local).0.prefix);
         let mut elsewhere = amd(true);
-        elsewhere.rocm_found = "the default".into();
-        elsewhere.hipcc_found = "on PATH".into();
+        elsewhere.rocm.rocm_found = "the default".into();
+        elsewhere.rocm.hipcc_found = "on PATH".into();
         assert_eq!(
             base.prefix,
             plan_with("gfx942", &elsewhere, Source::Fetch, &[]).0.prefix

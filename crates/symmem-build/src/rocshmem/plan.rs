@@ -2,7 +2,7 @@
 //! be printed (`--dry-run`), snapshot-tested, and hashed into the install prefix.
 
 use crate::pins::RocshmemPin;
-pub use crate::rocm::{LLVM_TOOLS, LlvmTools, RocmVersion, VersionSource};
+pub use crate::rocm::{LLVM_TOOLS, LlvmTools, RocmParts, RocmVersion, VersionSource};
 use crate::runner::shell_words;
 use crate::targets::TargetId;
 pub use crate::tools::Generator;
@@ -10,18 +10,10 @@ use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// The tools found on this machine, with how each was found (printed in the plan, so that a
-/// wrong pick shows before minutes of building).
+/// The tools found on this machine: ROCm's, CMake and the generator.
 #[derive(Clone, Debug)]
 pub struct Toolchain {
-    pub rocm_path: PathBuf,
-    /// How `rocm_path` was found, e.g. "from `/usr/bin/hipconfig --rocmpath`".
-    pub rocm_found: String,
-    pub rocm_version: RocmVersion,
-    pub hipcc: PathBuf,
-    /// How `hipcc` was found, e.g. "<rocm>/bin/hipcc".
-    pub hipcc_found: String,
-    pub llvm: LlvmTools,
+    pub rocm: RocmParts,
     pub cmake: PathBuf,
     pub generator: Generator,
 }
@@ -31,15 +23,17 @@ impl Toolchain {
     /// (pin, fetch, steps, defines) with `<unknown>` where ROCm decides. Never built.
     pub fn unknown(why: String, cmake: PathBuf, generator: Generator) -> Self {
         Self {
-            rocm_path: PathBuf::from("<unknown ROCm>"),
-            rocm_found: why,
-            rocm_version: RocmVersion {
-                version: "<unknown>".into(),
-                source: VersionSource::Unknown,
+            rocm: RocmParts {
+                rocm_path: PathBuf::from("<unknown ROCm>"),
+                rocm_found: why,
+                rocm_version: RocmVersion {
+                    version: "<unknown>".into(),
+                    source: VersionSource::Unknown,
+                },
+                hipcc: PathBuf::from("<unknown hipcc>"),
+                hipcc_found: "<ROCm>/bin/hipcc, else hipcc on PATH".into(),
+                llvm: LlvmTools::Unknown,
             },
-            hipcc: PathBuf::from("<unknown hipcc>"),
-            hipcc_found: "<ROCm>/bin/hipcc, else hipcc on PATH".into(),
-            llvm: LlvmTools::Unknown,
             cmake,
             generator,
         }
@@ -47,7 +41,7 @@ impl Toolchain {
 
     /// Whether this is [`Toolchain::unknown`].
     pub fn is_unknown(&self) -> bool {
-        self.rocm_version.source == VersionSource::Unknown
+        self.rocm.rocm_version.source == VersionSource::Unknown
     }
 }
 
@@ -320,14 +314,17 @@ impl Plan {
         let t = i.toolchain;
         let mut defines: Vec<(String, String)> = vec![
             ("CMAKE_BUILD_TYPE".into(), "Release".into()),
-            ("CMAKE_CXX_COMPILER".into(), t.hipcc.display().to_string()),
+            (
+                "CMAKE_CXX_COMPILER".into(),
+                t.rocm.hipcc.display().to_string(),
+            ),
             ("CMAKE_POSITION_INDEPENDENT_CODE".into(), "ON".into()),
             (
                 "CMAKE_PREFIX_PATH".into(),
-                t.rocm_path.display().to_string(),
+                t.rocm.rocm_path.display().to_string(),
             ),
             ("GPU_TARGETS".into(), targets.join(";")),
-            ("ROCM_PATH".into(), t.rocm_path.display().to_string()),
+            ("ROCM_PATH".into(), t.rocm.rocm_path.display().to_string()),
             ("USE_GDA".into(), "OFF".into()),
             ("USE_IPC".into(), "ON".into()),
             ("USE_RO".into(), "OFF".into()),
@@ -341,14 +338,14 @@ impl Plan {
             // amd_smi out of a single-node build.
             ("CMAKE_DISABLE_FIND_PACKAGE_amd_smi".into(), "ON".into()),
         ];
-        if t.rocm_version.needs_explicit() {
+        if t.rocm.rocm_version.needs_explicit() {
             // rocSHMEM's setup reads ${ROCM_PATH}/.info/version and fails without it.
             defines.push((
                 "EXPLICIT_ROCM_VERSION".into(),
-                t.rocm_version.version.clone(),
+                t.rocm.rocm_version.version.clone(),
             ));
         }
-        if let LlvmTools::FromHipconfig { dir, .. } = &t.llvm {
+        if let LlvmTools::FromHipconfig { dir, .. } = &t.rocm.llvm {
             for (var, tool) in LLVM_TOOLS {
                 defines.push((var.into(), dir.join(tool).display().to_string()));
             }
@@ -395,9 +392,9 @@ impl Plan {
             ("commit".into(), built.commit.clone()),
             ("version".into(), built.version.clone()),
             ("targets".into(), targets.join(",")),
-            ("rocm_version".into(), t.rocm_version.version.clone()),
+            ("rocm_version".into(), t.rocm.rocm_version.version.clone()),
         ];
-        if let VersionSource::HipVersionHeader { hip } = &t.rocm_version.source {
+        if let VersionSource::HipVersionHeader { hip } = &t.rocm.rocm_version.source {
             // The ROCm version is only major.minor here; HIP's build number tells releases
             // of one series apart.
             inputs.push(("hip_version".into(), hip.clone()));
@@ -505,7 +502,7 @@ impl Plan {
 
 /// One line per tool: where it is and how it was found.
 fn toolchain_lines(t: &Toolchain) -> Vec<(&'static str, String)> {
-    let llvm = match &t.llvm {
+    let llvm = match &t.rocm.llvm {
         LlvmTools::InRocm(dir) => format!(
             "{} (clang++, llvm-link, opt for the device bitcode; rocSHMEM finds them there)",
             dir.display()
@@ -527,12 +524,12 @@ fn toolchain_lines(t: &Toolchain) -> Vec<(&'static str, String)> {
     vec![
         (
             "rocm",
-            format!("{} ({})", t.rocm_path.display(), t.rocm_found),
+            format!("{} ({})", t.rocm.rocm_path.display(), t.rocm.rocm_found),
         ),
-        ("version", t.rocm_version.describe(&t.rocm_path)),
+        ("version", t.rocm.rocm_version.describe(&t.rocm.rocm_path)),
         (
             "hipcc",
-            format!("{} ({})", t.hipcc.display(), t.hipcc_found),
+            format!("{} ({})", t.rocm.hipcc.display(), t.rocm.hipcc_found),
         ),
         ("llvm", llvm),
     ]
