@@ -3,15 +3,14 @@
 mod bench;
 mod build_rocshmem;
 mod build_shim;
-mod cmake;
 mod codegen;
 mod container;
 mod images;
-mod pins;
 mod project;
-mod runner;
 mod test;
-mod tools;
+
+// The build library's shared floor, under the names the xtask's modules use.
+use symmem_build::{pins, runner, tools};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};

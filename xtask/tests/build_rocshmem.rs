@@ -284,3 +284,110 @@ fn pinned_build_is_verified_incremental_and_content_addressed() {
         "a modified tree must not share the pin's prefix"
     );
 }
+
+/// A rocSHMEM 2.x tree (or a pin that names 2.x) is refused from its declared version before
+/// anything is configured, with what was found, what is needed and the fix.
+#[test]
+fn a_rocshmem_2_tree_is_refused_before_configuring() {
+    let Some(f) = fixture() else { return };
+    let old = f.root.join("rocshmem-2");
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rocshmem-2x"),
+        &old.join("projects/rocshmem"),
+    );
+    git(&old, &["init", "--quiet"]);
+    git(&old, &["add", "."]);
+    git(&old, &["commit", "--quiet", "-m", "2.x"]);
+    let commit = git(&old, &["rev-parse", "HEAD"]);
+    write_pins(&f.root, &format!("file://{}", old.display()), &commit);
+    let source = old.display().to_string();
+    let cmakelists = old.join("projects/rocshmem/CMakeLists.txt");
+    for args in [
+        &["--arch", "gfx942", "--source", &source][..],
+        &[
+            "--arch",
+            "gfx942",
+            "--source",
+            &source,
+            "--allow-source-mismatch",
+        ][..],
+        // Fetched: refused after the fetch, before CMake sees it.
+        &["--arch", "gfx942"][..],
+    ] {
+        let (out, _) = xtask(&f, args, &[]);
+        let t = text(&out);
+        assert!(!out.status.success(), "{args:?}: {t}");
+        let fetched = f.root.join("out/src").join(&commit);
+        let declared = if args.len() == 2 {
+            fetched.join("projects/rocshmem/CMakeLists.txt")
+        } else {
+            cmakelists.clone()
+        };
+        for part in [
+            format!("rocSHMEM 2.0.0 (declared in {})", declared.display()),
+            "needs rocSHMEM 3.x or newer".into(),
+            "--allow-source-mismatch cannot change that".into(),
+            "Fix: build the pinned rocSHMEM".into(),
+        ] {
+            assert!(t.contains(&part), "{args:?}: `{part}` not in {t}");
+        }
+        assert!(
+            !t.contains("rocprim") && !t.contains("[2/5] configure"),
+            "CMake ran: {t}"
+        );
+        let caches = std::fs::read_dir(f.root.join("out/build"))
+            .map(|d| {
+                d.filter(|e| e.as_ref().unwrap().path().join("CMakeCache.txt").exists())
+                    .count()
+            })
+            .unwrap_or(0);
+        assert_eq!(caches, 0, "{args:?} configured: {t}");
+    }
+    // A pin that names a 2.x version is refused before anything is fetched.
+    std::fs::write(
+        f.root.join("pins.toml"),
+        std::fs::read_to_string(f.root.join("pins.toml"))
+            .unwrap()
+            .replace("version = \"3.4.0\"", "version = \"2.0.0\""),
+    )
+    .unwrap();
+    std::fs::remove_dir_all(f.root.join("out")).unwrap();
+    let (out, _) = xtask(&f, &["--arch", "gfx942"], &[]);
+    let t = text(&out);
+    assert!(
+        !out.status.success()
+            && t.contains("pins rocSHMEM 2.0.0")
+            && t.contains("pin a rocSHMEM 3.x"),
+        "{t}"
+    );
+    assert!(!f.root.join("out").exists(), "{t}");
+}
+
+/// A kept build tree (a failed build's) whose CMake cache names what the machine no longer has
+/// (an MPI found where it was configured, e.g. another root sharing this out folder) is
+/// configured anew, and the output says why; the build then succeeds.
+#[test]
+fn a_kept_tree_whose_cache_no_longer_fits_is_configured_anew() {
+    let Some(f) = fixture() else { return };
+    let (out, _) = xtask(&f, &["--arch", "gfx942"], &[("FAKE_HIPCC_FAIL", "1")]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let builds: Vec<PathBuf> = std::fs::read_dir(f.root.join("out/build"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(builds.len(), 1, "{builds:?}");
+    let cache = builds[0].join("CMakeCache.txt");
+    let mut text_of_cache = std::fs::read_to_string(&cache).unwrap();
+    text_of_cache.push_str("MPI_CXX_HEADER_DIR:PATH=/nonexistent/openmpi/include\n");
+    std::fs::write(&cache, text_of_cache).unwrap();
+    let (out, _) = xtask(&f, &["--arch", "gfx942"], &[]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains(&format!(
+            "the kept build folder {} does not fit this machine",
+            builds[0].display()
+        )) && t.contains("MPI_CXX_HEADER_DIR = /nonexistent/openmpi/include"),
+        "{t}"
+    );
+}

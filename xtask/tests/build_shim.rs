@@ -104,3 +104,191 @@ fn missing_inputs_are_clean_errors_before_cmake() {
     let out = xtask(&["--backend", "rocshmem"]);
     assert_clean_failure(&out, "--rocshmem-home");
 }
+
+/// A stand-in for CMake that keeps a package folder it found in its cache, as CMake does: a
+/// configure finds rocSHMEM through `-Drocshmem_DIR`, else reuses the cached folder, else
+/// looks on CMAKE_PREFIX_PATH; the "library" it installs names the rocSHMEM it found.
+const CACHING_CMAKE: &str = r#"#!/bin/sh
+case "$1" in
+  --version) echo "cmake version 3.28.0"; exit 0 ;;
+  --build) exit 0 ;;
+  --install) mkdir -p "$4/lib" && cp "$2/found" "$4/lib/libsymmem_shim_rocshmem.so"; exit $? ;;
+esac
+build="" given="" prefix_path=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -B) build=$2; shift ;;
+    -Drocshmem_DIR=*) given=${1#-Drocshmem_DIR=} ;;
+    -DCMAKE_PREFIX_PATH=*) prefix_path=${1#-DCMAKE_PREFIX_PATH=} ;;
+  esac
+  shift
+done
+mkdir -p "$build"
+cached=$(sed -n 's/^rocshmem_DIR:PATH=//p' "$build/CMakeCache.txt" 2>/dev/null)
+if [ -n "$given" ]; then dir=$given
+elif [ -n "$cached" ]; then dir=$cached
+else dir="${prefix_path%%;*}/lib/cmake/rocshmem"; fi
+echo "rocshmem_DIR:PATH=$dir" > "$build/CMakeCache.txt"
+echo "$dir" > "$build/found"
+"#;
+
+/// A rocSHMEM install as build-rocshmem leaves it: package config, archive and stamp.
+fn standin_install(dir: &Path, version: &str, commit: &str, targets: &str) {
+    std::fs::create_dir_all(dir.join("lib/cmake/rocshmem")).unwrap();
+    std::fs::write(dir.join("lib/cmake/rocshmem/rocshmem-config.cmake"), "").unwrap();
+    std::fs::write(dir.join("lib/librocshmem.a"), commit).unwrap();
+    std::fs::write(
+        dir.join("symmem-rocshmem-stamp.toml"),
+        format!(
+            "hash = \"{}\"\n[inputs]\nversion = \"{version}\"\ncommit = \"{commit}\"\n\
+             targets = \"{targets}\"\n",
+            commit.repeat(2)
+        ),
+    )
+    .unwrap();
+}
+
+/// Two rocSHMEM installs, used in turn: each build links the one it was given (not the one a
+/// kept CMake cache remembers), and says which (version, commit, targets, prefix).
+#[test]
+fn each_build_uses_the_rocshmem_it_was_given() {
+    if !which("make") && !which("ninja") {
+        assert!(std::env::var_os("CI").is_none(), "CI must install ninja");
+        eprintln!("SKIPPED: needs make or ninja on PATH (the generator check)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let cmake = bin.join("cmake");
+    std::fs::write(&cmake, CACHING_CMAKE).unwrap();
+    std::fs::set_permissions(&cmake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let rocm = dir.path().join("rocm");
+    std::fs::create_dir_all(&rocm).unwrap();
+    let (a, b) = (dir.path().join("rocshmem-a"), dir.path().join("rocshmem-b"));
+    let commit_a = "a".repeat(40);
+    let commit_b = "b".repeat(40);
+    standin_install(&a, "3.4.0", &commit_a, "gfx942");
+    standin_install(&b, "3.5.0", &commit_b, "gfx942,gfx90a");
+    let out = dir.path().join("out");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let build = |home: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+            .args(["build-shim", "--backend", "rocshmem", "--rocshmem-home"])
+            .arg(home)
+            .arg("--rocm-path")
+            .arg(&rocm)
+            .arg("--out-dir")
+            .arg(&out)
+            .env_remove("ROCM_PATH")
+            .env("PATH", &path)
+            .output()
+            .expect("xtask runs");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        let library = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let linked = std::fs::read_to_string(&library).unwrap();
+        let stamp = std::fs::read_to_string(dir.path().join("out/symmem-shim-stamp.toml")).unwrap();
+        (linked.trim().to_string(), stderr, stamp)
+    };
+    for (home, version, commit, targets) in [
+        (&a, "3.4.0", &commit_a, "gfx942"),
+        (&b, "3.5.0", &commit_b, "gfx942,gfx90a"),
+        (&a, "3.4.0", &commit_a, "gfx942"),
+    ] {
+        let (linked, stderr, stamp) = build(home);
+        assert_eq!(
+            linked,
+            home.join("lib/cmake/rocshmem").display().to_string(),
+            "{stderr}"
+        );
+        let said = format!(
+            "against rocSHMEM {version} at {} for {targets} (prefix {}",
+            &commit[..12],
+            home.display()
+        );
+        assert!(stderr.contains(&said), "`{said}` not in:\n{stderr}");
+        assert!(
+            stamp.contains(&said[8..]) && stamp.contains(&home.display().to_string()),
+            "{stamp}"
+        );
+    }
+}
+
+/// An install of rocSHMEM 2.x is refused before any tool runs, by its stamp or, without one,
+/// by the version its CMake package declares.
+#[test]
+fn a_rocshmem_2_install_is_refused_up_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let stamped = dir.path().join("stamped");
+    standin_install(&stamped, "2.0.0", &"c".repeat(40), "gfx942");
+    let out = xtask(&[
+        "--backend",
+        "rocshmem",
+        "--rocshmem-home",
+        &stamped.display().to_string(),
+    ]);
+    assert_clean_failure(&out, "is version 2.0.0 (from");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("3.x") && stderr.contains("cargo xtask build-rocshmem --arch"),
+        "{stderr}"
+    );
+    let unstamped = dir.path().join("unstamped");
+    standin_install(&unstamped, "2.0.0", &"c".repeat(40), "gfx942");
+    std::fs::remove_file(unstamped.join("symmem-rocshmem-stamp.toml")).unwrap();
+    std::fs::write(
+        unstamped.join("lib/cmake/rocshmem/rocshmem-config-version.cmake"),
+        "set(PACKAGE_VERSION \"2.0.0\")\n",
+    )
+    .unwrap();
+    let out = xtask(&[
+        "--backend",
+        "rocshmem",
+        "--rocshmem-home",
+        &unstamped.display().to_string(),
+    ]);
+    assert_clean_failure(
+        &out,
+        "rocshmem-config-version.cmake): the shim needs rocSHMEM 3.x",
+    );
+}
+
+/// `--arch` is one typed list for both backends: a rocSHMEM shim for a target the install was
+/// not built for (its stamp lists them), or for CUDA compute capabilities, is refused before
+/// CMake; so is an unknown target.
+#[test]
+fn targets_the_install_lacks_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("rocshmem");
+    standin_install(&home, "3.4.0", &"d".repeat(40), "gfx90a");
+    let home = home.display().to_string();
+    let out = xtask(&[
+        "--backend",
+        "rocshmem",
+        "--rocshmem-home",
+        &home,
+        "--arch",
+        "gfx942,gfx90a",
+    ]);
+    assert_clean_failure(&out, "was built for gfx90a only, not for gfx942");
+    // The default target (gfx942) is checked too.
+    let out = xtask(&["--backend", "rocshmem", "--rocshmem-home", &home]);
+    assert_clean_failure(&out, "not for gfx942: pass --arch with targets it has");
+    let out = xtask(&[
+        "--backend",
+        "rocshmem",
+        "--rocshmem-home",
+        &home,
+        "--arch",
+        "90",
+    ]);
+    assert_clean_failure(&out, "takes HIP targets");
+    let out = xtask(&["--backend", "rocshmem", "--arch", "gfx9999"]);
+    assert_eq!(out.status.code(), Some(2), "a clap usage error");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown GPU target `gfx9999`"));
+}

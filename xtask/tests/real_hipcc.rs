@@ -464,4 +464,73 @@ fn standin_rocshmem_and_shim_build_with_the_real_hipcc() {
             }
         }
     }
+    // (d) Two installs used in turn from one out folder: each shim links the install it was
+    // given (by `nm`, the stand-in's build symbol; by its stamp, the prefix and commit).
+    alternate_installs(&tools, root, &repo, &pins, &prefix);
+}
+
+/// Builds install B (the stand-in with STANDIN_BUILD=b) beside A (`prefix`, built as "a"), then
+/// the shim against A, B and A again in one out folder.
+fn alternate_installs(tools: &Tools, root: &Path, repo: &Path, pins: &Path, a: &Path) {
+    let (out, took) = xtask(&[
+        "build-rocshmem",
+        "--arch",
+        ARCHS,
+        "--source",
+        repo.to_str().unwrap(),
+        "--pins",
+        pins.to_str().unwrap(),
+        "--out-dir",
+        root.join("rocshmem").to_str().unwrap(),
+        "--cmake-arg",
+        "-DSTANDIN_BUILD=b",
+    ]);
+    assert!(
+        out.status.success(),
+        "build-rocshmem b failed:\n{}",
+        text(&out)
+    );
+    eprintln!("[real-hipcc] build-rocshmem of install b: {took:.1} s");
+    let b = PathBuf::from(
+        stdout(&out)
+            .lines()
+            .find_map(|l| l.strip_prefix("export ROCSHMEM_HOME="))
+            .unwrap_or_else(|| panic!("no ROCSHMEM_HOME line:\n{}", text(&out))),
+    );
+    assert_ne!(a, b);
+    let shim_out = root.join("shim-alternating");
+    for (install, name, other) in [(a, "a", "b"), (&b, "b", "a"), (a, "a", "b")] {
+        let (out, took) = xtask(&[
+            "build-shim",
+            "--backend",
+            "rocshmem",
+            "--arch",
+            "gfx942",
+            "--rocshmem-home",
+            install.to_str().unwrap(),
+            "--out-dir",
+            shim_out.to_str().unwrap(),
+        ]);
+        let t = text(&out);
+        assert!(
+            out.status.success(),
+            "build-shim against {name} failed:\n{t}"
+        );
+        let said = format!("(prefix {}", install.display());
+        assert!(t.contains(&said), "`{said}` not in:\n{t}");
+        let library = shim_out.join("lib/libsymmem_shim_rocshmem.so");
+        let symbols = stdout(&output(&tools.nm, &[library.to_str().unwrap()]));
+        let has = |n: &str| {
+            symbols
+                .lines()
+                .any(|l| l.ends_with(&format!("rocshmem_standin_build_{n}")))
+        };
+        assert!(
+            has(name) && !has(other),
+            "the shim built against {name} does not carry only {name}'s build symbol"
+        );
+        let stamp = std::fs::read_to_string(shim_out.join("symmem-shim-stamp.toml")).unwrap();
+        assert!(stamp.contains(&said), "{stamp}");
+        eprintln!("[real-hipcc] build-shim against install {name}: {took:.1} s, nm agrees");
+    }
 }

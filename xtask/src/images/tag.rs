@@ -591,8 +591,18 @@ mod tests {
         make_tree(dir.path());
         let secret = dir.path().join("pins.toml");
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o000)).unwrap();
+        // The other user must reach the test binary and its working folder: under a private
+        // folder (a checkout in /root, mode 0700) it reaches neither. Both go to a folder of
+        // their own, open to everyone.
+        let reachable = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(reachable.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let exe = reachable.path().join("xtask-tests");
         let sh = sh();
-        let exe = std::env::current_exe().unwrap();
+        // Copied by a child, so that no thread of this process holds the new file open for
+        // writing when another test forks ("Text file busy" at exec).
+        let this = std::env::current_exe().unwrap();
+        cmd!(sh, "cp {this} {exe}").quiet().run().unwrap();
+        sh.change_dir(reachable.path());
         let test = "images::tag::tests::compute_as_another_user";
         let child = cmd!(sh, "{exe} {test} --exact --include-ignored --nocapture")
             .env(UNREADABLE_CHILD.name, dir.path());

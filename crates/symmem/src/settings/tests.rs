@@ -134,13 +134,11 @@ fn readme_shows_every_setting() {
 /// on purpose, so a setting read by hand next to one of them still fails the test.
 const NOT_SETTINGS: &[(&str, &str)] = &[
     // The shim's CMake cache variables (`-D` names of shim/CMakeLists.txt), named once for
-    // xtask's CMake driver.
-    ("xtask/src/cmake.rs", "SYMMEM_SHIM_BACKEND"),
-    ("xtask/src/cmake.rs", "SYMMEM_SHIM_ARCHS"),
-    // The same CMake names in symmem-shim-sys's opt-in build script (for users outside the
-    // workspace), which depends on no symmem crate; it passes `SYMMEM_SHIM_ARCHS` from its
-    // environment through to CMake, as CMake's own inputs are passed.
-    ("crates/symmem-shim-sys/build.rs", "SYMMEM_SHIM_BACKEND"),
+    // the build library's CMake driver (symmem-build).
+    ("crates/symmem-build/src/cmake.rs", "SYMMEM_SHIM_BACKEND"),
+    ("crates/symmem-build/src/cmake.rs", "SYMMEM_SHIM_ARCHS"),
+    // symmem-shim-sys's opt-in build script reads `SYMMEM_SHIM_ARCHS` from its environment
+    // and passes it on as the build's `--arch`, as CMake's own inputs are passed.
     ("crates/symmem-shim-sys/build.rs", "SYMMEM_SHIM_ARCHS"),
     // Compile-time variables that build script sets for the crate (`option_env!`).
     (

@@ -1,7 +1,7 @@
 //! Verifying an install and publishing it under its content-addressed prefix.
 
-use super::arch::TargetId;
 use super::plan::{Plan, STAMP};
+use crate::targets::TargetId;
 use anyhow::{Context, bail};
 use std::path::Path;
 
@@ -40,20 +40,65 @@ pub fn verify(dir: &Path, targets: &[TargetId]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What a prefix's stamp says about the install: what `build-shim` reports and keys on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstallStamp {
+    /// The hash of every input of the install.
+    pub hash: String,
+    pub version: String,
+    pub commit: String,
+    /// The GPU targets it was built for, as `--arch` took them (comma-separated).
+    pub targets: String,
+}
+
+/// The stamp of the install in `prefix`; `None` when it has none (not made by
+/// `cargo xtask build-rocshmem`). A stamp that does not parse is an error naming the file.
+pub fn read_stamp(prefix: &Path) -> anyhow::Result<Option<InstallStamp>> {
+    let path = prefix.join(STAMP);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let bad = |why: &str| {
+        anyhow::anyhow!(
+            "{} is not a build-rocshmem stamp ({why}): rebuild the install with `cargo xtask \
+             build-rocshmem`",
+            path.display()
+        )
+    };
+    let table: toml::Table = toml::from_str(&text).map_err(|e| bad(&e.to_string()))?;
+    let hash = table.get("hash").and_then(toml::Value::as_str);
+    let inputs = table.get("inputs").and_then(toml::Value::as_table);
+    let input = |name: &str| {
+        inputs
+            .and_then(|i| i.get(name))
+            .and_then(toml::Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| bad(&format!("no inputs.{name}")))
+    };
+    Ok(Some(InstallStamp {
+        hash: hash.ok_or_else(|| bad("no hash"))?.to_string(),
+        version: input("version")?,
+        commit: input("commit")?,
+        targets: input("targets")?,
+    }))
+}
+
 /// True when `plan.prefix` already holds a verified install of exactly this plan.
-pub fn up_to_date(plan: &Plan, targets: &[TargetId]) -> bool {
+pub fn up_to_date(plan: &Plan) -> bool {
     std::fs::read_to_string(plan.prefix.join(STAMP))
         .ok()
         .and_then(|s| Plan::stamped_hash(&s))
         .is_some_and(|h| h == plan.hash)
-        && verify(&plan.prefix, targets).is_ok()
+        && verify(&plan.prefix, &plan.targets).is_ok()
 }
 
 /// Verifies the staged install, stamps it and moves it to its prefix. On failure the staging
 /// folder is removed, so nothing half-built can pass for an install.
-pub fn publish(plan: &Plan, targets: &[TargetId]) -> anyhow::Result<()> {
+pub fn publish(plan: &Plan) -> anyhow::Result<()> {
     let result = (|| {
-        verify(&plan.staging, targets)?;
+        verify(&plan.staging, &plan.targets)?;
         std::fs::write(plan.staging.join(STAMP), plan.stamp()).context("writing the stamp")?;
         if plan.prefix.exists() {
             // Not up to date (checked before building): an invalid leftover.

@@ -173,7 +173,7 @@ impl ImagesPin {
                 self.base
             );
         }
-        crate::build_rocshmem::arch::TargetId::parse_list(&self.arch)
+        crate::targets::TargetId::parse_list(&self.arch)
             .with_context(|| format!("images.arch = {:?} is not a GPU target list", self.arch))?;
         if !is_repository(&self.docker) || !self.docker.contains('/') {
             bail!(
@@ -223,7 +223,10 @@ fn is_version(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::project::project_root;
+    /// The repository's root (this crate is crates/symmem-build).
+    fn project_root() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    }
 
     const GOOD: &str = r#"
 [rocshmem]

@@ -1,5 +1,5 @@
-//! Finding programs on this machine (git, CMake, Ninja or Make, nvcc, hipcc, hipconfig, ROCm),
-//! for every command that needs them; each miss names the fix.
+//! ROCm discovery, the one way every command finds ROCm: the install, its version, hipcc and
+//! HIP's LLVM tools; each miss names the fix.
 //!
 //! ROCm comes in three layouts, and each broke an `/opt/rocm`-only search:
 //! - AMD's packages: `/opt/rocm`, with `.info/version`, `llvm/bin` and `bin/hipcc`.
@@ -12,9 +12,8 @@
 //!
 //! The ROCm parts take what they read from the process as a [`Search`], so that tests run them
 //! over fixture trees without touching the process's PATH or environment.
-
-use crate::build_rocshmem::plan::{CmakeDefine, LLVM_TOOLS, LlvmTools, RocmVersion, VersionSource};
-use anyhow::{Context, bail};
+use crate::tools::is_executable;
+use anyhow::bail;
 use std::path::{Path, PathBuf};
 use xshell::{Shell, cmd};
 
@@ -24,22 +23,6 @@ const ROCM_FIX: &str = "pass --rocm-path DIR (what `hipconfig --rocmpath` prints
                         AMD's packages, /usr for Debian/Ubuntu's) or run inside `nix develop \
                         .#rocm`; for AMD's installs `export ROCM_PATH=DIR` works too (on \
                         Debian/Ubuntu it breaks hipcc)";
-
-/// How CMake drives the build.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Generator {
-    Ninja,
-    Makefiles,
-}
-
-impl Generator {
-    pub fn cmake_name(self) -> &'static str {
-        match self {
-            Self::Ninja => "Ninja",
-            Self::Makefiles => "Unix Makefiles",
-        }
-    }
-}
 
 /// What ROCm discovery reads from the process.
 #[derive(Clone, Debug)]
@@ -79,32 +62,101 @@ impl Search {
     }
 }
 
-/// Finds `name` on PATH.
-pub fn which(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|candidate| is_executable(candidate))
+/// The ROCm version, as rocSHMEM needs it (`x.y.z`; it only compares the major version).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RocmVersion {
+    pub version: String,
+    pub source: VersionSource,
 }
 
-/// `program` as a command line names it: a path when it has a `/`, else a name on PATH.
-pub fn program(program: &Path) -> Option<PathBuf> {
-    if program.components().count() > 1 {
-        Some(program.to_path_buf()).filter(|p| is_executable(p))
-    } else {
-        which(program.to_str()?)
+/// Where the ROCm version was read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VersionSource {
+    /// `${ROCM_PATH}/.info/version` (AMD's packages): rocSHMEM reads it itself.
+    InfoFile,
+    /// `rocm-core/rocm_version.h` (ROCM_VERSION_MAJOR/MINOR/PATCH): that header, relative to
+    /// the ROCm folder.
+    RocmVersionHeader(String),
+    /// `include/hip/hip_version.h` only (Debian's and Ubuntu's packages). HIP's major and minor
+    /// versions are the ROCm series (HIP 6.4 ships with ROCm 6.4), but HIP_VERSION_PATCH is a
+    /// build number (43484), not ROCm's patch release, so the version is `major.minor.0` and
+    /// the full HIP version goes into the stamp and the hash.
+    HipVersionHeader { hip: String },
+    /// None of those, but `--cmake-arg -DEXPLICIT_ROCM_VERSION=` says it.
+    Given,
+    /// No ROCm was found: a `--dry-run` shows the rest of the plan.
+    Unknown,
+}
+
+impl RocmVersion {
+    /// rocSHMEM finds the version by itself only in `.info/version`.
+    pub fn needs_explicit(&self) -> bool {
+        self.source != VersionSource::InfoFile
+    }
+
+    pub fn describe(&self, rocm: &Path) -> String {
+        match &self.source {
+            VersionSource::InfoFile => {
+                format!(
+                    "{} (from {})",
+                    self.version,
+                    rocm.join(".info/version").display()
+                )
+            }
+            VersionSource::RocmVersionHeader(header) => {
+                format!("{} (from {})", self.version, rocm.join(header).display())
+            }
+            VersionSource::HipVersionHeader { hip } => format!(
+                "{}: the ROCm {} series, from {} (HIP {hip}; its patch number is a build \
+                 number, not ROCm's patch release)",
+                self.version,
+                self.version
+                    .rsplit_once('.')
+                    .map_or(self.version.as_str(), |(s, _)| s),
+                rocm.join("include/hip/hip_version.h").display()
+            ),
+            VersionSource::Given => format!(
+                "{} (given with --cmake-arg -DEXPLICIT_ROCM_VERSION)",
+                self.version
+            ),
+            VersionSource::Unknown => format!(
+                "{} (read from the ROCm install: .info/version, rocm-core/rocm_version.h or \
+                 hip/hip_version.h)",
+                self.version
+            ),
+        }
     }
 }
 
-pub fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    path.metadata()
-        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+/// clang++, llvm-link and opt, which rocSHMEM's cmake/DeviceBitcode.cmake needs for the
+/// device bitcode. It looks only in `${ROCM_PATH}/llvm/bin` and, when they are not there,
+/// merely warns and installs no bitcode, which fails verification minutes later: so they are
+/// found before the build, and passed explicitly when they live elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LlvmTools {
+    /// All three in `${ROCM_PATH}/llvm/bin` (AMD's /opt/rocm, the Nix ROCm path): rocSHMEM
+    /// finds them itself.
+    InRocm(PathBuf),
+    /// In HIP's clang folder, as `hipconfig --hipclangpath` reports it (Debian's
+    /// /usr/lib/llvm-21/bin): passed as LLVM_CLANG, LLVM_LINK and LLVM_OPT.
+    FromHipconfig {
+        dir: PathBuf,
+        hipconfig: PathBuf,
+        /// Why `${ROCM_PATH}/llvm/bin` was not used, e.g. "/usr/llvm/bin has no opt".
+        why: String,
+    },
+    /// All three given with `--cmake-arg -DLLVM_...=`.
+    Given,
+    /// No ROCm was found: a `--dry-run` shows the rest of the plan.
+    Unknown,
 }
 
-pub fn git() -> anyhow::Result<PathBuf> {
-    which("git").context("git not found on PATH: install git (apt-get install git), or build from a local checkout with --source DIR")
-}
+/// The CMake variables rocSHMEM's DeviceBitcode.cmake reads, and the tool each names.
+pub const LLVM_TOOLS: [(&str, &str); 3] = [
+    ("LLVM_CLANG", "clang++"),
+    ("LLVM_LINK", "llvm-link"),
+    ("LLVM_OPT", "opt"),
+];
 
 /// Runs `hipconfig <flag>` and returns the folder it prints (build-shim asks it too).
 pub fn hipconfig_dir(sh: &Shell, hipconfig: &Path, flag: &str) -> Result<PathBuf, String> {
@@ -383,71 +435,47 @@ pub fn llvm_tools(
     })
 }
 
-/// CMake >= 3.20 (rocSHMEM's minimum).
-pub fn cmake(sh: &Shell) -> anyhow::Result<PathBuf> {
-    let cmake = which("cmake").context(
-        "cmake not found on PATH: install CMake >= 3.20 (apt-get install cmake, pip install cmake) \
-         or run inside `nix develop`",
-    )?;
-    let out = cmd!(sh, "{cmake} --version")
-        .quiet()
-        .ignore_status()
-        .output()
-        .context("running cmake --version")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let version = text.split_whitespace().nth(2).unwrap_or_default();
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    if (major, minor) < (3, 20) {
-        bail!(
-            "cmake {version} at {} is too old: rocSHMEM needs >= 3.20 (pip install cmake)",
-            cmake.display()
-        );
-    }
-    Ok(cmake)
+/// A ROCm install for compiling HIP with CMake (the shim), and HIP's clang in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HipRoot {
+    pub root: PathBuf,
+    /// How it was found, for the log.
+    pub found: String,
+    /// HIP's clang++, when found: CMake looks for it only through the hipconfig on PATH.
+    pub hip_clang: Option<PathBuf>,
 }
 
-/// nvcc: `given` (--nvcc), else `$CUDACXX`, else nvcc on PATH, else `$CUDA_HOME/bin/nvcc`
-/// (or `$CUDA_PATH`'s).
-pub fn nvcc(given: Option<&Path>) -> anyhow::Result<PathBuf> {
-    let var = |name: &str| {
-        std::env::var_os(name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
+/// The ROCm install as [`find_rocm`] finds it (`--rocm-path`, else `$ROCM_PATH`, else what
+/// hipconfig reports, else /opt/rocm), with HIP's clang++ found in [`llvm_tools`]' order:
+/// `<rocm>/llvm/bin`, else what `hipconfig --hipclangpath` reports (this ROCm's own hipconfig,
+/// or the one that named it; never another on PATH, which may belong to another install).
+/// `None` when no ROCm is found: CMake then looks on its own, and says what it could not find.
+pub fn hip_root(sh: &Shell, given: Option<&Path>, s: &Search) -> anyhow::Result<Option<HipRoot>> {
+    let Ok(found) = find_rocm(sh, given, None, s)? else {
+        return Ok(None);
     };
-    let found = given
-        .map(Path::to_path_buf)
-        .or_else(|| var("CUDACXX"))
-        .or_else(|| which("nvcc"))
+    let root = std::path::absolute(&found.path).unwrap_or(found.path);
+    let hip_clang = Some(root.join("llvm/bin/clang++"))
+        .filter(|p| is_executable(p))
         .or_else(|| {
-            var("CUDA_HOME")
-                .or_else(|| var("CUDA_PATH"))
-                .map(|h| h.join("bin/nvcc"))
+            Some(root.join("bin/hipconfig"))
+                .filter(|p| is_executable(p))
+                .into_iter()
+                .chain(found.named_by)
+                .find_map(|h| hipconfig_dir(sh, &h, "--hipclangpath").ok())
+                .map(|dir| dir.join("clang++"))
+                .filter(|p| is_executable(p))
         });
-    match found {
-        Some(p) if p.is_file() => Ok(std::path::absolute(&p).unwrap_or(p)),
-        _ => bail!(
-            "nvcc not found: install the CUDA toolkit (or `pip install nvidia-cuda-nvcc==13.0.* \
-             nvidia-cuda-runtime==13.0.* nvidia-cuda-crt==13.0.* nvidia-cuda-cccl==13.0.* \
-             nvidia-nvvm==13.0.*`) and pass --nvcc or set CUDACXX"
-        ),
-    }
+    Ok(Some(HipRoot {
+        root,
+        found: found.how,
+        hip_clang,
+    }))
 }
 
-/// Ninja when present, else Make.
-pub fn generator() -> anyhow::Result<Generator> {
-    if which("ninja").is_some() {
-        Ok(Generator::Ninja)
-    } else if which("make").is_some() {
-        Ok(Generator::Makefiles)
-    } else {
-        bail!(
-            "neither ninja nor make found on PATH: install ninja (apt-get install ninja-build, pip install ninja)"
-        )
-    }
-}
-
-/// The ROCm half of the toolchain (ROCm, its version, hipcc, the LLVM tools), from `s`.
+/// The ROCm half of the toolchain (ROCm, its version, hipcc, the LLVM tools), each with how it
+/// was found (printed in the plan, so that a wrong pick shows before minutes of building).
+#[derive(Clone, Debug)]
 pub struct RocmParts {
     pub rocm_path: PathBuf,
     pub rocm_found: String,
@@ -461,25 +489,22 @@ pub fn rocm_parts(
     sh: &Shell,
     rocm: Option<&Path>,
     hipcc_path: Option<&Path>,
-    cmake_args: &[CmakeDefine],
+    explicit_version: Option<&str>,
+    given: &dyn Fn(&str) -> bool,
     s: &Search,
 ) -> anyhow::Result<RocmParts> {
     let (rocm_path, rocm_found) = rocm_path(sh, rocm, hipcc_path, s)?;
-    let explicit_version = cmake_args
-        .iter()
-        .find(|d| d.var() == "EXPLICIT_ROCM_VERSION");
     let rocm_version = match (rocm_version(&rocm_path), explicit_version) {
         (Ok(v), _) => v,
         // The user said which version; the define reaches CMake (and the hash) as given.
-        (Err(_), Some(d)) => RocmVersion {
-            version: d.value.clone(),
+        (Err(_), Some(version)) => RocmVersion {
+            version: version.to_string(),
             source: VersionSource::Given,
         },
         (Err(e), None) => return Err(e),
     };
     let (hipcc, hipcc_found) = hipcc(hipcc_path, &rocm_path, s)?;
-    let given = |var: &str| cmake_args.iter().any(|d| d.var() == var);
-    let llvm = llvm_tools(sh, &rocm_path, &hipcc, &given)?;
+    let llvm = llvm_tools(sh, &rocm_path, &hipcc, given)?;
     Ok(RocmParts {
         rocm_path,
         rocm_found,
@@ -602,7 +627,7 @@ mod tests {
     }
 
     fn parts(given: Option<&Path>, s: &Search) -> anyhow::Result<RocmParts> {
-        rocm_parts(&Shell::new().unwrap(), given, None, &[], s)
+        rocm_parts(&Shell::new().unwrap(), given, None, None, &|_| false, s)
     }
 
     #[test]
@@ -730,8 +755,8 @@ mod tests {
                 && e.contains("--cmake-arg -DLLVM_CLANG="),
             "{e}"
         );
-        let given = [CmakeDefine::parse("-DLLVM_OPT=/elsewhere/opt").unwrap()];
-        let p = rocm_parts(&Shell::new().unwrap(), None, None, &given, &s).unwrap();
+        let given = |var: &str| var == "LLVM_OPT";
+        let p = rocm_parts(&Shell::new().unwrap(), None, None, None, &given, &s).unwrap();
         assert!(
             matches!(p.llvm, LlvmTools::FromHipconfig { .. }),
             "{:?}",
@@ -742,11 +767,8 @@ mod tests {
         std::fs::remove_file(usr.join("bin/hipconfig")).unwrap();
         let e = parts(Some(&usr), &s).err().unwrap().to_string();
         assert!(e.contains("no hipconfig next to"), "{e}");
-        let all: Vec<CmakeDefine> = ["-DLLVM_CLANG=/a", "-DLLVM_LINK=/b", "-DLLVM_OPT=/c"]
-            .iter()
-            .map(|a| CmakeDefine::parse(a).unwrap())
-            .collect();
-        let p = rocm_parts(&Shell::new().unwrap(), Some(&usr), None, &all, &s).unwrap();
+        let all = |var: &str| LLVM_TOOLS.iter().any(|(v, _)| *v == var);
+        let p = rocm_parts(&Shell::new().unwrap(), Some(&usr), None, None, &all, &s).unwrap();
         assert_eq!(p.llvm, LlvmTools::Given);
 
         // A ROCm folder with a partial llvm/bin goes to hipconfig too.

@@ -1,25 +1,19 @@
 //! The build plan: a pure function of the pin, the targets and the tools found, so that it can
 //! be printed (`--dry-run`), snapshot-tested, and hashed into the install prefix.
 
-use super::arch::TargetId;
 use crate::pins::RocshmemPin;
+pub use crate::rocm::{LLVM_TOOLS, LlvmTools, RocmParts, RocmVersion, VersionSource};
+use crate::runner::shell_words;
+use crate::targets::TargetId;
 pub use crate::tools::Generator;
 use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// The tools found on this machine, with how each was found (printed in the plan, so that a
-/// wrong pick shows before minutes of building).
+/// The tools found on this machine: ROCm's, CMake and the generator.
 #[derive(Clone, Debug)]
 pub struct Toolchain {
-    pub rocm_path: PathBuf,
-    /// How `rocm_path` was found, e.g. "from `/usr/bin/hipconfig --rocmpath`".
-    pub rocm_found: String,
-    pub rocm_version: RocmVersion,
-    pub hipcc: PathBuf,
-    /// How `hipcc` was found, e.g. "<rocm>/bin/hipcc".
-    pub hipcc_found: String,
-    pub llvm: LlvmTools,
+    pub rocm: RocmParts,
     pub cmake: PathBuf,
     pub generator: Generator,
 }
@@ -29,15 +23,17 @@ impl Toolchain {
     /// (pin, fetch, steps, defines) with `<unknown>` where ROCm decides. Never built.
     pub fn unknown(why: String, cmake: PathBuf, generator: Generator) -> Self {
         Self {
-            rocm_path: PathBuf::from("<unknown ROCm>"),
-            rocm_found: why,
-            rocm_version: RocmVersion {
-                version: "<unknown>".into(),
-                source: VersionSource::Unknown,
+            rocm: RocmParts {
+                rocm_path: PathBuf::from("<unknown ROCm>"),
+                rocm_found: why,
+                rocm_version: RocmVersion {
+                    version: "<unknown>".into(),
+                    source: VersionSource::Unknown,
+                },
+                hipcc: PathBuf::from("<unknown hipcc>"),
+                hipcc_found: "<ROCm>/bin/hipcc, else hipcc on PATH".into(),
+                llvm: LlvmTools::Unknown,
             },
-            hipcc: PathBuf::from("<unknown hipcc>"),
-            hipcc_found: "<ROCm>/bin/hipcc, else hipcc on PATH".into(),
-            llvm: LlvmTools::Unknown,
             cmake,
             generator,
         }
@@ -45,105 +41,9 @@ impl Toolchain {
 
     /// Whether this is [`Toolchain::unknown`].
     pub fn is_unknown(&self) -> bool {
-        self.rocm_version.source == VersionSource::Unknown
+        self.rocm.rocm_version.source == VersionSource::Unknown
     }
 }
-
-/// The ROCm version, as rocSHMEM needs it (`x.y.z`; it only compares the major version).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RocmVersion {
-    pub version: String,
-    pub source: VersionSource,
-}
-
-/// Where the ROCm version was read.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum VersionSource {
-    /// `${ROCM_PATH}/.info/version` (AMD's packages): rocSHMEM reads it itself.
-    InfoFile,
-    /// `rocm-core/rocm_version.h` (ROCM_VERSION_MAJOR/MINOR/PATCH): that header, relative to
-    /// the ROCm folder.
-    RocmVersionHeader(String),
-    /// `include/hip/hip_version.h` only (Debian's and Ubuntu's packages). HIP's major and minor
-    /// versions are the ROCm series (HIP 6.4 ships with ROCm 6.4), but HIP_VERSION_PATCH is a
-    /// build number (43484), not ROCm's patch release, so the version is `major.minor.0` and
-    /// the full HIP version goes into the stamp and the hash.
-    HipVersionHeader { hip: String },
-    /// None of those, but `--cmake-arg -DEXPLICIT_ROCM_VERSION=` says it.
-    Given,
-    /// No ROCm was found: a `--dry-run` shows the rest of the plan.
-    Unknown,
-}
-
-impl RocmVersion {
-    /// rocSHMEM finds the version by itself only in `.info/version`.
-    pub fn needs_explicit(&self) -> bool {
-        self.source != VersionSource::InfoFile
-    }
-
-    fn describe(&self, rocm: &Path) -> String {
-        match &self.source {
-            VersionSource::InfoFile => {
-                format!(
-                    "{} (from {})",
-                    self.version,
-                    rocm.join(".info/version").display()
-                )
-            }
-            VersionSource::RocmVersionHeader(header) => {
-                format!("{} (from {})", self.version, rocm.join(header).display())
-            }
-            VersionSource::HipVersionHeader { hip } => format!(
-                "{}: the ROCm {} series, from {} (HIP {hip}; its patch number is a build \
-                 number, not ROCm's patch release)",
-                self.version,
-                self.version
-                    .rsplit_once('.')
-                    .map_or(self.version.as_str(), |(s, _)| s),
-                rocm.join("include/hip/hip_version.h").display()
-            ),
-            VersionSource::Given => format!(
-                "{} (given with --cmake-arg -DEXPLICIT_ROCM_VERSION)",
-                self.version
-            ),
-            VersionSource::Unknown => format!(
-                "{} (read from the ROCm install: .info/version, rocm-core/rocm_version.h or \
-                 hip/hip_version.h)",
-                self.version
-            ),
-        }
-    }
-}
-
-/// clang++, llvm-link and opt, which rocSHMEM's cmake/DeviceBitcode.cmake needs for the
-/// device bitcode. It looks only in `${ROCM_PATH}/llvm/bin` and, when they are not there,
-/// merely warns and installs no bitcode, which fails verification minutes later: so they are
-/// found before the build, and passed explicitly when they live elsewhere.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LlvmTools {
-    /// All three in `${ROCM_PATH}/llvm/bin` (AMD's /opt/rocm, the Nix ROCm path): rocSHMEM
-    /// finds them itself.
-    InRocm(PathBuf),
-    /// In HIP's clang folder, as `hipconfig --hipclangpath` reports it (Debian's
-    /// /usr/lib/llvm-21/bin): passed as LLVM_CLANG, LLVM_LINK and LLVM_OPT.
-    FromHipconfig {
-        dir: PathBuf,
-        hipconfig: PathBuf,
-        /// Why `${ROCM_PATH}/llvm/bin` was not used, e.g. "/usr/llvm/bin has no opt".
-        why: String,
-    },
-    /// All three given with `--cmake-arg -DLLVM_...=`.
-    Given,
-    /// No ROCm was found: a `--dry-run` shows the rest of the plan.
-    Unknown,
-}
-
-/// The CMake variables rocSHMEM's DeviceBitcode.cmake reads, and the tool each names.
-pub const LLVM_TOOLS: [(&str, &str); 3] = [
-    ("LLVM_CLANG", "clang++"),
-    ("LLVM_LINK", "llvm-link"),
-    ("LLVM_OPT", "opt"),
-];
 
 /// One `--cmake-arg -DNAME[:TYPE]=VALUE`, added to the configure step (and so to the hash).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -293,6 +193,8 @@ pub struct Plan {
     pub hash: String,
     /// What is built (the pin, or the `--source` checkout accepted in its place).
     pub built: Built,
+    /// The GPU targets, as `--arch` gave them (sorted, deduplicated).
+    pub targets: Vec<TargetId>,
     pub prefix: PathBuf,
     /// Where `cmake --install` writes before verification; renamed to `prefix` on success.
     pub staging: PathBuf,
@@ -317,93 +219,10 @@ pub const STAMP: &str = "symmem-rocshmem-stamp.toml";
 
 impl Plan {
     pub fn new(i: &PlanInputs<'_>) -> Self {
-        let targets: Vec<String> = i.targets.iter().map(ToString::to_string).collect();
         let t = i.toolchain;
-        let mut defines: Vec<(String, String)> = vec![
-            ("CMAKE_BUILD_TYPE".into(), "Release".into()),
-            ("CMAKE_CXX_COMPILER".into(), t.hipcc.display().to_string()),
-            ("CMAKE_POSITION_INDEPENDENT_CODE".into(), "ON".into()),
-            (
-                "CMAKE_PREFIX_PATH".into(),
-                t.rocm_path.display().to_string(),
-            ),
-            ("GPU_TARGETS".into(), targets.join(";")),
-            ("ROCM_PATH".into(), t.rocm_path.display().to_string()),
-            ("USE_GDA".into(), "OFF".into()),
-            ("USE_IPC".into(), "ON".into()),
-            ("USE_RO".into(), "OFF".into()),
-            ("USE_SINGLE_NODE".into(), "ON".into()),
-            // rocSHMEM 3.4 links MPI whenever one is installed (AUTO): the install would then
-            // depend on the machine, not on these inputs. The shim bootstraps with a unique id
-            // and needs no MPI.
-            ("USE_EXTERNAL_MPI".into(), "OFF".into()),
-            // rocSHMEM 3.4 has no option for its `find_package(amd_smi QUIET)` (pod detection
-            // and the vmm_fabric heap, both multi-node); CMake's own switch keeps a machine's
-            // amd_smi out of a single-node build.
-            ("CMAKE_DISABLE_FIND_PACKAGE_amd_smi".into(), "ON".into()),
-        ];
-        if t.rocm_version.needs_explicit() {
-            // rocSHMEM's setup reads ${ROCM_PATH}/.info/version and fails without it.
-            defines.push((
-                "EXPLICIT_ROCM_VERSION".into(),
-                t.rocm_version.version.clone(),
-            ));
-        }
-        if let LlvmTools::FromHipconfig { dir, .. } = &t.llvm {
-            for (var, tool) in LLVM_TOOLS {
-                defines.push((var.into(), dir.join(tool).display().to_string()));
-            }
-        }
-        for arg in i.cmake_args {
-            defines.retain(|(k, _)| k != arg.var());
-            defines.push((arg.name.clone(), arg.value.clone()));
-        }
-        defines.sort();
-
-        let built = match &i.source {
-            Source::Local {
-                mismatch: Some(m), ..
-            } => Built {
-                version: m.version.clone(),
-                commit: m.head.clone(),
-                changes: m.changes.clone(),
-                instead_of: Some(i.pin.commit.clone()),
-            },
-            _ => Built {
-                version: i.pin.version.clone(),
-                commit: i.pin.commit.clone(),
-                changes: None,
-                instead_of: None,
-            },
-        };
-        let mut inputs: Vec<(String, String)> = vec![
-            ("repository".into(), i.pin.repository.clone()),
-            ("subdirectory".into(), i.pin.subdirectory.clone()),
-            ("commit".into(), built.commit.clone()),
-            ("version".into(), built.version.clone()),
-            ("targets".into(), targets.join(",")),
-            ("rocm_version".into(), t.rocm_version.version.clone()),
-        ];
-        if let VersionSource::HipVersionHeader { hip } = &t.rocm_version.source {
-            // The ROCm version is only major.minor here; HIP's build number tells releases
-            // of one series apart.
-            inputs.push(("hip_version".into(), hip.clone()));
-        }
-        if let Some(changes) = &built.changes {
-            inputs.push(("local_changes".into(), changes.clone()));
-        }
-        if let Some(pin) = &built.instead_of {
-            inputs.push(("pinned_commit".into(), pin.clone()));
-        }
-        if !i.cmake_args.is_empty() {
-            let args: Vec<String> = i.cmake_args.iter().map(ToString::to_string).collect();
-            inputs.push(("cmake_args".into(), args.join(" ")));
-        }
-        inputs.extend(
-            defines
-                .iter()
-                .map(|(k, v)| (format!("define.{k}"), v.clone())),
-        );
+        let defines = Self::defines(i);
+        let built = Self::built(i);
+        let inputs = Self::inputs(i, &built, &defines);
         let mut hasher = Sha256::new();
         for (k, v) in &inputs {
             hasher.update(format!("{k}={v}\n"));
@@ -420,23 +239,7 @@ impl Plan {
         } else {
             hash[..12].to_string()
         };
-        // What is built, never the pin when it is not: `+local` marks local changes.
-        let name = format!(
-            "rocshmem-{}-{}{}-{}-{}",
-            built.version,
-            &built.commit[..built.commit.len().min(12)],
-            if built.changes.is_some() {
-                "+local"
-            } else {
-                ""
-            },
-            i.targets
-                .iter()
-                .map(TargetId::path_safe)
-                .collect::<Vec<_>>()
-                .join(","),
-            short
-        );
+        let name = Self::prefix_name(i, &built, &short);
         let prefix = i.out_dir.join("prefix").join(&name);
         let staging = i.out_dir.join("prefix").join(format!(".{name}.partial"));
         let checkout = match &i.source {
@@ -467,6 +270,7 @@ impl Plan {
         Self {
             hash,
             built,
+            targets: i.targets.to_vec(),
             prefix,
             staging,
             checkout,
@@ -481,6 +285,136 @@ impl Plan {
             toolchain_lines,
             rocm_unknown: t.is_unknown(),
         }
+    }
+
+    /// The prefix's name: what is built (never the pin when it is not: `+local` marks local
+    /// changes), the targets and the short hash.
+    fn prefix_name(i: &PlanInputs<'_>, built: &Built, short: &str) -> String {
+        format!(
+            "rocshmem-{}-{}{}-{}-{}",
+            built.version,
+            &built.commit[..built.commit.len().min(12)],
+            if built.changes.is_some() {
+                "+local"
+            } else {
+                ""
+            },
+            i.targets
+                .iter()
+                .map(TargetId::path_safe)
+                .collect::<Vec<_>>()
+                .join(","),
+            short
+        )
+    }
+
+    /// The CMake defines: the plan's own, then `--cmake-arg` (which override), sorted.
+    fn defines(i: &PlanInputs<'_>) -> Vec<(String, String)> {
+        let targets: Vec<String> = i.targets.iter().map(ToString::to_string).collect();
+        let t = i.toolchain;
+        let mut defines: Vec<(String, String)> = vec![
+            ("CMAKE_BUILD_TYPE".into(), "Release".into()),
+            (
+                "CMAKE_CXX_COMPILER".into(),
+                t.rocm.hipcc.display().to_string(),
+            ),
+            ("CMAKE_POSITION_INDEPENDENT_CODE".into(), "ON".into()),
+            (
+                "CMAKE_PREFIX_PATH".into(),
+                t.rocm.rocm_path.display().to_string(),
+            ),
+            ("GPU_TARGETS".into(), targets.join(";")),
+            ("ROCM_PATH".into(), t.rocm.rocm_path.display().to_string()),
+            ("USE_GDA".into(), "OFF".into()),
+            ("USE_IPC".into(), "ON".into()),
+            ("USE_RO".into(), "OFF".into()),
+            ("USE_SINGLE_NODE".into(), "ON".into()),
+            // rocSHMEM 3.4 links MPI whenever one is installed (AUTO): the install would then
+            // depend on the machine, not on these inputs. The shim bootstraps with a unique id
+            // and needs no MPI.
+            ("USE_EXTERNAL_MPI".into(), "OFF".into()),
+            // rocSHMEM 3.4 has no option for its `find_package(amd_smi QUIET)` (pod detection
+            // and the vmm_fabric heap, both multi-node); CMake's own switch keeps a machine's
+            // amd_smi out of a single-node build.
+            ("CMAKE_DISABLE_FIND_PACKAGE_amd_smi".into(), "ON".into()),
+        ];
+        if t.rocm.rocm_version.needs_explicit() {
+            // rocSHMEM's setup reads ${ROCM_PATH}/.info/version and fails without it.
+            defines.push((
+                "EXPLICIT_ROCM_VERSION".into(),
+                t.rocm.rocm_version.version.clone(),
+            ));
+        }
+        if let LlvmTools::FromHipconfig { dir, .. } = &t.rocm.llvm {
+            for (var, tool) in LLVM_TOOLS {
+                defines.push((var.into(), dir.join(tool).display().to_string()));
+            }
+        }
+        for arg in i.cmake_args {
+            defines.retain(|(k, _)| k != arg.var());
+            defines.push((arg.name.clone(), arg.value.clone()));
+        }
+        defines.sort();
+        defines
+    }
+
+    /// What is built: the pin, or the accepted `--source` checkout in its place.
+    fn built(i: &PlanInputs<'_>) -> Built {
+        match &i.source {
+            Source::Local {
+                mismatch: Some(m), ..
+            } => Built {
+                version: m.version.clone(),
+                commit: m.head.clone(),
+                changes: m.changes.clone(),
+                instead_of: Some(i.pin.commit.clone()),
+            },
+            _ => Built {
+                version: i.pin.version.clone(),
+                commit: i.pin.commit.clone(),
+                changes: None,
+                instead_of: None,
+            },
+        }
+    }
+
+    /// Every input of the install, as hashed and recorded in the stamp.
+    fn inputs(
+        i: &PlanInputs<'_>,
+        built: &Built,
+        defines: &[(String, String)],
+    ) -> Vec<(String, String)> {
+        let targets: Vec<String> = i.targets.iter().map(ToString::to_string).collect();
+        let t = i.toolchain;
+        let mut inputs: Vec<(String, String)> = vec![
+            ("repository".into(), i.pin.repository.clone()),
+            ("subdirectory".into(), i.pin.subdirectory.clone()),
+            ("commit".into(), built.commit.clone()),
+            ("version".into(), built.version.clone()),
+            ("targets".into(), targets.join(",")),
+            ("rocm_version".into(), t.rocm.rocm_version.version.clone()),
+        ];
+        if let VersionSource::HipVersionHeader { hip } = &t.rocm.rocm_version.source {
+            // The ROCm version is only major.minor here; HIP's build number tells releases
+            // of one series apart.
+            inputs.push(("hip_version".into(), hip.clone()));
+        }
+        if let Some(changes) = &built.changes {
+            inputs.push(("local_changes".into(), changes.clone()));
+        }
+        if let Some(pin) = &built.instead_of {
+            inputs.push(("pinned_commit".into(), pin.clone()));
+        }
+        if !i.cmake_args.is_empty() {
+            let args: Vec<String> = i.cmake_args.iter().map(ToString::to_string).collect();
+            inputs.push(("cmake_args".into(), args.join(" ")));
+        }
+        inputs.extend(
+            defines
+                .iter()
+                .map(|(k, v)| (format!("define.{k}"), v.clone())),
+        );
+        inputs
     }
 
     /// The stamp written into a verified prefix (TOML).
@@ -568,7 +502,7 @@ impl Plan {
 
 /// One line per tool: where it is and how it was found.
 fn toolchain_lines(t: &Toolchain) -> Vec<(&'static str, String)> {
-    let llvm = match &t.llvm {
+    let llvm = match &t.rocm.llvm {
         LlvmTools::InRocm(dir) => format!(
             "{} (clang++, llvm-link, opt for the device bitcode; rocSHMEM finds them there)",
             dir.display()
@@ -590,31 +524,13 @@ fn toolchain_lines(t: &Toolchain) -> Vec<(&'static str, String)> {
     vec![
         (
             "rocm",
-            format!("{} ({})", t.rocm_path.display(), t.rocm_found),
+            format!("{} ({})", t.rocm.rocm_path.display(), t.rocm.rocm_found),
         ),
-        ("version", t.rocm_version.describe(&t.rocm_path)),
+        ("version", t.rocm.rocm_version.describe(&t.rocm.rocm_path)),
         (
             "hipcc",
-            format!("{} ({})", t.hipcc.display(), t.hipcc_found),
+            format!("{} ({})", t.rocm.hipcc.display(), t.rocm.hipcc_found),
         ),
         ("llvm", llvm),
     ]
-}
-
-/// Shell-style rendering of a command for humans (single quotes where needed).
-pub fn shell_words(command: &[String]) -> String {
-    command
-        .iter()
-        .map(|w| {
-            if !w.is_empty()
-                && w.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
-            {
-                w.clone()
-            } else {
-                format!("'{}'", w.replace('\'', r"'\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }

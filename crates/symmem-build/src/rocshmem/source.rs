@@ -227,7 +227,7 @@ pub fn ensure_fetched(
             };
             bail!(
                 "`{}` failed: {}{hint}",
-                super::plan::shell_words(&command),
+                crate::runner::shell_words(&command),
                 stderr.trim()
             );
         }

@@ -1,19 +1,19 @@
 //! `cargo xtask build-rocshmem`: rocSHMEM from the pinned commit, with IPC, for the chosen GPU
 //! targets, into a content-addressed prefix under `target/`.
 
-pub(crate) mod arch;
-mod install;
-pub(crate) mod plan;
+pub mod install;
+pub mod plan;
 mod source;
 mod stale;
+pub mod support;
 
-use arch::TargetId;
+use crate::targets::GpuTargets;
 use plan::{CmakeDefine, Plan, PlanInputs, Source, Toolchain};
 
+use crate::Workspace;
 use crate::cmake::{self, Step};
-use crate::pins::Pins;
-use crate::project::{project_root, target_dir};
-use crate::tools;
+use crate::pins::{Pins, RocshmemPin};
+use crate::{rocm, tools};
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -45,25 +45,25 @@ use xshell::Shell;
 pub struct Args {
     /// GPU targets, comma-separated: gfx942, gfx950, gfx90a, ... with optional features
     /// (gfx950:sramecc+:xnack-).
-    #[arg(long, required = true, value_parser = parse_targets)]
-    arch: Targets,
+    #[arg(long, required = true, value_parser = GpuTargets::parse_hip)]
+    pub arch: GpuTargets,
     /// Build from this local checkout of the pinned repository instead of fetching.
     #[arg(long, value_name = "DIR")]
-    source: Option<PathBuf>,
+    pub source: Option<PathBuf>,
     /// Accept a --source checkout at another commit or with local changes: its HEAD (and a
     /// digest of its changes) is what the prefix, the messages and the stamp name.
     #[arg(long, requires = "source")]
-    allow_source_mismatch: bool,
+    pub allow_source_mismatch: bool,
     /// Parallel build jobs (default: the number of CPUs).
     #[arg(long, short)]
-    jobs: Option<usize>,
+    pub jobs: Option<usize>,
     /// Print the whole plan (where each tool was found, commands, defines, prefix) and run
     /// nothing. With --clean-stale: list what it would remove.
     #[arg(long)]
-    dry_run: bool,
+    pub dry_run: bool,
     /// Print only the install prefix (for scripts) and build nothing.
     #[arg(long, conflicts_with = "dry_run")]
-    print_prefix: bool,
+    pub print_prefix: bool,
     /// An extra CMake define for rocSHMEM, -DNAME=VALUE or -DNAME:TYPE=VALUE; repeatable.
     /// Overrides the plan's own define of that name, and is part of the hash and the stamp.
     /// GPU_TARGETS, ROCM_PATH, CMAKE_CXX_COMPILER, CMAKE_INSTALL_PREFIX and USE_IPC are
@@ -74,33 +74,25 @@ pub struct Args {
         allow_hyphen_values = true,
         value_parser = CmakeDefine::parse
     )]
-    cmake_args: Vec<CmakeDefine>,
+    pub cmake_args: Vec<CmakeDefine>,
     /// Remove the build trees and prefixes of other inputs under the out folder (other
     /// targets, ROCm, defines or pins), keeping this plan's; build nothing. Not while another
     /// build-rocshmem runs in the same out folder.
     #[arg(long, conflicts_with = "print_prefix")]
-    clean_stale: bool,
+    pub clean_stale: bool,
     /// The ROCm install (default: $ROCM_PATH, else the ROCm `hipconfig --rocmpath` reports,
     /// else /opt/rocm). Debian/Ubuntu: /usr (found by hipconfig; never export ROCM_PATH there).
     #[arg(long, value_name = "DIR")]
-    rocm_path: Option<PathBuf>,
+    pub rocm_path: Option<PathBuf>,
     /// The HIP compiler (default: $HIPCC, else <rocm>/bin/hipcc, else hipcc on PATH).
     #[arg(long, value_name = "PATH")]
-    hipcc: Option<PathBuf>,
+    pub hipcc: Option<PathBuf>,
     /// Pins file (default: pins.toml at the repository root).
     #[arg(long, value_name = "FILE")]
-    pins: Option<PathBuf>,
+    pub pins: Option<PathBuf>,
     /// Where sources, build trees and prefixes go (default: target/rocshmem).
     #[arg(long, value_name = "DIR")]
-    out_dir: Option<PathBuf>,
-}
-
-/// The `--arch` list (a newtype: clap treats a bare `Vec` as repeated values).
-#[derive(Clone, Debug)]
-struct Targets(Vec<TargetId>);
-
-fn parse_targets(text: &str) -> anyhow::Result<Targets> {
-    TargetId::parse_list(text).map(Targets)
+    pub out_dir: Option<PathBuf>,
 }
 
 /// The tools a rocSHMEM build needs: ROCm's (from the process's environment), CMake and the
@@ -111,20 +103,21 @@ fn toolchain(
     hipcc_path: Option<&Path>,
     cmake_args: &[CmakeDefine],
 ) -> anyhow::Result<Toolchain> {
-    let parts = tools::rocm_parts(
+    let explicit_version = cmake_args
+        .iter()
+        .find(|d| d.var() == "EXPLICIT_ROCM_VERSION")
+        .map(|d| d.value.as_str());
+    let given = |var: &str| cmake_args.iter().any(|d| d.var() == var);
+    let parts = rocm::rocm_parts(
         sh,
         rocm,
         hipcc_path,
-        cmake_args,
-        &tools::Search::from_process(),
+        explicit_version,
+        &given,
+        &rocm::Search::from_process(),
     )?;
     Ok(Toolchain {
-        rocm_path: parts.rocm_path,
-        rocm_found: parts.rocm_found,
-        rocm_version: parts.rocm_version,
-        hipcc: parts.hipcc,
-        hipcc_found: parts.hipcc_found,
-        llvm: parts.llvm,
+        rocm: parts,
         cmake: tools::cmake(sh)?,
         generator: tools::generator()?,
     })
@@ -134,14 +127,90 @@ fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
     std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
 }
 
-pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
+pub fn run(sh: &Shell, ws: &Workspace, args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
-    let targets = args.arch.0.clone();
+    let (pin, toolchain) = pin_and_toolchain(sh, ws, &args)?;
+    let out_dir = absolute(
+        &args
+            .out_dir
+            .clone()
+            .unwrap_or_else(|| ws.target.join("rocshmem")),
+    )?;
+    let git = match &args.source {
+        None => tools::git()?,
+        Some(_) => tools::which("git").unwrap_or_else(|| PathBuf::from("git")),
+    };
+    let source = source_of(sh, &args, &pin, &git)?;
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let plan = Plan::new(&PlanInputs {
+        pin: &pin,
+        targets: args.arch.hip("build-rocshmem")?,
+        toolchain: &toolchain,
+        source,
+        out_dir: &out_dir,
+        jobs,
+        cmake_args: &args.cmake_args,
+    });
+
+    if args.clean_stale {
+        return clean_stale(&out_dir, &plan, args.dry_run);
+    }
+    if args.print_prefix {
+        println!("{}", plan.prefix.display());
+        return Ok(());
+    }
+    if args.dry_run {
+        let fetch = source::fetch_commands(&git, &pin, &source::partial_dir(&plan.checkout));
+        print!("{}", plan.render(&pin, &fetch));
+        return Ok(());
+    }
+    if install::up_to_date(&plan) {
+        eprintln!(
+            "{} for {} is up to date in {} (nothing to do, {})",
+            plan.built,
+            GpuTargets::Hip(plan.targets.clone()),
+            plan.prefix.display(),
+            format_elapsed(started.elapsed())
+        );
+        print_exports(&plan.prefix);
+        return Ok(());
+    }
+    build(sh, &plan, &pin, &git, jobs)?;
+    eprintln!(
+        "{} installed in {} ({})",
+        plan.built,
+        plan.prefix.display(),
+        format_elapsed(started.elapsed())
+    );
+    note_stale(&out_dir, &plan);
+    print_exports(&plan.prefix);
+    Ok(())
+}
+
+/// The pin (refused when it names a rocSHMEM the shim does not support) and the tools; for
+/// `--dry-run`, a missing ROCm shows as unknown in the plan instead of stopping it.
+fn pin_and_toolchain(
+    sh: &Shell,
+    ws: &Workspace,
+    args: &Args,
+) -> anyhow::Result<(RocshmemPin, Toolchain)> {
     let pins_path = args
         .pins
         .clone()
-        .unwrap_or_else(|| project_root().join("pins.toml"));
+        .unwrap_or_else(|| ws.root.join("pins.toml"));
     let pin = Pins::load(&pins_path)?.rocshmem;
+    if !support::supported(&pin.version) {
+        bail!(
+            "{} pins rocSHMEM {}, which the shim does not support (it needs {}.x or newer): pin \
+             a rocSHMEM 3.x commit (rocshmem.commit and rocshmem.version)",
+            pins_path.display(),
+            pin.version,
+            support::OLDEST_MAJOR
+        );
+    }
     CmakeDefine::check_unique(&args.cmake_args)?;
     let toolchain = match toolchain(
         sh,
@@ -161,106 +230,49 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
         }
         Err(err) => return Err(err),
     };
-    let out_dir = absolute(
-        &args
-            .out_dir
-            .clone()
-            .unwrap_or_else(|| target_dir().join("rocshmem")),
-    )?;
+    Ok((pin, toolchain))
+}
 
-    let git = match &args.source {
-        None => tools::git()?,
-        Some(_) => tools::which("git").unwrap_or_else(|| PathBuf::from("git")),
+/// Where the sources come from: the pin fetched, or a `--source` checkout, which must be the
+/// pin unless `--allow-source-mismatch`, and never a rocSHMEM older than the shim supports.
+fn source_of(sh: &Shell, args: &Args, pin: &RocshmemPin, git: &Path) -> anyhow::Result<Source> {
+    let Some(dir) = &args.source else {
+        return Ok(Source::Fetch);
     };
-    let source = match &args.source {
-        None => Source::Fetch,
-        Some(dir) => {
-            let root = absolute(dir)?;
-            let state = source::LocalState::read(sh, &git, &root)?;
-            let mismatch = match state.mismatch(&pin) {
-                None => None,
-                Some(why) if args.allow_source_mismatch => {
-                    let details = state.mismatch_details(sh, &git, &root, &pin.subdirectory)?;
-                    if !args.print_prefix {
-                        eprintln!(
-                            "warning: --source {} differs from the pin ({why}); building it \
-                             anyway, under its own prefix",
-                            root.display()
-                        );
-                    }
-                    Some(details)
-                }
-                Some(why) => bail!(
-                    "--source {} is not the pinned rocSHMEM: {why}. Check out the pin \
-                     (git -C {} checkout {}) and commit or stash local changes, or pass \
-                     --allow-source-mismatch to build it anyway under its own prefix",
-                    root.display(),
-                    root.display(),
-                    pin.commit
-                ),
-            };
-            Source::Local { root, mismatch }
+    let root = absolute(dir)?;
+    let state = source::LocalState::read(sh, git, &root)?;
+    let mismatch = match state.mismatch(pin) {
+        None => None,
+        Some(why) if args.allow_source_mismatch => {
+            let details = state.mismatch_details(sh, git, &root, &pin.subdirectory)?;
+            if !args.print_prefix {
+                eprintln!(
+                    "warning: --source {} differs from the pin ({why}); building it anyway, \
+                     under its own prefix",
+                    root.display()
+                );
+            }
+            Some(details)
         }
+        Some(why) => bail!(
+            "--source {} is not the pinned rocSHMEM: {why}. Check out the pin (git -C {} \
+             checkout {}) and commit or stash local changes, or pass --allow-source-mismatch to \
+             build it anyway under its own prefix",
+            root.display(),
+            root.display(),
+            pin.commit
+        ),
     };
-    let jobs = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
-    let plan = Plan::new(&PlanInputs {
-        pin: &pin,
-        targets: &targets,
-        toolchain: &toolchain,
-        source,
-        out_dir: &out_dir,
-        jobs,
-        cmake_args: &args.cmake_args,
-    });
+    check_source_version(&root.join(&pin.subdirectory), pin)?;
+    Ok(Source::Local { root, mismatch })
+}
 
-    if args.clean_stale {
-        return clean_stale(&out_dir, &plan, args.dry_run);
-    }
-    if args.print_prefix {
-        println!("{}", plan.prefix.display());
-        return Ok(());
-    }
-    let fetch = source::fetch_commands(&git, &pin, &source::partial_dir(&plan.checkout));
-    if args.dry_run {
-        print!("{}", plan.render(&pin, &fetch));
-        return Ok(());
-    }
-    if install::up_to_date(&plan, &targets) {
-        eprintln!(
-            "{} for {} is up to date in {} (nothing to do, {})",
-            plan.built,
-            targets
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
-            plan.prefix.display(),
-            format_elapsed(started.elapsed())
-        );
-        print_exports(&plan.prefix);
-        return Ok(());
-    }
-
-    for (what, line) in &plan.toolchain_lines {
-        eprintln!("{what:<7} {line}");
-    }
-    std::fs::create_dir_all(&plan.build_dir)
-        .with_context(|| format!("creating {}", plan.build_dir.display()))?;
-    let log = plan.build_dir.join("symmem-build.log");
-    let cmake = cmake::Driver::new(sh, log.clone(), false)?;
-    let step = |n: usize, what: &str| {
-        eprintln!("[{n}/5] {what}");
-        Instant::now()
-    };
-    let done = |t: Instant| eprintln!("      done in {}", format_elapsed(t.elapsed()));
-
-    let t = step(1, "source");
+/// Step 1: the sources are there (fetched, or the checkout given) and are a rocSHMEM the shim
+/// supports.
+fn source_step(sh: &Shell, plan: &Plan, pin: &RocshmemPin, git: &Path) -> anyhow::Result<()> {
     match &plan.source {
         Source::Fetch => {
-            let reused = source::ensure_fetched(sh, &git, &pin, &plan.checkout)?;
+            let reused = source::ensure_fetched(sh, git, pin, &plan.checkout)?;
             eprintln!(
                 "      {} {} at {}",
                 if reused {
@@ -283,14 +295,11 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
             pin.subdirectory
         );
     }
-    done(t);
-    let t = step(2, "configure");
-    cmake.run(Step::Configure, &plan.configure)?;
-    done(t);
-    let t = step(3, &format!("build ({jobs} jobs; log: {})", log.display()));
-    cmake.run(Step::Build, &plan.build)?;
-    done(t);
-    let t = step(4, "install (staging)");
+    check_source_version(&plan.source_dir, pin)
+}
+
+/// Step 4: `cmake --install` into the staging folder (never half into the prefix).
+fn install_step(cmake: &cmake::Driver<'_>, plan: &Plan) -> anyhow::Result<()> {
     if plan.staging.exists() {
         std::fs::remove_dir_all(&plan.staging)
             .with_context(|| format!("removing the stale {}", plan.staging.display()))?;
@@ -299,20 +308,54 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     if installed.is_err() {
         let _ = std::fs::remove_dir_all(&plan.staging);
     }
-    installed?;
+    Ok(installed?)
+}
+
+/// The five steps: source, configure, build, install (staging), verify and publish.
+fn build(
+    sh: &Shell,
+    plan: &Plan,
+    pin: &RocshmemPin,
+    git: &Path,
+    jobs: usize,
+) -> anyhow::Result<()> {
+    for (what, line) in &plan.toolchain_lines {
+        eprintln!("{what:<7} {line}");
+    }
+    std::fs::create_dir_all(&plan.build_dir)
+        .with_context(|| format!("creating {}", plan.build_dir.display()))?;
+    let log = plan.build_dir.join("symmem-build.log");
+    let cmake = cmake::Driver::new(sh, log.clone(), false)?;
+    let step = |n: usize, what: &str| {
+        eprintln!("[{n}/5] {what}");
+        Instant::now()
+    };
+    let done = |t: Instant| eprintln!("      done in {}", format_elapsed(t.elapsed()));
+
+    let t = step(1, "source");
+    source_step(sh, plan, pin, git)?;
+    done(t);
+    let t = step(2, "configure");
+    cmake::drop_stale_tree(&plan.build_dir, &plan.source_dir)?;
+    cmake.run(Step::Configure, &plan.configure)?;
+    done(t);
+    let t = step(3, &format!("build ({jobs} jobs; log: {})", log.display()));
+    cmake.run(Step::Build, &plan.build)?;
+    done(t);
+    let t = step(4, "install (staging)");
+    install_step(&cmake, plan)?;
     done(t);
     let t = step(5, "verify and publish");
-    install::publish(&plan, &targets)?;
+    install::publish(plan)?;
     done(t);
     // The build tree only serves a resumed build; the install is complete.
     let _ = std::fs::remove_dir_all(&plan.build_dir);
-    eprintln!(
-        "{} installed in {} ({})",
-        plan.built,
-        plan.prefix.display(),
-        format_elapsed(started.elapsed())
-    );
-    let stale = stale::find(&out_dir, &keep(&plan));
+    Ok(())
+}
+
+/// Says what other inputs left under the out folder (`--clean-stale` removes it).
+fn note_stale(out_dir: &Path, plan: &Plan) {
+    let stale = stale::find(out_dir, &keep(plan));
     if !stale.is_empty() {
         eprintln!(
             "note: {} of other inputs under {}: run this command again with --clean-stale to \
@@ -321,8 +364,27 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
             out_dir.display()
         );
     }
-    print_exports(&plan.prefix);
-    Ok(())
+}
+
+/// Refuses a source tree whose CMakeLists.txt declares a rocSHMEM older than the shim
+/// supports, before any tool runs on it.
+fn check_source_version(source_dir: &Path, pin: &RocshmemPin) -> anyhow::Result<()> {
+    let cmakelists = source_dir.join("CMakeLists.txt");
+    let Some(version) = std::fs::read_to_string(&cmakelists)
+        .ok()
+        .and_then(|text| source::declared_version(&text))
+    else {
+        return Ok(());
+    };
+    support::check_source(
+        &version,
+        &cmakelists,
+        &format!(
+            "build the pinned rocSHMEM {} (commit {} of {}): drop --source, or check that \
+             commit out in the --source checkout",
+            pin.version, pin.commit, pin.repository
+        ),
+    )
 }
 
 /// What `--clean-stale` never removes: this plan's build tree, prefix and staging folder.
@@ -373,8 +435,9 @@ fn print_exports(prefix: &Path) {
 mod tests {
     use super::*;
     use crate::pins::RocshmemPin;
+    use crate::targets::TargetId;
     use clap::Parser as _;
-    use plan::{Generator, LlvmTools, Mismatch, RocmVersion, VersionSource};
+    use plan::{Generator, LlvmTools, Mismatch, RocmParts, RocmVersion, VersionSource};
 
     fn pin() -> RocshmemPin {
         RocshmemPin {
@@ -388,19 +451,21 @@ mod tests {
     /// AMD's /opt/rocm: `.info/version` (or only rocm_version.h) and llvm/bin.
     fn amd(version_file: bool) -> Toolchain {
         Toolchain {
-            rocm_path: "/opt/rocm".into(),
-            rocm_found: "from $ROCM_PATH".into(),
-            rocm_version: RocmVersion {
-                version: "7.2.4".into(),
-                source: if version_file {
-                    VersionSource::InfoFile
-                } else {
-                    VersionSource::RocmVersionHeader("include/rocm-core/rocm_version.h".into())
+            rocm: RocmParts {
+                rocm_path: "/opt/rocm".into(),
+                rocm_found: "from $ROCM_PATH".into(),
+                rocm_version: RocmVersion {
+                    version: "7.2.4".into(),
+                    source: if version_file {
+                        VersionSource::InfoFile
+                    } else {
+                        VersionSource::RocmVersionHeader("include/rocm-core/rocm_version.h".into())
+                    },
                 },
+                hipcc: "/opt/rocm/bin/hipcc".into(),
+                hipcc_found: "in the ROCm folder".into(),
+                llvm: LlvmTools::InRocm("/opt/rocm/llvm/bin".into()),
             },
-            hipcc: "/opt/rocm/bin/hipcc".into(),
-            hipcc_found: "in the ROCm folder".into(),
-            llvm: LlvmTools::InRocm("/opt/rocm/llvm/bin".into()),
             cmake: "/usr/bin/cmake".into(),
             generator: Generator::Ninja,
         }
@@ -409,20 +474,22 @@ mod tests {
     /// Debian's /usr: hip_version.h only, HIP's clang in /usr/lib/llvm-21/bin.
     fn debian() -> Toolchain {
         Toolchain {
-            rocm_path: "/usr".into(),
-            rocm_found: "from `/usr/bin/hipconfig --rocmpath`".into(),
-            rocm_version: RocmVersion {
-                version: "6.4.0".into(),
-                source: VersionSource::HipVersionHeader {
-                    hip: "6.4.43484".into(),
+            rocm: RocmParts {
+                rocm_path: "/usr".into(),
+                rocm_found: "from `/usr/bin/hipconfig --rocmpath`".into(),
+                rocm_version: RocmVersion {
+                    version: "6.4.0".into(),
+                    source: VersionSource::HipVersionHeader {
+                        hip: "6.4.43484".into(),
+                    },
                 },
-            },
-            hipcc: "/usr/bin/hipcc".into(),
-            hipcc_found: "in the ROCm folder".into(),
-            llvm: LlvmTools::FromHipconfig {
-                dir: "/usr/lib/llvm-21/bin".into(),
-                hipconfig: "/usr/bin/hipconfig".into(),
-                why: "/usr has no llvm/bin".into(),
+                hipcc: "/usr/bin/hipcc".into(),
+                hipcc_found: "in the ROCm folder".into(),
+                llvm: LlvmTools::FromHipconfig {
+                    dir: "/usr/lib/llvm-21/bin".into(),
+                    hipconfig: "/usr/bin/hipconfig".into(),
+                    why: "/usr has no llvm/bin".into(),
+                },
             },
             cmake: "/usr/bin/cmake".into(),
             generator: Generator::Ninja,
@@ -560,7 +627,7 @@ mod tests {
         );
         // Another clang folder is another build.
         let mut other = debian();
-        if let LlvmTools::FromHipconfig { dir, .. } = &mut other.llvm {
+        if let LlvmTools::FromHipconfig { dir, .. } = &mut other.rocm.llvm {
             *dir = "/usr/lib/llvm-20/bin".into();
         }
         assert_ne!(
@@ -569,7 +636,7 @@ mod tests {
         );
         // So is another HIP release of the same ROCm series.
         let mut newer = debian();
-        newer.rocm_version.source = VersionSource::HipVersionHeader {
+        newer.rocm.rocm_version.source = VersionSource::HipVersionHeader {
             hip: "6.4.43485".into(),
         };
         assert_ne!(
@@ -744,8 +811,8 @@ mod tests {
         };
         assert_eq!(base.prefix, plan("gfx942", true, local).0.prefix);
         let mut elsewhere = amd(true);
-        elsewhere.rocm_found = "the default".into();
-        elsewhere.hipcc_found = "on PATH".into();
+        elsewhere.rocm.rocm_found = "the default".into();
+        elsewhere.rocm.hipcc_found = "on PATH".into();
         assert_eq!(
             base.prefix,
             plan_with("gfx942", &elsewhere, Source::Fetch, &[]).0.prefix

@@ -1,5 +1,5 @@
-//! The one place where the xtask runs a program through `std::process` rather than through
-//! `xshell` alone: what xshell cannot do. Every command starts as an `xshell::Cmd` (so the
+//! The one place where the build library (and the xtask, which uses it) runs a program through
+//! `std::process` rather than through `xshell` alone: what xshell cannot do. Every command starts as an `xshell::Cmd` (so the
 //! Shell's folder and environment apply) and is converted here to stream its output:
 //! - [`run`]: one build step, its output line by line to a log file (and with
 //!   [`Output::Echo`] to stderr), `[x/y]` progress to a bar, Ctrl-C stops the child, and
@@ -102,6 +102,123 @@ pub fn command(sh: &xshell::Shell, command: &[String]) -> Command {
     Command::from(sh.cmd(&command[0]).args(&command[1..]))
 }
 
+/// Reads the child's stdout and stderr on two threads, line by line, into one channel.
+fn read_lines(
+    child: &mut std::process::Child,
+) -> (mpsc::Receiver<String>, Vec<std::thread::JoinHandle<()>>) {
+    let (tx, rx) = mpsc::channel::<String>();
+    let pipes = [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    ];
+    let readers = pipes
+        .into_iter()
+        .flatten()
+        .map(|pipe| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    (rx, readers)
+}
+
+/// Where a step's lines go: the log, stderr (echo), the progress bar; and what they said.
+struct Sink {
+    log: std::fs::File,
+    output: Output,
+    progress: Option<ProgressBar>,
+    last_report: Instant,
+    disk_full: bool,
+}
+
+impl Sink {
+    fn new(log: std::fs::File, output: Output) -> Self {
+        let progress = (output == Output::Bar).then(|| {
+            let pb = ProgressBar::new(0);
+            pb.set_style(
+                ProgressStyle::with_template("      {bar:40} {pos}/{len} {wide_msg}")
+                    .expect("valid template"),
+            );
+            pb
+        });
+        Self {
+            log,
+            output,
+            progress,
+            last_report: Instant::now(),
+            disk_full: false,
+        }
+    }
+
+    fn take(&mut self, line: String) -> std::io::Result<()> {
+        writeln!(self.log, "{line}")?;
+        if self.output == Output::Echo {
+            eprintln!("{line}");
+        }
+        self.disk_full |= line.contains("No space left on device");
+        if let (Some(pb), Some((done, total))) = (&self.progress, progress_of(&line)) {
+            pb.set_length(total);
+            pb.set_position(done);
+            // Without a terminal the bar is hidden: report every few seconds instead.
+            if pb.is_hidden() && self.last_report.elapsed() > Duration::from_secs(5) {
+                eprintln!("      [{done}/{total}]");
+                self.last_report = Instant::now();
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&self) {
+        if let Some(pb) = &self.progress {
+            pb.finish_and_clear();
+        }
+    }
+}
+
+/// Passes the child's lines to `sink` until it exits (its status) or an interrupt stops it.
+fn wait(
+    child: &mut std::process::Child,
+    rx: &mpsc::Receiver<String>,
+    sink: &mut Sink,
+    interrupt: &Interrupt,
+) -> Result<ExitStatus, StepError> {
+    loop {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(line) => sink.take(line)?,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Ok(child.wait().context("waiting for the build step")?);
+            }
+        }
+        if interrupt.raised() {
+            // The terminal's Ctrl-C reached the child too; a plain `kill` of xtask did not.
+            let _ = child.kill();
+            let _ = child.wait();
+            sink.finish();
+            return Err(StepError::Interrupted);
+        }
+        if let Some(status) = child.try_wait().context("waiting for the build step")? {
+            // Drain what is left in the pipes.
+            for line in rx.iter() {
+                sink.take(line)?;
+            }
+            return Ok(status);
+        }
+    }
+}
+
 /// Runs `command`, appending its output to `log`.
 pub fn run(
     sh: &xshell::Shell,
@@ -115,7 +232,7 @@ pub fn run(
         .append(true)
         .open(log)
         .with_context(|| format!("opening the build log {}", log.display()))?;
-    let shown = crate::build_rocshmem::plan::shell_words(command);
+    let shown = shell_words(command);
     writeln!(log_file, "$ {shown}")?;
     let mut child = self::command(sh, command)
         .stdin(Stdio::null())
@@ -123,95 +240,17 @@ pub fn run(
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("starting {}", command[0]))?;
-    let (tx, rx) = mpsc::channel::<String>();
-    let readers: Vec<_> = [
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-    ]
-    .into_iter()
-    .flatten()
-    .map(|pipe| {
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        })
-    })
-    .collect();
-    drop(tx);
-    let progress = if output == Output::Bar {
-        let pb = ProgressBar::new(0);
-        pb.set_style(
-            ProgressStyle::with_template("      {bar:40} {pos}/{len} {wide_msg}")
-                .expect("valid template"),
-        );
-        Some(pb)
-    } else {
-        None
-    };
-    let mut last_report = Instant::now();
-    let mut disk_full = false;
-    let mut take = |line: String| -> std::io::Result<()> {
-        writeln!(log_file, "{line}")?;
-        if output == Output::Echo {
-            eprintln!("{line}");
-        }
-        disk_full |= line.contains("No space left on device");
-        if let (Some(pb), Some((done, total))) = (&progress, progress_of(&line)) {
-            pb.set_length(total);
-            pb.set_position(done);
-            // Without a terminal the bar is hidden: report every few seconds instead.
-            if pb.is_hidden() && last_report.elapsed() > Duration::from_secs(5) {
-                eprintln!("      [{done}/{total}]");
-                last_report = Instant::now();
-            }
-        }
-        Ok(())
-    };
-    let status = loop {
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(line) => take(line)?,
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                break child.wait().context("waiting for the build step")?;
-            }
-        }
-        if interrupt.raised() {
-            // The terminal's Ctrl-C reached the child too; a plain `kill` of xtask did not.
-            let _ = child.kill();
-            let _ = child.wait();
-            if let Some(pb) = &progress {
-                pb.finish_and_clear();
-            }
-            return Err(StepError::Interrupted);
-        }
-        if let Some(status) = child.try_wait().context("waiting for the build step")? {
-            // Drain what is left in the pipes.
-            for line in rx.iter() {
-                take(line)?;
-            }
-            break status;
-        }
-    };
+    let (rx, readers) = read_lines(&mut child);
+    let mut sink = Sink::new(log_file, output);
+    let status = wait(&mut child, &rx, &mut sink, interrupt)?;
     for reader in readers {
         let _ = reader.join();
     }
-    if let Some(pb) = &progress {
-        pb.finish_and_clear();
-    }
+    sink.finish();
     if status.success() {
         return Ok(());
     }
-    if disk_full {
+    if sink.disk_full {
         return Err(StepError::DiskFull {
             dir: log.parent().unwrap_or(log).to_path_buf(),
         });
@@ -262,7 +301,6 @@ pub fn pipe(
 
 /// Runs `cmd` as another user and group (a test of what that user cannot read), capturing
 /// its output.
-#[cfg(test)]
 pub fn output_as(
     cmd: xshell::Cmd<'_>,
     uid: u32,
@@ -270,6 +308,24 @@ pub fn output_as(
 ) -> std::io::Result<std::process::Output> {
     use std::os::unix::process::CommandExt;
     Command::from(cmd).uid(uid).gid(gid).output()
+}
+
+/// Shell-style rendering of a command for humans (single quotes where needed).
+pub fn shell_words(command: &[String]) -> String {
+    command
+        .iter()
+        .map(|w| {
+            if !w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+            {
+                w.clone()
+            } else {
+                format!("'{}'", w.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]

@@ -73,6 +73,69 @@ impl Project<'_> {
     }
 }
 
+/// Why the CMake cache kept in `build_dir` no longer fits, if it does not: it was made from
+/// another source folder, or it names files or folders that are gone (e.g. an MPI that was
+/// installed where it was configured, or in another root sharing this out folder). What is
+/// installed on the machine is not part of a build's hash, so a kept tree can outlive it;
+/// CMake would then fail with "Imported target ... includes non-existent path" and no hint.
+pub fn stale_cache(build_dir: &Path, source: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(build_dir.join("CMakeCache.txt")).ok()?;
+    let mut gone = Vec::new();
+    for line in text.lines() {
+        if line.starts_with('#') || line.starts_with("//") {
+            continue;
+        }
+        let Some((name_type, value)) = line.split_once('=') else {
+            continue;
+        };
+        let Some((name, kind)) = name_type.split_once(':') else {
+            continue;
+        };
+        if name == "CMAKE_HOME_DIRECTORY" && Path::new(value) != source {
+            return Some(format!(
+                "it was configured from {value}, not {}",
+                source.display()
+            ));
+        }
+        if kind != "FILEPATH" && kind != "PATH" {
+            continue;
+        }
+        let missing = value
+            .split(';')
+            .filter(|v| v.starts_with('/') && !v.ends_with("-NOTFOUND"))
+            .find(|v| !Path::new(v).exists());
+        if let Some(path) = missing {
+            gone.push(format!("{name} = {path}"));
+        }
+    }
+    (!gone.is_empty()).then(|| {
+        format!(
+            "its cache names what this machine no longer has: {}",
+            gone.join(", ")
+        )
+    })
+}
+
+/// Removes a kept build tree whose CMake cache no longer fits (see [`stale_cache`]), saying
+/// why; the next configure starts over.
+pub fn drop_stale_tree(build_dir: &Path, source: &Path) -> anyhow::Result<()> {
+    let Some(why) = stale_cache(build_dir, source) else {
+        return Ok(());
+    };
+    eprintln!(
+        "note: the kept build folder {} does not fit this machine ({why}): configuring it anew",
+        build_dir.display()
+    );
+    std::fs::remove_dir_all(build_dir).map_err(|e| {
+        anyhow::anyhow!(
+            "removing the stale build folder {}: {e}; remove it yourself and run again",
+            build_dir.display()
+        )
+    })?;
+    std::fs::create_dir_all(build_dir)
+        .map_err(|e| anyhow::anyhow!("creating {}: {e}", build_dir.display()))
+}
+
 /// Which step runs: the build step shows progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
@@ -152,5 +215,50 @@ mod tests {
         }
         .steps();
         assert_eq!(steps.build[3..], ["--parallel", "8"]);
+    }
+
+    /// A cache that names a path this machine lacks (an MPI installed where the tree was
+    /// configured), or another source folder, is stale; one whose paths exist, or are
+    /// NOTFOUND, is kept.
+    #[test]
+    fn a_cache_naming_what_is_gone_is_stale_and_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let build = dir.path().join("build");
+        let source = dir.path().join("src");
+        std::fs::create_dir_all(&build).unwrap();
+        std::fs::create_dir_all(&source).unwrap();
+        assert_eq!(
+            stale_cache(&build, &source),
+            None,
+            "no cache: nothing stale"
+        );
+        let fine = format!(
+            "# This is the CMakeCache file.\n//A comment\nCMAKE_HOME_DIRECTORY:INTERNAL={}\n\
+             CMAKE_CXX_COMPILER:FILEPATH=/bin/sh\nMPI_CXX_HEADER_DIR:PATH=MPI_CXX_HEADER_DIR-NOTFOUND\n\
+             GPU_TARGETS:STRING=/not/a/path\n",
+            source.display()
+        );
+        std::fs::write(build.join("CMakeCache.txt"), &fine).unwrap();
+        assert_eq!(stale_cache(&build, &source), None);
+        let mpi = fine.replace(
+            "MPI_CXX_HEADER_DIR-NOTFOUND",
+            "/usr/lib/x86_64-linux-gnu/openmpi/include;/nonexistent/openmpi/include",
+        );
+        std::fs::write(build.join("CMakeCache.txt"), &mpi).unwrap();
+        std::fs::write(build.join("kept.o"), "").unwrap();
+        let why = stale_cache(&build, &source).unwrap();
+        assert!(
+            why.contains("MPI_CXX_HEADER_DIR = /") && why.contains("no longer has"),
+            "{why}"
+        );
+        drop_stale_tree(&build, &source).unwrap();
+        assert!(build.is_dir() && !build.join("kept.o").exists());
+        std::fs::write(build.join("CMakeCache.txt"), &fine).unwrap();
+        let other = dir.path().join("other-src");
+        assert!(
+            stale_cache(&build, &other)
+                .unwrap()
+                .contains("it was configured from")
+        );
     }
 }

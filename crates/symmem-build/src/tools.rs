@@ -1,0 +1,113 @@
+//! Finding programs on this machine (git, CMake, Ninja or Make, nvcc) for every command that
+//! needs them; each miss names the fix. ROCm's are found in [`crate::rocm`].
+
+use anyhow::{Context, bail};
+use std::path::{Path, PathBuf};
+use xshell::{Shell, cmd};
+
+/// How CMake drives the build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Generator {
+    Ninja,
+    Makefiles,
+}
+
+impl Generator {
+    pub fn cmake_name(self) -> &'static str {
+        match self {
+            Self::Ninja => "Ninja",
+            Self::Makefiles => "Unix Makefiles",
+        }
+    }
+}
+
+/// Finds `name` on PATH.
+pub fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate))
+}
+
+/// `program` as a command line names it: a path when it has a `/`, else a name on PATH.
+pub fn program(program: &Path) -> Option<PathBuf> {
+    if program.components().count() > 1 {
+        Some(program.to_path_buf()).filter(|p| is_executable(p))
+    } else {
+        which(program.to_str()?)
+    }
+}
+
+pub fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+pub fn git() -> anyhow::Result<PathBuf> {
+    which("git").context("git not found on PATH: install git (apt-get install git), or build from a local checkout with --source DIR")
+}
+
+/// CMake >= 3.20 (rocSHMEM's minimum).
+pub fn cmake(sh: &Shell) -> anyhow::Result<PathBuf> {
+    let cmake = which("cmake").context(
+        "cmake not found on PATH: install CMake >= 3.20 (apt-get install cmake, pip install cmake) \
+         or run inside `nix develop`",
+    )?;
+    let out = cmd!(sh, "{cmake} --version")
+        .quiet()
+        .ignore_status()
+        .output()
+        .context("running cmake --version")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text.split_whitespace().nth(2).unwrap_or_default();
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if (major, minor) < (3, 20) {
+        bail!(
+            "cmake {version} at {} is too old: rocSHMEM needs >= 3.20 (pip install cmake)",
+            cmake.display()
+        );
+    }
+    Ok(cmake)
+}
+
+/// nvcc: `given` (--nvcc), else `$CUDACXX`, else nvcc on PATH, else `$CUDA_HOME/bin/nvcc`
+/// (or `$CUDA_PATH`'s).
+pub fn nvcc(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let found = given
+        .map(Path::to_path_buf)
+        .or_else(|| var("CUDACXX"))
+        .or_else(|| which("nvcc"))
+        .or_else(|| {
+            var("CUDA_HOME")
+                .or_else(|| var("CUDA_PATH"))
+                .map(|h| h.join("bin/nvcc"))
+        });
+    match found {
+        Some(p) if p.is_file() => Ok(std::path::absolute(&p).unwrap_or(p)),
+        _ => bail!(
+            "nvcc not found: install the CUDA toolkit (or `pip install nvidia-cuda-nvcc==13.0.* \
+             nvidia-cuda-runtime==13.0.* nvidia-cuda-crt==13.0.* nvidia-cuda-cccl==13.0.* \
+             nvidia-nvvm==13.0.*`) and pass --nvcc or set CUDACXX"
+        ),
+    }
+}
+
+/// Ninja when present, else Make.
+pub fn generator() -> anyhow::Result<Generator> {
+    if which("ninja").is_some() {
+        Ok(Generator::Ninja)
+    } else if which("make").is_some() {
+        Ok(Generator::Makefiles)
+    } else {
+        bail!(
+            "neither ninja nor make found on PATH: install ninja (apt-get install ninja-build, pip install ninja)"
+        )
+    }
+}
