@@ -122,65 +122,66 @@ impl Passed {
     }
 }
 
-/// A usage error of `cargo xtask test|bench`: printed as clap prints its own, exit code 2.
-fn usage(message: String) -> ! {
+/// A usage error of `cargo xtask SUBCOMMAND`: printed as clap prints its own, exit code 2.
+fn usage(subcommand: &str, message: String) -> ! {
     use clap::CommandFactory;
     let mut cli = crate::Cli::command();
     cli.build();
-    let name = ["test", "bench"]
-        .into_iter()
-        .find(|n| std::env::args().any(|a| a == *n))
-        .unwrap_or("test");
-    let mut command = cli.find_subcommand(name).cloned().unwrap_or(cli);
+    let mut command = cli.find_subcommand(subcommand).cloned().unwrap_or(cli);
     command
         .error(clap::error::ErrorKind::ValueValidation, message)
         .exit()
 }
 
+/// The value, or the error as a usage error of `cargo xtask SUBCOMMAND`.
+fn or_usage<T>(subcommand: &str, result: Result<T, String>) -> T {
+    result.unwrap_or_else(|message| usage(subcommand, message))
+}
+
 /// `value` of `flag` as one of `T`'s names; another is a usage error listing them.
-fn value_enum<T: ValueEnum>(flag: &str, value: Option<String>) -> Option<T> {
-    value.map(|v| {
-        T::from_str(&v, false).unwrap_or_else(|_| {
-            let names: Vec<String> = T::value_variants()
-                .iter()
-                .filter_map(|t| t.to_possible_value().map(|p| p.get_name().to_string()))
-                .collect();
-            usage(format!(
-                "invalid value '{v}' for {flag}: one of {}",
-                names.join(", ")
-            ))
+fn value_enum<T: ValueEnum>(flag: &str, value: Option<String>) -> Result<Option<T>, String> {
+    value
+        .map(|v| {
+            T::from_str(&v, false).map_err(|_| {
+                let names: Vec<String> = T::value_variants()
+                    .iter()
+                    .filter_map(|t| t.to_possible_value().map(|p| p.get_name().to_string()))
+                    .collect();
+                format!(
+                    "invalid value '{v}' for {flag}: one of {}",
+                    names.join(", ")
+                )
+            })
         })
-    })
+        .transpose()
 }
 
 pub fn test(sh: &xshell::Shell, args: TestArgs) -> anyhow::Result<ExitCode> {
     let mut args = Passed(args.args);
-    let engine: Option<Engine> = value_enum(
-        "--container",
-        args.take("--container").unwrap_or_else(|e| usage(e)),
-    );
-    let base: Option<Base> = value_enum(
-        "--image-base",
-        args.take("--image-base").unwrap_or_else(|e| usage(e)),
-    );
-    let provider = args.provider().unwrap_or_else(|e| usage(e));
+    let engine = args.take("--container");
+    let engine: Option<Engine> =
+        or_usage("test", engine.and_then(|v| value_enum("--container", v)));
+    let base = args.take("--image-base");
+    let base: Option<Base> = or_usage("test", base.and_then(|v| value_enum("--image-base", v)));
+    let provider = or_usage("test", args.provider());
     let Some(engine) = engine else {
         if base.is_some() {
-            usage("--image-base chooses the image of --container: add --container docker|apptainer, or drop it".into());
+            usage(
+                "test",
+                "--image-base chooses the image of --container: add --container \
+                 docker|apptainer, or drop it"
+                    .into(),
+            );
         }
         return exec_matrix(sh, "test", args, provider, &[MATRIX, RANK], "--rank-binary");
     };
     if provider == Some(ProviderKind::Nvshmem) {
         anyhow::bail!("--container runs the ROCm images, which have no NVSHMEM: drop --provider");
     }
-    let mut take_path = |flag| {
-        args.take(flag)
-            .unwrap_or_else(|e| usage(e))
-            .map(PathBuf::from)
-    };
+    let mut take_path = |flag| or_usage("test", args.take(flag)).map(PathBuf::from);
     let shim_lib = take_path("--shim-lib");
     let rank_binary = take_path("--rank-binary");
-    args.take("--provider").unwrap_or_else(|e| usage(e));
+    or_usage("test", args.take("--provider"));
     let request = Request {
         provider,
         shim_lib,
@@ -192,9 +193,9 @@ pub fn test(sh: &xshell::Shell, args: TestArgs) -> anyhow::Result<ExitCode> {
 
 pub fn bench(sh: &xshell::Shell, args: BenchArgs) -> anyhow::Result<ExitCode> {
     let mut args = Passed(args.args);
-    let provider = args.provider().unwrap_or_else(|e| usage(e));
+    let provider = or_usage("bench", args.provider());
     if let Some(provider) = provider
-        && args.value("--out").unwrap_or_else(|e| usage(e)).is_none()
+        && or_usage("bench", args.value("--out")).is_none()
     {
         let out = target_dir()
             .join("bench")
@@ -222,7 +223,7 @@ fn exec_matrix(
     binaries: &[Binary],
     program_flag: &str,
 ) -> anyhow::Result<ExitCode> {
-    let given = |flag| args.value(flag).unwrap_or_else(|e| usage(e)).is_some();
+    let given = |flag| or_usage(subcommand, args.value(flag)).is_some();
     let binaries = if given(program_flag) {
         &binaries[..1]
     } else {
@@ -280,5 +281,14 @@ mod tests {
         );
         let e = passed("--provider cuda").provider().unwrap_err();
         assert!(e.contains("'cuda'") && e.contains("host"), "{e}");
+        let e = value_enum::<Engine>("--container", Some("podman".into())).unwrap_err();
+        assert_eq!(
+            e,
+            "invalid value 'podman' for --container: one of docker, apptainer"
+        );
+        assert_eq!(
+            value_enum::<Base>("--image-base", Some("debian".into())),
+            Ok(Some(Base::Debian))
+        );
     }
 }
