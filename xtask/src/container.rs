@@ -300,7 +300,8 @@ fn ensure_docker_image(
     }
     if model.base == Base::Debian {
         bail!(
-            "{image} is not in the engine, and the Debian-base image is never published: build              it here (no network needed but a Debian mirror), then run again:\n  cargo xtask \
+            "{image} is not in the engine, and the Debian-base image is never published: build \
+             it here (no network needed but a Debian mirror), then run again:\n  cargo xtask \
              images base && cargo xtask images build"
         );
     }

@@ -172,7 +172,7 @@ fn the_definition_has_header_sections_and_arguments() {
     assert!(position("cargo xtask images tag") < position("cargo xtask build-rocshmem"));
     assert!(position("cargo xtask build-rocshmem") < position("cargo xtask build-shim"));
     assert!(position("cargo xtask build-shim") < position("cargo build --locked --workspace"));
-    assert!(position("cargo build --locked --workspace") < position("install -m 0755"));
+    assert!(position("cargo build --locked --workspace") < position("install -s -m 0755"));
     assert!(position("cargo xtask build-shim") < position("install -m 0644"));
 
     // Run script and test: the rocSHMEM matrix, installed; the test runs one rank.

@@ -357,7 +357,8 @@ fn pinned_toolchain(
     };
     if field("release:") != pinned {
         bail!(
-            "the image gets this machine's Rust, but rustc here is {} and pins.toml pins              {pinned}: install {pinned} (rustup toolchain install {pinned})",
+            "the image gets this machine's Rust, but rustc here is {} and pins.toml pins \
+             {pinned}: install {pinned} (rustup toolchain install {pinned})",
             field("release:")
         );
     }

@@ -393,13 +393,14 @@ fn tag_check() -> String {
     format!("cargo xtask images tag --expect-tag \"@{TAG_ARG}@\" > /etc/symmem-image-tag")
 }
 
-/// Commands that install [`INSTALLED`] from the workspace's build into [`BIN`].
+/// The command that installs [`INSTALLED`] from the workspace's build into [`BIN`], stripped
+/// (the debug build's symbols stay with the workspace's copies).
 fn install_programs() -> String {
     let built: Vec<String> = INSTALLED
         .iter()
         .map(|p| format!("{WORKDIR}/target/debug/{p}"))
         .collect();
-    format!("install -m 0755 {} {BIN}/", built.join(" "))
+    format!("install -s -m 0755 {} {BIN}/", built.join(" "))
 }
 
 /// The last build step of both images: the workspace, the programs installed, `target/`
