@@ -101,19 +101,43 @@
             dontUseNinjaInstall = true;
           };
 
+          # The product: symmem-matrix (the conformance matrix and the GPU bench) with the
+          # programs it runs beside it in bin/: the rank binary symmem-conformance, the bench
+          # binary symmem-gpu-bench and the launcher symmem-run. It needs no checkout.
+          matrixArgs = commonArgs // {
+            pname = "symmem-matrix";
+            cargoExtraArgs = "--locked --package symmem-matrix --package symmem-conformance --package symmem-gpu --package symmem-launch --bins";
+          };
+          symmemMatrix = craneLib.buildPackage (
+            matrixArgs
+            // {
+              cargoArtifacts = craneLib.buildDepsOnly matrixArgs;
+              doCheck = false; # checks.tests runs every test of the workspace
+              meta = {
+                description = "symmem's conformance matrix and GPU bench (symmem-matrix), with the rank binary and symmem-run";
+                mainProgram = "symmem-matrix";
+                license = with lib.licenses; [
+                  mit
+                  asl20
+                ];
+              };
+            }
+          );
+
           xtaskArgs = commonArgs // {
             pname = "symmem-xtask";
             cargoExtraArgs = "--locked --package xtask";
           };
-          # The xtask binary. It locates pins.toml and target/ from the path it was compiled at,
-          # so outside a checkout pass `--pins` and `--out-dir` (README, "Nix").
+          # The developers' task runner (pinned rocSHMEM builds, the shim, codegen, images). It
+          # locates pins.toml and target/ from the path it was compiled at, so outside a
+          # checkout pass `--pins` and `--out-dir` (README, "Nix").
           xtask = craneLib.buildPackage (
             xtaskArgs
             // {
               cargoArtifacts = craneLib.buildDepsOnly xtaskArgs;
               doCheck = false; # checks.tests runs every test of the workspace
               meta = {
-                description = "symmem's cargo xtask: conformance matrix and pinned rocSHMEM builds";
+                description = "symmem's cargo xtask: pinned rocSHMEM and shim builds, codegen, images";
                 mainProgram = "xtask";
                 license = with lib.licenses; [
                   mit
@@ -125,6 +149,7 @@
 
           checks = {
             inherit xtask;
+            symmem-matrix = symmemMatrix;
 
             fmt = craneLib.cargoFmt {
               inherit (commonArgs) src pname version;
@@ -285,7 +310,8 @@
         in
         {
           packages = {
-            default = xtask;
+            default = symmemMatrix;
+            symmem-matrix = symmemMatrix;
             inherit xtask;
           }
           // lib.optionalAttrs hasRocm { rocm-path = rocmPath; };

@@ -74,6 +74,7 @@ in
       value = {
         packages = [
           "default"
+          "symmem-matrix"
           "xtask"
         ]
         ++ (if hasRocm system then [ "rocm-path" ] else [ ]);
@@ -82,6 +83,7 @@ in
           "clippy"
           "conformance"
           "fmt"
+          "symmem-matrix"
           "tests"
           "xtask"
         ];

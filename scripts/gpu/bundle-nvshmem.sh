@@ -12,11 +12,15 @@ if [ -z "${NVSHMEM_HOME:-}" ] || [ -z "${CUDACXX:-}" ]; then
   source scripts/gpu/nvshmem-sdk.sh
 fi
 mkdir -p "$out"
-cargo build --release -p xtask -p symmem-conformance -p symmem-gpu -p symmem-launch --bins
+# The product binaries only (symmem-matrix runs the matrix and the bench); no xtask.
+bins=(symmem-matrix symmem-conformance symmem-gpu-bench symmem-run)
+cargo build --release -p symmem-matrix -p symmem-conformance -p symmem-gpu -p symmem-launch --bins
 shim=$(cargo xtask build-shim --backend nvshmem --nvcc "$CUDACXX" --nvshmem-home "$NVSHMEM_HOME")
 rel=${CARGO_TARGET_DIR:-target}/release
-cp "$rel"/xtask "$rel"/symmem-conformance "$rel"/symmem-gpu-bench "$rel"/symmem-run "$out"/
-strip "$out"/xtask "$out"/symmem-conformance "$out"/symmem-gpu-bench "$out"/symmem-run
+for bin in "${bins[@]}"; do
+  cp "$rel/$bin" "$out"/
+  strip "$out/$bin"
+done
 cp "$shim" "$out"/
 cp scripts/gpu/run-nvshmem.sh "$out"/
 echo "bundle ready in $out ($(du -sh "$out" | cut -f1))"

@@ -52,7 +52,7 @@ pub fn run(sh: &xshell::Shell, args: Args) -> anyhow::Result<()> {
         bindings::Outcome::Generated(file) => files.push(file),
         bindings::Outcome::Skipped(why) => skip(&why)?,
     }
-    files.extend(crate::images::generated_files(&root)?);
+    files.extend(container_files(&root)?);
     if args.check {
         return check(&root, &files, REFRESH);
     }
@@ -68,6 +68,19 @@ fn skip(why: &str) -> anyhow::Result<()> {
     }
     eprintln!("SKIPPED: {why}");
     Ok(())
+}
+
+/// The container files, generated from the pins at `root` through the images' model.
+pub fn container_files(root: &Path) -> anyhow::Result<Vec<Generated>> {
+    let models = crate::images::load_models(root)?;
+    Ok(crate::images::generate(&models)
+        .into_iter()
+        .map(|(path, contents)| Generated {
+            path: path.into(),
+            from: "pins.toml and xtask/src/images",
+            contents,
+        })
+        .collect())
 }
 
 /// Writes the files that differ from what is there.
@@ -258,6 +271,33 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(dir.path().join("containers/Dockerfile")).unwrap(),
             "FROM x\n"
+        );
+    }
+
+    /// The container files: written, they check clean; an edited and a missing one are named
+    /// with what they are made from.
+    #[test]
+    fn check_passes_on_generated_container_files_and_shows_a_diff_on_drift() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = container_files(&project_root()).unwrap();
+        write(dir.path(), &files).unwrap();
+        check(dir.path(), &files, REFRESH).unwrap();
+        let dockerfile = dir.path().join("containers/Dockerfile");
+        let edited =
+            std::fs::read_to_string(&dockerfile)
+                .unwrap()
+                .replacen("FROM ", "FROM edited/", 1);
+        std::fs::write(&dockerfile, edited).unwrap();
+        std::fs::remove_file(dir.path().join(".dockerignore")).unwrap();
+        let e = format!("{:#}", check(dir.path(), &files, REFRESH).unwrap_err());
+        assert!(
+            e.contains("containers/Dockerfile, .dockerignore differ"),
+            "{e}"
+        );
+        assert!(
+            e.contains("pins.toml and xtask/src/images generate")
+                && e.contains("run `cargo xtask codegen`"),
+            "{e}"
         );
     }
 }

@@ -1,42 +1,16 @@
-//! `cargo xtask test --container docker|apptainer`: the rocSHMEM conformance matrix inside the
-//! prebuilt image for the current tag, pulled when missing, run with the ROCm device flags.
+//! `cargo xtask test --container docker|apptainer`: `symmem-matrix test` (the conformance
+//! matrix) inside the prebuilt image for the current tag, pulled when missing, run with the
+//! ROCm device flags.
 
-use crate::images::{self, model, model::Base, model::Model};
+use crate::images::model::{self, Base, Engine, Model, apptainer_flags, docker_flags};
+use crate::images::{self};
 use crate::project::{project_root, target_dir};
 use anyhow::{Context, bail};
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
-use symmem::{ProviderKind, format_duration, format_elapsed};
+use symmem::{ProviderKind, format_elapsed};
 use xshell::{Shell, cmd};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Engine {
-    /// Docker (or a docker-compatible CLI such as Podman's).
-    Docker,
-    /// Apptainer: the SIF image is pulled into target/images/.
-    Apptainer,
-}
-
-impl Engine {
-    fn program(self) -> &'static str {
-        match self {
-            Engine::Docker => "docker",
-            Engine::Apptainer => "apptainer",
-        }
-    }
-}
-
-/// Which image `--container` runs (flattened into `cargo xtask test`).
-#[derive(clap::Args, Debug, Clone, Copy)]
-pub struct ImageArgs {
-    /// With --container: the image's base. `amd`: the published image on AMD's ROCm image
-    /// (rocSHMEM inside; pulled when missing). `debian`: the image on Debian's ROCm built here
-    /// (`cargo xtask images base`, then `cargo xtask images build`; no rocSHMEM).
-    #[arg(long, value_enum, default_value = "amd", value_name = "BASE")]
-    pub image_base: Base,
-}
 
 /// What `cargo xtask test` asks of the run inside the image.
 #[derive(Clone, Debug)]
@@ -44,14 +18,11 @@ pub struct Request {
     /// The provider given on the command line; `None`: the image's default (rocshmem in the
     /// AMD image, host in the Debian one).
     pub provider: Option<ProviderKind>,
-    pub ranks: Vec<usize>,
-    pub timeout: Duration,
-    pub grace: Duration,
     /// Host files bind-mounted read-only into the run and passed on.
     pub shim_lib: Option<PathBuf>,
     pub rank_binary: Option<PathBuf>,
-    /// `--check` ids; empty: every check.
-    pub checks: Vec<String>,
+    /// The other arguments of `symmem-matrix test`, passed on as given (it checks them).
+    pub rest: Vec<String>,
 }
 
 /// Where `--shim-lib` and `--rank-binary` files appear inside the container.
@@ -88,24 +59,11 @@ impl Request {
         Ok(mounts)
     }
 
-    /// `cargo xtask test` as it runs inside the image.
+    /// `symmem-matrix test` as it runs inside the image.
     pub fn inner_command(&self, model: &Model) -> anyhow::Result<Vec<String>> {
-        let ranks: Vec<String> = self.ranks.iter().map(ToString::to_string).collect();
-        let mut command: Vec<String> = ["cargo", "xtask", "test", "--provider"]
-            .map(String::from)
-            .to_vec();
-        command.extend([
-            self.provider(model).name().to_string(),
-            "--ranks".into(),
-            ranks.join(","),
-            "--timeout".into(),
-            format_duration(self.timeout),
-            "--grace".into(),
-            format_duration(self.grace),
-        ]);
-        if !self.checks.is_empty() {
-            command.extend(["--check".into(), self.checks.join(",")]);
-        }
+        let mut command: Vec<String> = model::MATRIX_TEST.map(String::from).to_vec();
+        command.extend(["--provider".into(), self.provider(model).name().to_string()]);
+        command.extend(self.rest.iter().cloned());
         let mounts = self.mounts()?;
         let mut mounted = mounts.iter().map(|(_, inside)| inside.clone());
         if self.shim_lib.is_some() {
@@ -128,16 +86,11 @@ pub struct Host {
     pub cache: PathBuf,
 }
 
-pub fn run(
-    sh: &Shell,
-    engine: Engine,
-    image: ImageArgs,
-    request: &Request,
-) -> anyhow::Result<ExitCode> {
+pub fn run(sh: &Shell, engine: Engine, base: Base, request: &Request) -> anyhow::Result<ExitCode> {
     let root = project_root();
-    let model = images::load_model(&root, image.image_base)?;
+    let model = images::load_model(&root, base)?;
     let tag = images::tag::compute(sh, &root)?;
-    eprintln!("image tag {tag} (cargo xtask images --tag)");
+    eprintln!("image tag {tag} (cargo xtask images tag)");
     let host = Host {
         path: std::env::var_os("PATH"),
         kfd: PathBuf::from("/dev/kfd"),
@@ -221,35 +174,6 @@ fn is_podman(sh: &Shell, exe: &Path) -> bool {
                 .to_lowercase()
                 .contains("podman")
         })
-}
-
-/// `docker run` flags: the common ones, the GPU devices for GPU providers; under Podman
-/// explicit file and process limits (it does not inherit Docker's defaults).
-pub fn docker_flags(gpu: bool, podman: bool) -> Vec<String> {
-    let mut flags: Vec<String> = model::DOCKER_RUN_FLAGS
-        .iter()
-        .map(|f| f.to_string())
-        .collect();
-    if gpu {
-        flags.extend(model::DOCKER_GPU_FLAGS.iter().map(|f| f.to_string()));
-    }
-    if podman {
-        flags.extend([
-            "--ulimit=nofile=20000:20000".into(),
-            "--ulimit=nproc=96362:96362".into(),
-        ]);
-    }
-    flags
-}
-
-/// `apptainer exec` flags: `--rocm` for GPU providers only.
-pub fn apptainer_flags(gpu: bool) -> Vec<String> {
-    let mut flags = Vec::new();
-    if gpu {
-        flags.extend(model::APPTAINER_GPU_FLAGS.iter().map(|f| f.to_string()));
-    }
-    flags.extend(model::APPTAINER_RUN_FLAGS.iter().map(|f| f.to_string()));
-    flags
 }
 
 /// The engine's arguments for one run of `inner` in `image`.
@@ -376,7 +300,8 @@ fn ensure_docker_image(
     }
     if model.base == Base::Debian {
         bail!(
-            "{image} is not in the engine, and the Debian-base image is never published: build              it here (no network needed but a Debian mirror), then run again:\n  cargo xtask \
+            "{image} is not in the engine, and the Debian-base image is never published: build \
+             it here (no network needed but a Debian mirror), then run again:\n  cargo xtask \
              images base && cargo xtask images build"
         );
     }
@@ -487,12 +412,11 @@ mod tests {
     fn request(provider: Option<&str>) -> Request {
         Request {
             provider: provider.map(|p| ProviderKind::from_name(p).expect("a provider name")),
-            ranks: vec![1, 8],
-            timeout: Duration::from_secs(120),
-            grace: Duration::from_millis(1500),
             shim_lib: None,
             rank_binary: None,
-            checks: Vec::new(),
+            rest: ["--ranks", "1,8", "--timeout", "120s", "--grace", "1500ms"]
+                .map(String::from)
+                .to_vec(),
         }
     }
 
@@ -509,17 +433,17 @@ mod tests {
     fn the_inner_command_carries_the_options() {
         assert_eq!(
             inner().inner_command(&model()).unwrap().join(" "),
-            "cargo xtask test --provider rocshmem --ranks 1,8 --timeout 120s --grace 1500ms"
+            "symmem-matrix test --provider rocshmem --ranks 1,8 --timeout 120s --grace 1500ms"
         );
     }
 
     #[test]
     fn chosen_checks_reach_the_inner_command() {
         let mut two = request(Some("host"));
-        two.checks = vec!["7".into(), "10b".into()];
+        two.rest.extend(["--check".into(), "7,10b".into()]);
         assert_eq!(
             two.inner_command(&model()).unwrap().join(" "),
-            "cargo xtask test --provider host --ranks 1,8 --timeout 120s --grace 1500ms \
+            "symmem-matrix test --provider host --ranks 1,8 --timeout 120s --grace 1500ms \
              --check 7,10b"
         );
     }
@@ -531,7 +455,7 @@ mod tests {
             host.inner_command(&model())
                 .unwrap()
                 .join(" ")
-                .starts_with("cargo xtask test --provider host --ranks 1,8")
+                .starts_with("symmem-matrix test --provider host --ranks 1,8")
         );
         assert!(!host.gpu(&model()));
         assert!(request(None).gpu(&model()));
@@ -657,7 +581,7 @@ mod tests {
         let log = std::fs::read_to_string(log).unwrap();
         let run = log.lines().find(|l| l.starts_with("run ")).unwrap();
         assert!(!run.contains("--device"), "{run}");
-        assert!(run.contains("localhost/symmem/symmem-debian:0123456789abcdef cargo xtask test --provider host --ranks 1,8"), "{run}");
+        assert!(run.contains("localhost/symmem/symmem-debian:0123456789abcdef symmem-matrix test --provider host --ranks 1,8"), "{run}");
         assert!(!log.contains("pull"), "{log}");
     }
 
@@ -759,7 +683,7 @@ mod tests {
             format!(
                 "run --rm --init --security-opt=seccomp=unconfined --cap-add=SYS_PTRACE \
                  --ipc=host --device=/dev/kfd --device=/dev/dri --group-add=video \
-                 --ulimit=memlock=-1 {image} cargo xtask test --provider rocshmem --ranks 1,8 \
+                 --ulimit=memlock=-1 {image} symmem-matrix test --provider rocshmem --ranks 1,8 \
                  --timeout 120s --grace 1500ms"
             )
         );
@@ -823,7 +747,7 @@ mod tests {
             model.apptainer_image("0123456789abcdef").unwrap()
         )));
         assert!(log.contains(&format!(
-            "exec --rocm --cleanenv --writable-tmpfs --pwd /opt/symmem {} cargo xtask test",
+            "exec --rocm --cleanenv --writable-tmpfs --pwd /opt/symmem {} symmem-matrix test",
             sif.display()
         )));
     }

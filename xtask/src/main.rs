@@ -1,13 +1,12 @@
 //! Project tasks: `cargo xtask <command>`. One module per command.
 
-mod bench;
 mod build_rocshmem;
 mod build_shim;
 mod codegen;
 mod container;
 mod images;
+mod matrix;
 mod project;
-mod test;
 
 // The build library's shared floor, under the names the xtask's modules use.
 use symmem_build::{pins, runner, tools};
@@ -26,10 +25,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    Test(test::TestArgs),
+    Test(matrix::TestArgs),
     BuildRocshmem(build_rocshmem::Args),
     BuildShim(build_shim::Args),
-    Bench(bench::Args),
+    Bench(matrix::BenchArgs),
     Images(images::Args),
     Codegen(codegen::Args),
 }
@@ -51,10 +50,10 @@ fn main() -> ExitCode {
 /// Runs one command; every program it starts goes through `sh`.
 fn run(sh: &xshell::Shell, command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Test(args) => test::run(sh, args),
+        Command::Test(args) => matrix::test(sh, args),
         Command::BuildRocshmem(args) => build_rocshmem::run(sh, args).map(|()| ExitCode::SUCCESS),
         Command::BuildShim(args) => build_shim::run(sh, args).map(|()| ExitCode::SUCCESS),
-        Command::Bench(args) => bench::run(sh, args),
+        Command::Bench(args) => matrix::bench(sh, args),
         Command::Images(args) => images::run(sh, args).map(|()| ExitCode::SUCCESS),
         Command::Codegen(args) => codegen::run(sh, args).map(|()| ExitCode::SUCCESS),
     }

@@ -1,10 +1,8 @@
 //! Where the workspace is and how to build its binaries.
 
-use anyhow::bail;
-use clap::builder::TypedValueParser;
+use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use symmem::ProviderKind;
-use symmem::settings::SHIM_LIB;
 use xshell::{Shell, cmd};
 
 /// The workspace root (xtask lives one level below it).
@@ -23,99 +21,105 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| project_root().join("target"))
 }
 
-/// Builds binary `bin` of package `package` and returns its path, as cargo reports it.
-/// `instead` is the flag that gives a built binary, for the error when cargo is missing.
-pub fn build_binary(
-    sh: &Shell,
-    package: &str,
-    bin: &str,
-    instead: &str,
-) -> anyhow::Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    build_binary_with(sh, &cargo, package, bin, instead)
+/// One binary of the workspace.
+#[derive(Clone, Copy, Debug)]
+pub struct Binary {
+    pub package: &'static str,
+    pub bin: &'static str,
 }
 
-fn build_binary_with(
+/// Builds `binaries` with one cargo run and returns their paths, in order, as cargo reports
+/// them.
+pub fn build_binaries(sh: &Shell, binaries: &[Binary]) -> anyhow::Result<Vec<PathBuf>> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    build_binaries_with(sh, &cargo, binaries)
+}
+
+fn build_binaries_with(
     sh: &Shell,
     cargo: &std::ffi::OsStr,
-    package: &str,
-    bin: &str,
-    instead: &str,
-) -> anyhow::Result<PathBuf> {
+    binaries: &[Binary],
+) -> anyhow::Result<Vec<PathBuf>> {
+    let names: Vec<&str> = binaries.iter().map(|b| b.bin).collect();
+    let names = names.join(" and ");
     if crate::tools::program(Path::new(cargo)).is_none() {
         bail!(
-            "cannot build {bin}: `{}` was not found (is cargo on PATH?). Without cargo, pass a \
-             built binary instead: {instead} PATH/{bin}",
+            "cannot build {names}: `{}` was not found (is cargo on PATH?). Without cargo, run \
+             the installed programs instead (`symmem-matrix test --help`)",
             Path::new(cargo).display()
         );
+    }
+    let mut selection = Vec::new();
+    for b in binaries {
+        selection.extend(["--package", b.package, "--bin", b.bin]);
     }
     let _root = sh.push_dir(project_root());
     // Cargo's messages (stderr) show as it builds; its JSON (stdout) is read here.
     let stdout = cmd!(
         sh,
-        "{cargo} build --package {package} --bin {bin} --message-format json-render-diagnostics"
+        "{cargo} build {selection...} --message-format json-render-diagnostics"
     )
     .quiet()
     .read()
     .map_err(|err| {
-        anyhow::anyhow!("building {bin} failed (see the compiler output above): {err}")
+        anyhow::anyhow!("building {names} failed (see the compiler output above): {err}")
     })?;
+    let mut built: Vec<Option<PathBuf>> = vec![None; binaries.len()];
     for line in stdout.lines() {
         let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
-        let is_bin = message["target"]["name"] == bin
-            && message["target"]["kind"]
-                .as_array()
-                .is_some_and(|k| k.iter().any(|k| k == "bin"));
-        if let (true, Some(exe)) = (is_bin, message["executable"].as_str()) {
-            return Ok(PathBuf::from(exe));
+        let is_bin = message["target"]["kind"]
+            .as_array()
+            .is_some_and(|k| k.iter().any(|k| k == "bin"));
+        let at = binaries
+            .iter()
+            .position(|b| message["target"]["name"] == b.bin);
+        if let (true, Some(at), Some(exe)) = (is_bin, at, message["executable"].as_str()) {
+            built[at] = Some(PathBuf::from(exe));
         }
     }
-    bail!("cargo built {bin} but did not report its executable")
+    built
+        .into_iter()
+        .zip(binaries)
+        .map(|(path, b)| {
+            path.with_context(|| format!("cargo built {} but did not report its executable", b.bin))
+        })
+        .collect()
 }
 
-/// The GPU providers, `nvshmem and rocshmem`, for messages.
-pub fn gpu_providers() -> String {
-    let names: Vec<&str> = ProviderKind::GPU.iter().map(|k| k.name()).collect();
-    names.join(" and ")
-}
-
-/// Parses a GPU provider's name (`--provider`, `--backend` of the GPU commands): `--help`
-/// lists exactly the providers that have a shim.
-pub fn gpu_provider() -> impl TypedValueParser<Value = ProviderKind> {
-    clap::builder::PossibleValuesParser::new(ProviderKind::GPU.map(ProviderKind::name))
-        .map(|name| ProviderKind::from_name(&name).expect("one of the GPU providers' names"))
-}
-
-/// The shim library for a GPU provider (`--shim-lib`, else `$SYMMEM_SHIM_LIB`, else what
-/// `cargo xtask build-shim` built), which must exist: a provider the user named is never
-/// quietly skipped.
-pub fn shim_library(given: Option<&Path>, backend: ProviderKind) -> anyhow::Result<PathBuf> {
-    let Some(built) = symmem_gpu::default_library(&target_dir(), backend) else {
-        bail!(
-            "provider {backend} has no shim library: only {} do",
-            gpu_providers()
-        );
+/// Becomes `program args...` (exec(3): the same process, so its terminal, signals and exit
+/// code are the program's own). Returns only why it could not.
+pub fn exec(program: &Path, args: &[String]) -> anyhow::Error {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let path = match CString::new(program.as_os_str().as_bytes()) {
+        Ok(path) => path,
+        Err(e) => return anyhow::anyhow!("{}: {e}", program.display()),
     };
-    let path = given
-        .map(Path::to_path_buf)
-        .or_else(|| SHIM_LIB.read_path())
-        .unwrap_or(built);
-    if !path.is_file() {
-        bail!(
-            "provider {} is unavailable: no shim library at {}. Build it with `cargo xtask \
-             build-shim --backend {}` (needs {}), or pass --shim-lib",
-            backend.name(),
-            path.display(),
-            backend.name(),
-            match backend {
-                ProviderKind::Rocshmem => "ROCm and `cargo xtask build-rocshmem`",
-                _ => "nvcc and NVSHMEM",
-            }
-        );
+    let mut argv = vec![path.clone()];
+    for arg in args {
+        match CString::new(arg.as_bytes()) {
+            Ok(arg) => argv.push(arg),
+            Err(e) => return anyhow::anyhow!("argument {arg:?}: {e}"),
+        }
     }
-    Ok(std::path::absolute(&path)?)
+    match nix::unistd::execv(&path, &argv) {
+        Err(errno) => anyhow::anyhow!("cannot run {}: {errno}", program.display()),
+        Ok(never) => match never {},
+    }
+}
+
+/// Where `cargo xtask build-shim --backend BACKEND` builds and installs the shim.
+pub fn shim_dir(backend: ProviderKind) -> PathBuf {
+    target_dir().join("shim").join(backend.name())
+}
+
+/// The library `cargo xtask build-shim` installs for `backend` (in [`shim_dir`]); `None` for
+/// the host provider, which has no shim.
+pub fn built_shim(backend: ProviderKind) -> Option<PathBuf> {
+    let file = backend.shim_library()?;
+    Some(shim_dir(backend).join("lib").join(file))
 }
 
 #[cfg(test)]
@@ -123,21 +127,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn without_cargo_the_error_names_the_flag_that_gives_a_binary() {
-        let err = build_binary_with(
+    fn without_cargo_the_error_names_the_installed_program() {
+        let err = build_binaries_with(
             &Shell::new().unwrap(),
             std::ffi::OsStr::new("/nonexistent/cargo"),
-            "symmem-conformance",
-            "symmem-conformance",
-            "--rank-binary",
+            &[Binary {
+                package: "symmem-matrix",
+                bin: "symmem-matrix",
+            }],
         )
         .unwrap_err()
         .to_string();
         assert!(
             err.contains("`/nonexistent/cargo` was not found")
-                && err.contains("--rank-binary PATH/symmem-conformance"),
+                && err.contains("symmem-matrix test --help"),
             "{err}"
         );
         assert!(!err.contains("No such file or directory"), "{err}");
+    }
+
+    #[test]
+    fn the_built_shim_is_under_target_shim() {
+        let lib = built_shim(ProviderKind::Rocshmem).unwrap();
+        assert!(
+            lib.ends_with("shim/rocshmem/lib/libsymmem_shim_rocshmem.so"),
+            "{}",
+            lib.display()
+        );
+        assert_eq!(built_shim(ProviderKind::Host), None);
     }
 }

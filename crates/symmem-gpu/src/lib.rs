@@ -29,5 +29,5 @@ mod shim;
 
 pub use error::GpuError;
 pub use lifecycle::LifecycleError;
-pub use provider::{GpuConfig, GpuProvider, Siblings, default_library};
+pub use provider::{GpuConfig, GpuProvider, Siblings};
 pub use shim::{EnvironmentAccess, ExportedTable, Gpu, GpuId, ShimError, Status, Team};

@@ -7,7 +7,7 @@ use crate::lifecycle::{Lifecycle, LifecycleError};
 use crate::peers::{self, PeerInfo};
 use crate::shim::{EnvironmentAccess, Gpu, GpuId, Shim, UniqueId};
 use std::num::NonZeroU64;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 use symmem::settings::{COLLECTIVE_TIMEOUT, DEVICE, GPU_HEAP_SIZE, NODE_ID, SHIM_LIB};
@@ -486,19 +486,6 @@ impl Drop for GpuProvider {
             ),
         }
     }
-}
-
-/// Where `cargo xtask build-shim` puts the library for `backend` under `target_dir`; `None`
-/// for the host provider, which has no shim.
-pub fn default_library(target_dir: &Path, backend: ProviderKind) -> Option<PathBuf> {
-    let file = backend.shim_library()?;
-    Some(
-        target_dir
-            .join("shim")
-            .join(backend.name())
-            .join("lib")
-            .join(file),
-    )
 }
 
 #[cfg(test)]

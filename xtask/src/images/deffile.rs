@@ -168,17 +168,19 @@ fn the_definition_has_header_sections_and_arguments() {
             .unwrap_or_else(|| panic!("%post lacks {needle}"))
     };
     assert!(position("--default-toolchain 1.95.0") < position("cd /opt/symmem"));
-    assert!(position("cd /opt/symmem") < position("cargo xtask images --tag"));
-    assert!(position("cargo xtask images --tag") < position("cargo xtask build-rocshmem"));
+    assert!(position("cd /opt/symmem") < position("cargo xtask images tag"));
+    assert!(position("cargo xtask images tag") < position("cargo xtask build-rocshmem"));
     assert!(position("cargo xtask build-rocshmem") < position("cargo xtask build-shim"));
     assert!(position("cargo xtask build-shim") < position("cargo build --locked --workspace"));
+    assert!(position("cargo build --locked --workspace") < position("install -s -m 0755"));
+    assert!(position("cargo xtask build-shim") < position("install -m 0644"));
 
-    // Run script and test: the rocSHMEM matrix; the test runs one rank.
+    // Run script and test: the rocSHMEM matrix, installed; the test runs one rank.
     let runscript = body(&def, "runscript").join("\n");
     assert!(runscript.contains("*) set -- --provider rocshmem \"$@\" ;;"));
-    assert!(runscript.contains("exec cargo xtask test \"$@\""));
+    assert!(runscript.contains("exec symmem-matrix test \"$@\""));
     let test = body(&def, "test").join("\n");
-    assert!(test.contains("cargo xtask test --provider rocshmem --ranks 1"));
+    assert_eq!(test, "symmem-matrix test --provider rocshmem --ranks 1");
 
     // Labels: key value.
     let labels = body(&def, "labels");
@@ -213,7 +215,7 @@ fn the_debian_definition_bootstraps_from_the_local_engine_and_stages_its_files()
     assert!(
         body(&def, "test")
             .iter()
-            .any(|l| l == "cargo xtask test --provider host --ranks 1")
+            .any(|l| l == "symmem-matrix test --provider host --ranks 1")
     );
     let environment = body(&def, "environment").join("\n");
     assert!(!environment.contains("ROCM_PATH"), "{environment}");

@@ -1,5 +1,6 @@
-//! `cargo xtask images`: the Docker and Apptainer images, generated from one model fed by
-//! pins.toml, and their content-addressed tag.
+//! `cargo xtask images`: the images' content-addressed tag and references, and the
+//! Debian-base image built here. Their files are generated (by `cargo xtask codegen`) from one
+//! model fed by pins.toml.
 
 pub mod model;
 mod render;
@@ -11,16 +12,16 @@ mod deffile;
 use crate::pins::Pins;
 use crate::project::{project_root, target_dir};
 use anyhow::{Context, bail};
-use model::{Base, Model};
+use model::{Base, Engine, Model};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use xshell::{Cmd, Shell, cmd};
 
-/// Generate the container files from pins.toml, check them, or print the image tag.
+/// The images: their tag, their references, and the Debian-base image built here.
 ///
-/// Writes containers/Dockerfile, containers/symmem.def (Apptainer) and .dockerignore (the
-/// Docker build context is the repository root) from one model fed by pins.toml. These are
-/// the container part of `cargo xtask codegen`, which refreshes every generated file.
+/// The container files (containers/Dockerfile*, containers/*.def, .dockerignore) are
+/// generated from one model fed by pins.toml by `cargo xtask codegen`, which writes and checks
+/// every generated file.
 ///
 /// The tag is a hash over every file that goes into the images (pins, Cargo.lock,
 /// rust-toolchain.toml, xtask and crate sources with the GPU shim, the container files); docs
@@ -28,40 +29,32 @@ use xshell::{Cmd, Shell, cmd};
 /// --container docker|apptainer` pulls the image for the current tag.
 ///
 /// Examples:
-///   cargo xtask images            # regenerate after editing pins.toml or xtask/src/images
-///   cargo xtask images --check    # fail, with a diff, when the committed files drifted
-///   cargo xtask codegen --check   # the same for every generated file (bindings too)
-///   cargo xtask images --tag
-///   cargo xtask images --refs >> "$GITHUB_OUTPUT"
-///   cargo xtask images --inputs   # the files the tag hashes
+///   cargo xtask images tag
+///   cargo xtask images refs >> "$GITHUB_OUTPUT"
+///   cargo xtask images inputs     # the files the tag hashes
 ///   cargo xtask images base       # the Debian-ROCm base image (mmdebstrap + docker import)
 ///   cargo xtask images build      # the Debian-base image, built offline from a staged context
 #[derive(clap::Args, Debug)]
-#[command(verbatim_doc_comment, args_conflicts_with_subcommands = true)]
+#[command(verbatim_doc_comment)]
 pub struct Args {
     #[command(subcommand)]
-    command: Option<Sub>,
-    /// Write nothing; fail with a diff when the committed files differ from the generated ones.
-    #[arg(long, conflicts_with_all = ["tag", "refs"])]
-    check: bool,
-    /// Print the image tag (a content hash of the image inputs) and nothing else.
-    #[arg(long, conflicts_with = "refs")]
-    tag: bool,
-    /// With --tag: fail unless the tag is this one (an empty value checks nothing). The image
-    /// builds use it to prove that what they copied is what the tag was computed over.
-    #[arg(long, requires = "tag", value_name = "TAG")]
-    expect_tag: Option<String>,
-    /// Print `key=value` lines: tag, docker and apptainer image references, the default
-    /// arch and the run flags (for $GITHUB_OUTPUT).
-    #[arg(long)]
-    refs: bool,
-    /// Print the files the tag hashes, one per line (to compare with what an image build saw).
-    #[arg(long, conflicts_with_all = ["check", "tag", "refs"])]
-    inputs: bool,
+    command: Sub,
 }
 
 #[derive(clap::Subcommand, Debug)]
 enum Sub {
+    /// Print the image tag (a content hash of the image inputs) and nothing else.
+    Tag {
+        /// Fail unless the tag is this one (an empty value checks nothing). The image builds
+        /// use it to prove that what they copied is what the tag was computed over.
+        #[arg(long, value_name = "TAG")]
+        expect_tag: Option<String>,
+    },
+    /// Print `key=value` lines: tag, docker and apptainer image references, the default
+    /// arch and the run flags (for $GITHUB_OUTPUT).
+    Refs,
+    /// Print the files the tag hashes, one per line (to compare with what an image build saw).
+    Inputs,
     /// Make the Debian-ROCm base image: a Debian sid root with `model::DEBIAN_PACKAGES`
     /// (mmdebstrap; needs root or sudo), imported into Docker as
     /// localhost/symmem/debian-rocm:<hash of the package list>. The root is the one
@@ -79,7 +72,7 @@ enum Sub {
     Build {
         /// docker (or podman's docker CLI) or apptainer.
         #[arg(long, value_enum, default_value = "docker")]
-        engine: crate::container::Engine,
+        engine: Engine,
         /// Stage the context and print its path; build nothing.
         #[arg(long)]
         context_only: bool,
@@ -98,26 +91,6 @@ pub fn generate(models: &[Model]) -> Vec<(&'static str, String)> {
     files
 }
 
-/// What the container files are made from, for the message when they are stale.
-const GENERATED_FROM: &str = "pins.toml and xtask/src/images";
-
-/// The container files as `cargo xtask codegen` writes and checks them.
-fn generated(models: &[Model]) -> Vec<crate::codegen::Generated> {
-    generate(models)
-        .into_iter()
-        .map(|(path, contents)| crate::codegen::Generated {
-            path: path.into(),
-            from: GENERATED_FROM,
-            contents,
-        })
-        .collect()
-}
-
-/// The container files generated from the pins at `root`.
-pub fn generated_files(root: &Path) -> anyhow::Result<Vec<crate::codegen::Generated>> {
-    Ok(generated(&load_models(root)?))
-}
-
 pub fn load_model(root: &Path, base: Base) -> anyhow::Result<Model> {
     Model::new(&Pins::load(&root.join("pins.toml"))?, base)
 }
@@ -129,50 +102,44 @@ pub fn load_models(root: &Path) -> anyhow::Result<Vec<Model>> {
 pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     let root = project_root();
     match args.command {
-        Some(Sub::Base { root: dir }) => return make_base(sh, &root, dir),
-        Some(Sub::Build {
+        Sub::Tag { expect_tag } => print_tag(sh, &root, expect_tag.as_deref()),
+        Sub::Refs => {
+            let model = load_model(&root, Base::Amd)?;
+            print!("{}", refs(&model, &tag::compute(sh, &root)?));
+            Ok(())
+        }
+        Sub::Inputs => {
+            for file in tag::input_files(sh, &root)? {
+                println!("{file}");
+            }
+            Ok(())
+        }
+        Sub::Base { root: dir } => make_base(sh, &root, dir),
+        Sub::Build {
             engine,
             context_only,
-        }) => return build_debian(sh, &root, engine, context_only),
-        None => {}
+        } => build_debian(sh, &root, engine, context_only),
     }
-    if args.inputs {
-        for file in tag::input_files(sh, &root)? {
-            println!("{file}");
-        }
-        return Ok(());
+}
+
+/// Prints the tag; with `expected` (not empty), fails unless the tag is that one.
+fn print_tag(sh: &Shell, root: &Path, expected: Option<&str>) -> anyhow::Result<()> {
+    let tag = tag::compute(sh, root)?;
+    if let Some(expected) = expected.filter(|t| !t.is_empty())
+        && expected != tag
+    {
+        bail!(
+            "the image inputs here hash to {tag}, but the image is being built as \
+             {expected}: what was copied into the image differs from the checkout the tag \
+             was computed on (uncommitted edits, or files git does not track: `cargo \
+             xtask images tag` there lists those). Regenerate the container files \
+             (`cargo xtask codegen`), commit, and build from a clean checkout with \
+             {}=\"$(cargo xtask images tag)\"",
+            model::TAG_ARG
+        );
     }
-    if args.tag {
-        let tag = tag::compute(sh, &root)?;
-        if let Some(expected) = args.expect_tag.as_deref().filter(|t| !t.is_empty())
-            && expected != tag
-        {
-            bail!(
-                "the image inputs here hash to {tag}, but the image is being built as \
-                 {expected}: what was copied into the image differs from the checkout the tag \
-                 was computed on (uncommitted edits, or files git does not track: `cargo \
-                 xtask images --tag` there lists those). Regenerate the container files \
-                 (`cargo xtask images`), commit, and build from a clean checkout with \
-                 {}=\"$(cargo xtask images --tag)\"",
-                model::TAG_ARG
-            );
-        }
-        warn_strays(sh, &root)?;
-        println!("{tag}");
-        return Ok(());
-    }
-    let models = load_models(&root)?;
-    if args.refs {
-        let tag = tag::compute(sh, &root)?;
-        print!("{}", refs(&models[0], &tag));
-        return Ok(());
-    }
-    let files = generated(&models);
-    if args.check {
-        return crate::codegen::check(&root, &files, "cargo xtask images");
-    }
-    crate::codegen::write(&root, &files)?;
-    eprintln!("image tag: {}", tag::compute(sh, &root)?);
+    warn_strays(sh, root)?;
+    println!("{tag}");
     Ok(())
 }
 
@@ -213,8 +180,8 @@ pub fn refs(model: &Model, tag: &str) -> String {
         model.docker_image(tag),
         model.apptainer_image(tag).unwrap_or_default(),
         model.default_arch().unwrap_or_default(),
-        crate::container::docker_flags(true, false).join(" "),
-        crate::container::apptainer_flags(true).join(" "),
+        model::docker_flags(true, false).join(" "),
+        model::apptainer_flags(true).join(" "),
     )
 }
 
@@ -390,7 +357,8 @@ fn pinned_toolchain(
     };
     if field("release:") != pinned {
         bail!(
-            "the image gets this machine's Rust, but rustc here is {} and pins.toml pins              {pinned}: install {pinned} (rustup toolchain install {pinned})",
+            "the image gets this machine's Rust, but rustc here is {} and pins.toml pins \
+             {pinned}: install {pinned} (rustup toolchain install {pinned})",
             field("release:")
         );
     }
@@ -470,7 +438,7 @@ fn stage_context(sh: &Shell, checkout: &Path, model: &Model) -> anyhow::Result<P
 fn build_debian(
     sh: &Shell,
     checkout: &Path,
-    engine: crate::container::Engine,
+    engine: Engine,
     context_only: bool,
 ) -> anyhow::Result<()> {
     let model = load_model(checkout, Base::Debian)?;
@@ -490,7 +458,7 @@ fn build_debian(
     }
     let start = Instant::now();
     let built = match engine {
-        crate::container::Engine::Docker => {
+        Engine::Docker => {
             let image = model.docker_image(&tag);
             let tag_arg = format!("{}={tag}", model::TAG_ARG);
             run_command(cmd!(
@@ -499,7 +467,7 @@ fn build_debian(
             ))?;
             image
         }
-        crate::container::Engine::Apptainer => {
+        Engine::Apptainer => {
             let sif = target_dir().join("images").join(model.sif_name(&tag));
             let args = apptainer_build_args(&tag, &sif);
             let _context = sh.push_dir(&context);
@@ -558,16 +526,6 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
     }
 
     #[test]
-    fn debian_dockerfile_snapshot() {
-        insta::assert_snapshot!(render::dockerfile(&debian()));
-    }
-
-    #[test]
-    fn debian_apptainer_def_snapshot() {
-        insta::assert_snapshot!(render::apptainer_def(&debian()));
-    }
-
-    #[test]
     fn the_debian_image_never_sets_rocm_path_and_needs_no_network() {
         let model = debian();
         for text in [render::dockerfile(&model), render::apptainer_def(&model)] {
@@ -578,7 +536,7 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
             assert!(text.contains("offline = true"), "{text}");
             assert!(text.contains(&model::debian_base_image()), "{text}");
             assert!(
-                text.contains("cargo xtask images --tag --expect-tag"),
+                text.contains("cargo xtask images tag --expect-tag"),
                 "{text}"
             );
         }
@@ -632,22 +590,17 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
             let def = render::apptainer_def(&model);
             let runscript = &def[def.find("%runscript").unwrap()..def.find("%test").unwrap()];
             assert!(
-                runscript.contains("exec cargo xtask test \"$@\""),
+                runscript.contains("exec symmem-matrix test \"$@\""),
                 "{runscript}"
             );
-            assert!(
-                !runscript.contains("exec cargo xtask test --provider"),
-                "{runscript}"
-            );
+            assert!(!runscript.contains("cargo"), "{runscript}");
             // The script itself: a given --provider wins, else the image's default.
             let script = runscript
                 .lines()
                 .skip(1)
-                .filter(|l| !l.contains("cd /opt/symmem"))
                 .collect::<Vec<_>>()
                 .join("\n")
-                .replace("exec cargo xtask test", "echo");
-            let script = script.replace("[ ! -w /opt/symmem/target ]", "false");
+                .replace("exec symmem-matrix test", "echo");
             let run = |args: &[&str]| {
                 let sh = Shell::new().unwrap();
                 let out = cmd!(sh, "sh -c {script} sh {args...}")
@@ -670,19 +623,51 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
     }
 
     #[test]
-    fn the_sif_build_runs_test_with_a_writable_overlay() {
-        // %test runs cargo, which must lock the image's target folder: on the read-only image
-        // it fails ("read-only: run with --writable-tmpfs") and no SIF is written.
+    fn runs_use_the_installed_programs_and_never_cargo() {
         for model in [model(), debian()] {
             let def = render::apptainer_def(&model);
             let test = &def[def.find("%test").unwrap()..def.find("%labels").unwrap()];
-            assert!(test.contains("cargo xtask test"), "{test}");
-            let header = &def[..def.find("%arguments").unwrap()];
-            assert!(
-                header.contains("apptainer build") && header.contains("--writable-tmpfs"),
-                "{header}"
+            let one_rank = format!(
+                "symmem-matrix test --provider {} --ranks 1",
+                model.default_provider
             );
+            assert!(test.contains(&one_rank), "{test}");
+            assert!(!test.contains("cargo"), "{test}");
+            let dockerfile = render::dockerfile(&model);
+            let tail = &dockerfile[dockerfile.find("HEALTHCHECK").unwrap()..];
+            assert!(!tail.contains("cargo"), "{tail}");
+            assert!(
+                tail.contains(&format!("CMD {}", render::quoted(&model.test_command()))),
+                "{tail}"
+            );
+            assert!(
+                tail.contains("CMD [\"symmem-matrix\", \"test\", \"--provider\""),
+                "{tail}"
+            );
+            // The programs are installed from the workspace build, on PATH.
+            for program in model::INSTALLED {
+                assert!(
+                    dockerfile.contains(&format!("/opt/symmem/target/debug/{program}")),
+                    "{program}"
+                );
+            }
+            assert!(dockerfile.contains("/usr/local/bin/"), "{dockerfile}");
         }
+        // The AMD image's rank binary finds the installed shim through the setting.
+        let amd = render::dockerfile(&model());
+        assert!(
+            amd.contains(&format!(
+                "{}=/usr/local/lib/libsymmem_shim_rocshmem.so",
+                symmem::settings::SHIM_LIB.name
+            )),
+            "{amd}"
+        );
+        let header = &render::apptainer_def(&model());
+        let header = &header[..header.find("%arguments").unwrap()];
+        assert!(
+            header.contains("apptainer build") && header.contains("--writable-tmpfs"),
+            "{header}"
+        );
         let args = apptainer_build_args("0123456789abcdef", Path::new("/t/x.sif"));
         let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
         let tag_arg = format!("{}=0123456789abcdef", model::TAG_ARG);
@@ -699,21 +684,6 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
                 "symmem.def"
             ]
         );
-    }
-
-    #[test]
-    fn dockerfile_snapshot() {
-        insta::assert_snapshot!(render::dockerfile(&model()));
-    }
-
-    #[test]
-    fn apptainer_def_snapshot() {
-        insta::assert_snapshot!(render::apptainer_def(&model()));
-    }
-
-    #[test]
-    fn dockerignore_snapshot() {
-        insta::assert_snapshot!(render::dockerignore());
     }
 
     #[test]
@@ -743,26 +713,5 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
                 "{path}"
             );
         }
-    }
-
-    #[test]
-    fn check_passes_on_generated_files_and_shows_a_diff_on_drift() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = generated(&[model(), debian()]);
-        let check = |root: &Path| crate::codegen::check(root, &files, "cargo xtask images");
-        crate::codegen::write(dir.path(), &files).unwrap();
-        check(dir.path()).unwrap();
-        let dockerfile = dir.path().join("containers/Dockerfile");
-        let edited = std::fs::read_to_string(&dockerfile)
-            .unwrap()
-            .replace("ARG ARCH=\"gfx942\"", "ARG ARCH=\"gfx90a\"");
-        std::fs::write(&dockerfile, edited).unwrap();
-        std::fs::remove_file(dir.path().join(".dockerignore")).unwrap();
-        let e = format!("{:#}", check(dir.path()).unwrap_err());
-        assert!(
-            e.contains("containers/Dockerfile, .dockerignore differ"),
-            "{e}"
-        );
-        assert!(e.contains("run `cargo xtask images`"), "{e}");
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::pins::Pins;
 use symmem::ProviderKind;
+use symmem::settings::SHIM_LIB;
 
 /// Where the workspace lives inside both images.
 pub const WORKDIR: &str = "/opt/symmem";
@@ -211,17 +212,60 @@ pub const DOCKER_GPU_FLAGS: &[&str] = &[
     "--ulimit=memlock=-1",
 ];
 
-/// `apptainer exec|run|test` flags: the image is read-only and cargo locks its target folder,
-/// hence a writable tmpfs overlay.
+/// `apptainer exec|run|test` flags: the host's environment left out; a writable tmpfs overlay
+/// on the read-only image, so that what runs inside may write beside the image's files (the
+/// matrix writes only to /tmp and /dev/shm, but a developer's cargo locks `target/`).
 pub const APPTAINER_RUN_FLAGS: &[&str] = &["--cleanenv", "--writable-tmpfs"];
 
-/// `apptainer build` flags: %test runs `cargo xtask test`, which locks the read-only image's
-/// target folder just as a run does, so it needs the same writable tmpfs overlay (without it
-/// %test fails, and a build whose %test fails writes no SIF).
+/// `apptainer build` flags: %test runs as a run does, with the same overlay.
 pub const APPTAINER_BUILD_FLAGS: &[&str] = &["--writable-tmpfs"];
 
 /// Added for GPU providers: `--rocm` binds the host's GPU devices and driver libraries.
 pub const APPTAINER_GPU_FLAGS: &[&str] = &["--rocm"];
+
+/// The container engines that build and run the images.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Engine {
+    /// Docker (or a docker-compatible CLI such as Podman's).
+    Docker,
+    /// Apptainer: the SIF image is pulled into target/images/.
+    Apptainer,
+}
+
+impl Engine {
+    pub fn program(self) -> &'static str {
+        match self {
+            Engine::Docker => "docker",
+            Engine::Apptainer => "apptainer",
+        }
+    }
+}
+
+/// `docker run` flags: the common ones, the GPU devices for GPU providers; under Podman
+/// explicit file and process limits (it does not inherit Docker's defaults).
+pub fn docker_flags(gpu: bool, podman: bool) -> Vec<String> {
+    let mut flags: Vec<String> = DOCKER_RUN_FLAGS.iter().map(|f| f.to_string()).collect();
+    if gpu {
+        flags.extend(DOCKER_GPU_FLAGS.iter().map(|f| f.to_string()));
+    }
+    if podman {
+        flags.extend([
+            "--ulimit=nofile=20000:20000".into(),
+            "--ulimit=nproc=96362:96362".into(),
+        ]);
+    }
+    flags
+}
+
+/// `apptainer exec` flags: `--rocm` for GPU providers only.
+pub fn apptainer_flags(gpu: bool) -> Vec<String> {
+    let mut flags = Vec::new();
+    if gpu {
+        flags.extend(APPTAINER_GPU_FLAGS.iter().map(|f| f.to_string()));
+    }
+    flags.extend(APPTAINER_RUN_FLAGS.iter().map(|f| f.to_string()));
+    flags
+}
 
 /// A build argument: Docker `ARG`, Apptainer `%arguments`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -270,7 +314,8 @@ pub struct Model {
     pub system_steps: Vec<Step>,
     /// Steps after it.
     pub build_steps: Vec<Step>,
-    /// Apptainer `%test`: the 1-rank check, arguments to `cargo xtask test`.
+    /// Apptainer `%test` and Docker `HEALTHCHECK`: the 1-rank check, arguments to
+    /// `symmem-matrix test`.
     pub test_args: Vec<String>,
 }
 
@@ -297,253 +342,307 @@ fn offline_cargo_config() -> String {
     )
 }
 
+/// The programs the images run, installed into [`BIN`] from the workspace build: the matrix,
+/// the rank binary it starts, and the launcher for users' own rank programs.
+pub const INSTALLED: &[&str] = &["symmem-matrix", "symmem-conformance", "symmem-run"];
+/// Where the images install [`INSTALLED`] (on every PATH).
+pub const BIN: &str = "/usr/local/bin";
+/// Where the AMD image installs the rocSHMEM shim (named by `SYMMEM_SHIM_LIB`).
+pub const LIB: &str = "/usr/local/lib";
+/// The matrix as the images run it: the installed binary, no cargo.
+pub const MATRIX_TEST: [&str; 2] = ["symmem-matrix", "test"];
+
+/// The build argument with the tag, the same in both images.
+fn tag_build_arg() -> BuildArg {
+    BuildArg {
+        name: TAG_ARG,
+        default: String::new(),
+        help: "The image tag (cargo xtask images tag): when given, the build fails unless the \
+               copied inputs hash to it.",
+    }
+}
+
+/// The labels every image has, before its own.
+fn common_labels(title: &str, description: &str) -> Vec<(String, String)> {
+    vec![
+        ("org.opencontainers.image.title".into(), title.into()),
+        (
+            "org.opencontainers.image.description".into(),
+            description.into(),
+        ),
+        (
+            "org.opencontainers.image.source".into(),
+            "https://github.com/symmem/symmem".into(),
+        ),
+        (
+            "org.opencontainers.image.version".into(),
+            format!("@{TAG_ARG}@"),
+        ),
+        ("io.github.symmem.image-tag".into(), format!("@{TAG_ARG}@")),
+    ]
+}
+
+fn owned_env(env: &[(&str, &str)]) -> Vec<(String, String)> {
+    env.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The build step that proves the copied inputs hash to the tag build argument.
+fn tag_check() -> String {
+    format!("cargo xtask images tag --expect-tag \"@{TAG_ARG}@\" > /etc/symmem-image-tag")
+}
+
+/// The command that installs [`INSTALLED`] from the workspace's build into [`BIN`], stripped
+/// (the debug build's symbols stay with the workspace's copies).
+fn install_programs() -> String {
+    let built: Vec<String> = INSTALLED
+        .iter()
+        .map(|p| format!("{WORKDIR}/target/debug/{p}"))
+        .collect();
+    format!("install -s -m 0755 {} {BIN}/", built.join(" "))
+}
+
+/// The last build step of both images: the workspace, the programs installed, `target/`
+/// writable for a developer's cargo inside.
+fn workspace_step(title: &str, builds: &[&str], extra: &[String]) -> Step {
+    let mut commands: Vec<String> = builds.iter().map(|b| b.to_string()).collect();
+    commands.extend([
+        "cargo build --locked --package symmem-conformance --bin symmem-conformance".into(),
+        install_programs(),
+    ]);
+    commands.extend(extra.iter().cloned());
+    commands.push(format!("chmod -R a+rwX {WORKDIR}/target \"$CARGO_HOME\""));
+    Step {
+        title: title.into(),
+        commands,
+    }
+}
+
+/// The AMD image's steps before the workspace is copied in: packages, Rust through rustup.
+fn amd_system_steps(rust: &str) -> Vec<Step> {
+    vec![
+        Step {
+            title: "System packages for the builds".into(),
+            commands: vec![
+                "apt-get update".into(),
+                format!(
+                    "apt-get install -y --no-install-recommends {}",
+                    PACKAGES.join(" ")
+                ),
+                "rm -rf /var/lib/apt/lists/*".into(),
+            ],
+        },
+        Step {
+            title: format!("Rust {rust}, as pinned in pins.toml and rust-toolchain.toml"),
+            commands: vec![
+                "curl --proto '=https' --tlsv1.2 -sSf -o /tmp/rustup-init.sh \
+                 https://sh.rustup.rs"
+                    .into(),
+                format!(
+                    "sh /tmp/rustup-init.sh -y --no-modify-path --profile minimal \
+                     --default-toolchain {rust} --component rustfmt,clippy"
+                ),
+                "rm /tmp/rustup-init.sh".into(),
+                "rustc --version".into(),
+            ],
+        },
+    ]
+}
+
+/// The AMD image's steps after: the tag check, rocSHMEM, the shim, the workspace, the programs
+/// and the shim installed (build-shim prints where it put the library).
+fn amd_build_steps() -> Vec<Step> {
+    vec![
+        Step {
+            title: format!(
+                "Dependencies, then the image tag: the copied inputs must hash to {TAG_ARG}"
+            ),
+            commands: vec!["cargo fetch --locked".into(), tag_check()],
+        },
+        Step {
+            title: "rocSHMEM from the pin (the installer developers and Nix use), linked at \
+                    ROCSHMEM_HOME"
+                .into(),
+            commands: vec![
+                format!("cargo xtask build-rocshmem --arch \"@{ARCH}@\""),
+                format!(
+                    "prefix=\"$(cargo xtask build-rocshmem --arch \"@{ARCH}@\" \
+                     --print-prefix)\""
+                ),
+                "ln -s \"$prefix\" /opt/rocshmem".into(),
+            ],
+        },
+        workspace_step(
+            "The GPU shim against it and the workspace; the matrix, the rank binary, \
+             symmem-run and the shim installed (runs need no cargo); target/ writable for \
+             non-root cargo",
+            &[
+                "shim=\"$(cargo xtask build-shim --backend rocshmem)\"",
+                "cargo build --locked --workspace",
+            ],
+            &[format!("install -m 0644 \"$shim\" {LIB}/")],
+        ),
+    ]
+}
+
 impl Model {
     pub fn new(pins: &Pins, base: Base) -> anyhow::Result<Self> {
-        let images = pins.images()?;
-        let rust = &pins.rust.toolchain;
-        let mut args = Vec::new();
-        if base == Base::Amd {
-            args.push(BuildArg {
-                name: ARCH,
-                default: images.arch.clone(),
-                help: "GPU targets for rocSHMEM and the shim (cargo xtask build-rocshmem --arch).",
-            });
+        match base {
+            Base::Amd => Self::amd(pins),
+            Base::Debian => Ok(Self::debian(pins)),
         }
-        args.push(BuildArg {
-            name: TAG_ARG,
-            default: String::new(),
-            help: "The image tag (cargo xtask images --tag): when given, the build fails \
-                   unless the copied inputs hash to it.",
-        });
-        let (base_image, bootstrap, rocm, title, description) = match base {
-            Base::Amd => (
-                qualified(&images.base_image()),
-                "docker",
-                format!("ROCm {}", images.rocm),
-                "symmem-rocm",
-                "symmem with rocSHMEM (IPC) and its GPU shim, built for ARCH; runs the \
-                 conformance matrix",
-            ),
-            Base::Debian => (
-                debian_base_image(),
-                "docker-daemon",
-                "Debian sid's ROCm (HIP 6.4, in /usr)".to_string(),
-                "symmem-debian",
-                "symmem on Debian sid's ROCm, built offline (vendored crates, a copied \
-                 toolchain); no rocSHMEM; runs the host-provider conformance matrix",
-            ),
-        };
-        let mut labels = vec![
-            ("org.opencontainers.image.title".into(), title.into()),
-            (
-                "org.opencontainers.image.description".into(),
-                description.into(),
-            ),
-            (
-                "org.opencontainers.image.source".into(),
-                "https://github.com/symmem/symmem".into(),
-            ),
-            (
-                "org.opencontainers.image.version".into(),
-                format!("@{TAG_ARG}@"),
-            ),
-            ("io.github.symmem.image-tag".into(), format!("@{TAG_ARG}@")),
-        ];
-        if base == Base::Amd {
-            labels.push(("io.github.symmem.arch".into(), format!("@{ARCH}@")));
-        }
-        labels.push(("io.github.symmem.base".into(), base_image.clone()));
-        if base == Base::Amd {
-            labels.push((
-                "io.github.symmem.rocshmem".into(),
-                pins.rocshmem.version.clone(),
-            ));
-            labels.push((
-                "io.github.symmem.rocshmem.commit".into(),
-                pins.rocshmem.commit.clone(),
-            ));
-        }
-        labels.push(("io.github.symmem.rust".into(), rust.clone()));
+    }
 
-        // Debian's ROCm is in /usr and its clang finds its device libraries only while
-        // ROCM_PATH is unset (exporting ROCM_PATH=/usr breaks it): no ROCM_PATH there.
-        let env: Vec<(&str, &str)> = match base {
-            Base::Amd => vec![
-                ("ROCM_PATH", "/opt/rocm"),
-                ("RUSTUP_HOME", "/usr/local/rustup"),
-                ("CARGO_HOME", "/usr/local/cargo"),
-                ("PATH", "/usr/local/cargo/bin:/opt/rocm/bin:$PATH"),
-                ("ROCSHMEM_HOME", "/opt/rocshmem"),
-                // rocSHMEM's unique-id bootstrap between the ranks of one container.
-                ("ROCSHMEM_BOOTSTRAP_SOCKET_IFNAME", "lo"),
-                ("ROCSHMEM_BOOTSTRAP_TIMEOUT", "120"),
-            ],
-            Base::Debian => vec![
-                ("CARGO_HOME", "/usr/local/cargo"),
-                ("PATH", "/usr/local/rust/bin:/usr/local/cargo/bin:$PATH"),
-            ],
-        };
-        let env = env
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let tag_check = format!(
-            "cargo xtask images --tag --expect-tag \"@{TAG_ARG}@\" > /etc/symmem-image-tag"
-        );
-        let (copies, sources, system_steps, build_steps) = match base {
-            Base::Amd => (
-                Vec::new(),
-                ".".to_string(),
-                vec![
-                    Step {
-                        title: "System packages for the builds".into(),
-                        commands: vec![
-                            "apt-get update".into(),
-                            format!(
-                                "apt-get install -y --no-install-recommends {}",
-                                PACKAGES.join(" ")
-                            ),
-                            "rm -rf /var/lib/apt/lists/*".into(),
-                        ],
-                    },
-                    Step {
-                        title: format!(
-                            "Rust {rust}, as pinned in pins.toml and rust-toolchain.toml"
-                        ),
-                        commands: vec![
-                            "curl --proto '=https' --tlsv1.2 -sSf -o /tmp/rustup-init.sh \
-                             https://sh.rustup.rs"
-                                .into(),
-                            format!(
-                                "sh /tmp/rustup-init.sh -y --no-modify-path --profile minimal \
-                                 --default-toolchain {rust} --component rustfmt,clippy"
-                            ),
-                            "rm /tmp/rustup-init.sh".into(),
-                            "rustc --version".into(),
-                        ],
-                    },
-                ],
-                vec![
-                    Step {
-                        title: format!(
-                            "Dependencies, then the image tag: the copied inputs must hash to \
-                             {TAG_ARG}"
-                        ),
-                        commands: vec!["cargo fetch --locked".into(), tag_check],
-                    },
-                    Step {
-                        title: "rocSHMEM from the pin (the installer developers and Nix use), \
-                                linked at ROCSHMEM_HOME"
-                            .into(),
-                        commands: vec![
-                            format!("cargo xtask build-rocshmem --arch \"@{ARCH}@\""),
-                            format!(
-                                "prefix=\"$(cargo xtask build-rocshmem --arch \"@{ARCH}@\" \
-                                 --print-prefix)\""
-                            ),
-                            "ln -s \"$prefix\" /opt/rocshmem".into(),
-                        ],
-                    },
-                    Step {
-                        title: "The GPU shim against it, the workspace and the conformance \
-                                rank binary; writable for non-root runs"
-                            .into(),
-                        commands: vec![
-                            "cargo xtask build-shim --backend rocshmem".into(),
-                            "cargo build --locked --workspace".into(),
-                            "cargo build --locked --package symmem-conformance --bin \
-                             symmem-conformance"
-                                .into(),
-                            format!("chmod -R a+rwX {WORKDIR}/target \"$CARGO_HOME\""),
-                        ],
-                    },
-                ],
-            ),
-            Base::Debian => (
-                vec![
-                    (CONTEXT_RUST.to_string(), "/usr/local/rust".to_string()),
-                    (CONTEXT_VENDOR.to_string(), format!("/opt/{CONTEXT_VENDOR}")),
-                ],
-                CONTEXT_SOURCES.to_string(),
-                vec![Step {
-                    title: format!(
-                        "Rust {rust} (the builder's pinned toolchain, copied in) and the \
-                         vendored crates: no network"
-                    ),
-                    commands: vec![
-                        "mkdir -p \"$CARGO_HOME\"".into(),
-                        offline_cargo_config(),
-                        format!("rustc --version | grep -q '^rustc {rust} '"),
-                        "cargo --version".into(),
-                    ],
-                }],
-                vec![
-                    Step {
-                        title: format!("The image tag: the copied inputs must hash to {TAG_ARG}"),
-                        commands: vec![tag_check],
-                    },
-                    Step {
-                        title: "The workspace (the Python bindings need a Python: not here) and \
-                                the conformance rank binary; writable for non-root runs"
-                            .into(),
-                        commands: vec![
-                            "cargo build --locked --workspace --exclude symmem-py".into(),
-                            "cargo build --locked --package symmem-conformance --bin \
-                             symmem-conformance"
-                                .into(),
-                            format!("chmod -R a+rwX {WORKDIR}/target \"$CARGO_HOME\""),
-                        ],
-                    },
-                ],
-            ),
-        };
-        let (docker_repository, apptainer_repository, default_provider) = match base {
-            Base::Amd => (
-                images.docker.clone(),
-                Some(images.apptainer.clone()),
-                ProviderKind::Rocshmem,
-            ),
-            Base::Debian => (
-                DEBIAN_IMAGE_REPOSITORY.to_string(),
-                None,
-                ProviderKind::Host,
-            ),
-        };
-        Ok(Self {
+    /// The model's fields that follow from the pins and the provider alone.
+    fn with(pins: &Pins, base: Base, base_image: String, default_provider: ProviderKind) -> Self {
+        Self {
             base,
             base_image,
-            bootstrap,
-            rocm,
-            rust_toolchain: rust.clone(),
+            bootstrap: "docker",
+            rocm: String::new(),
+            rust_toolchain: pins.rust.toolchain.clone(),
             rocshmem_version: pins.rocshmem.version.clone(),
             rocshmem_commit: pins.rocshmem.commit.clone(),
-            docker_repository,
-            apptainer_repository,
+            docker_repository: String::new(),
+            apptainer_repository: None,
             default_provider,
-            args,
-            labels,
-            env,
-            copies,
-            sources,
-            system_steps,
-            build_steps,
+            args: Vec::new(),
+            labels: Vec::new(),
+            env: Vec::new(),
+            copies: Vec::new(),
+            sources: ".".into(),
+            system_steps: Vec::new(),
+            build_steps: Vec::new(),
             test_args: ["--provider", default_provider.name(), "--ranks", "1"]
                 .map(String::from)
                 .to_vec(),
-        })
+        }
+    }
+
+    /// On AMD's published ROCm image: rocSHMEM from the pin, Rust through rustup.
+    fn amd(pins: &Pins) -> anyhow::Result<Self> {
+        let images = pins.images()?;
+        let rust = &pins.rust.toolchain;
+        let base_image = qualified(&images.base_image());
+        let mut model = Self::with(pins, Base::Amd, base_image.clone(), ProviderKind::Rocshmem);
+        model.rocm = format!("ROCm {}", images.rocm);
+        model.docker_repository = images.docker.clone();
+        model.apptainer_repository = Some(images.apptainer.clone());
+        model.args = vec![
+            BuildArg {
+                name: ARCH,
+                default: images.arch.clone(),
+                help: "GPU targets for rocSHMEM and the shim (cargo xtask build-rocshmem --arch).",
+            },
+            tag_build_arg(),
+        ];
+        model.labels = common_labels(
+            "symmem-rocm",
+            "symmem with rocSHMEM (IPC) and its GPU shim, built for ARCH; runs the conformance \
+             matrix",
+        );
+        model.labels.extend([
+            ("io.github.symmem.arch".into(), format!("@{ARCH}@")),
+            ("io.github.symmem.base".into(), base_image),
+            (
+                "io.github.symmem.rocshmem".into(),
+                pins.rocshmem.version.clone(),
+            ),
+            (
+                "io.github.symmem.rocshmem.commit".into(),
+                pins.rocshmem.commit.clone(),
+            ),
+            ("io.github.symmem.rust".into(), rust.clone()),
+        ]);
+        let shim = ProviderKind::Rocshmem.shim_library().unwrap_or_default();
+        let shim_env = format!("{LIB}/{shim}");
+        model.env = owned_env(&[
+            ("ROCM_PATH", "/opt/rocm"),
+            ("RUSTUP_HOME", "/usr/local/rustup"),
+            ("CARGO_HOME", "/usr/local/cargo"),
+            ("PATH", "/usr/local/cargo/bin:/opt/rocm/bin:$PATH"),
+            ("ROCSHMEM_HOME", "/opt/rocshmem"),
+            // rocSHMEM's unique-id bootstrap between the ranks of one container.
+            ("ROCSHMEM_BOOTSTRAP_SOCKET_IFNAME", "lo"),
+            ("ROCSHMEM_BOOTSTRAP_TIMEOUT", "120"),
+            // The installed shim, for the installed rank binary.
+            (SHIM_LIB.name, &shim_env),
+        ]);
+        model.system_steps = amd_system_steps(rust);
+        model.build_steps = amd_build_steps();
+        Ok(model)
+    }
+
+    /// On Debian sid's ROCm, made here: an offline build from a staged context.
+    fn debian(pins: &Pins) -> Self {
+        let rust = &pins.rust.toolchain;
+        let base_image = debian_base_image();
+        let mut model = Self::with(pins, Base::Debian, base_image.clone(), ProviderKind::Host);
+        model.bootstrap = "docker-daemon";
+        model.rocm = "Debian sid's ROCm (HIP 6.4, in /usr)".into();
+        model.docker_repository = DEBIAN_IMAGE_REPOSITORY.into();
+        model.args = vec![tag_build_arg()];
+        model.labels = common_labels(
+            "symmem-debian",
+            "symmem on Debian sid's ROCm, built offline (vendored crates, a copied toolchain); \
+             no rocSHMEM; runs the host-provider conformance matrix",
+        );
+        model.labels.extend([
+            ("io.github.symmem.base".into(), base_image),
+            ("io.github.symmem.rust".into(), rust.clone()),
+        ]);
+        // Debian's ROCm is in /usr and its clang finds its device libraries only while
+        // ROCM_PATH is unset (exporting ROCM_PATH=/usr breaks it): no ROCM_PATH here.
+        model.env = owned_env(&[
+            ("CARGO_HOME", "/usr/local/cargo"),
+            ("PATH", "/usr/local/rust/bin:/usr/local/cargo/bin:$PATH"),
+        ]);
+        model.copies = vec![
+            (CONTEXT_RUST.to_string(), "/usr/local/rust".to_string()),
+            (CONTEXT_VENDOR.to_string(), format!("/opt/{CONTEXT_VENDOR}")),
+        ];
+        model.sources = CONTEXT_SOURCES.into();
+        model.system_steps = vec![Step {
+            title: format!(
+                "Rust {rust} (the builder's pinned toolchain, copied in) and the vendored \
+                 crates: no network"
+            ),
+            commands: vec![
+                "mkdir -p \"$CARGO_HOME\"".into(),
+                offline_cargo_config(),
+                format!("rustc --version | grep -q '^rustc {rust} '"),
+                "cargo --version".into(),
+            ],
+        }];
+        model.build_steps = vec![
+            Step {
+                title: format!("The image tag: the copied inputs must hash to {TAG_ARG}"),
+                commands: vec![tag_check()],
+            },
+            workspace_step(
+                "The workspace (the Python bindings need a Python: not here); the matrix, the \
+                 rank binary and symmem-run installed (runs need no cargo); target/ writable \
+                 for non-root cargo",
+                &["cargo build --locked --workspace --exclude symmem-py"],
+                &[],
+            ),
+        ];
+        model
+    }
+
+    /// Apptainer's `%test` and Docker's `HEALTHCHECK`: the 1-rank matrix, installed binary.
+    pub fn test_command(&self) -> Vec<String> {
+        let mut command: Vec<String> = MATRIX_TEST.map(String::from).to_vec();
+        command.extend(self.test_args.iter().cloned());
+        command
     }
 
     /// The image's default command: the conformance matrix with its default provider.
     pub fn command(&self) -> Vec<String> {
-        [
-            "cargo",
-            "xtask",
-            "test",
-            "--provider",
-            self.default_provider.name(),
-        ]
-        .map(String::from)
-        .to_vec()
+        let mut command: Vec<String> = MATRIX_TEST.map(String::from).to_vec();
+        command.extend(["--provider".into(), self.default_provider.name().into()]);
+        command
     }
 
     pub fn default_arch(&self) -> Option<&str> {
@@ -634,7 +733,7 @@ mod tests {
                 known,
                 "root entry `{entry}` is neither an image input nor declared outside the \
                  images: add it to INPUTS (it changes the images) or OUTSIDE (it does not) in \
-                 xtask/src/images/model.rs, then run `cargo xtask images`"
+                 xtask/src/images/model.rs, then run `cargo xtask codegen`"
             );
         }
         for input in INPUTS {

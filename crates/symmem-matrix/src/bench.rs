@@ -1,7 +1,8 @@
-//! `cargo xtask bench`: the GPU bench at several rank counts, through the launcher.
+//! `symmem-matrix bench`: the GPU bench at several rank counts, through the launcher.
 
-use crate::project::{build_binary, shim_library, target_dir};
+use crate::programs::{BENCH, shim_library};
 use anyhow::{Context, bail};
+use clap::builder::TypedValueParser;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,29 +22,37 @@ use symmem_launch::{
 /// (The host provider's benches are `cargo bench -p symmem-host`.)
 ///
 /// Examples:
-///   cargo xtask bench --provider nvshmem
-///   xtask bench --provider nvshmem --bench-binary ./symmem-gpu-bench --shim-lib ./libsymmem_shim_nvshmem.so
+///   cargo xtask bench --provider nvshmem       # from a checkout: builds, then runs this
+///   symmem-matrix bench --provider nvshmem --shim-lib ./libsymmem_shim_nvshmem.so
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
     /// GPU provider to measure.
-    #[arg(long, value_parser = crate::project::gpu_provider())]
+    #[arg(long, value_parser = gpu_provider())]
     provider: ProviderKind,
     /// Rank counts for the allocation latency (each a separate run).
     #[arg(long, default_value = "1,2,4,8", value_delimiter = ',')]
     ranks: Vec<usize>,
-    /// The shim library (default: $SYMMEM_SHIM_LIB, else target/shim/<backend>/).
+    /// The shim library (default: $SYMMEM_SHIM_LIB, else the one next to the bench binary;
+    /// `cargo xtask bench` passes what `cargo xtask build-shim` built under target/shim/).
     #[arg(long, value_name = "PATH")]
     shim_lib: Option<PathBuf>,
-    /// A prebuilt symmem-gpu-bench (for machines without cargo).
+    /// The symmem-gpu-bench binary to run (default: the one next to symmem-matrix).
     #[arg(long, value_name = "PATH")]
     bench_binary: Option<PathBuf>,
-    /// Where to write the figures as JSON lines (default: target/bench/<backend>.jsonl).
+    /// Where to write the figures as JSON lines (default: bench/<backend>.jsonl in the current
+    /// folder; `cargo xtask bench` passes target/bench/<backend>.jsonl).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
 }
 
-pub fn run(sh: &xshell::Shell, args: Args) -> anyhow::Result<ExitCode> {
+/// Parses a GPU provider's name: `--help` lists exactly the providers that have a shim.
+fn gpu_provider() -> impl TypedValueParser<Value = ProviderKind> {
+    clap::builder::PossibleValuesParser::new(ProviderKind::GPU.map(ProviderKind::name))
+        .map(|name| ProviderKind::from_name(&name).expect("one of the GPU providers' names"))
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let backend = args.provider;
     if args
         .ranks
@@ -55,16 +64,12 @@ pub fn run(sh: &xshell::Shell, args: Args) -> anyhow::Result<ExitCode> {
             symmem_launch::MAX_RANKS
         );
     }
-    let shim = shim_library(args.shim_lib.as_deref(), backend)?;
-    let binary = match &args.bench_binary {
-        Some(p) => p.clone(),
-        None => build_binary(sh, "symmem-gpu", "symmem-gpu-bench", "--bench-binary")?,
-    };
-    let out = args.out.clone().unwrap_or_else(|| {
-        target_dir()
-            .join("bench")
-            .join(format!("{}.jsonl", backend.name()))
-    });
+    let binary = BENCH.locate(args.bench_binary.as_deref())?;
+    let shim = shim_library(args.shim_lib.as_deref(), backend, &binary)?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("bench").join(format!("{}.jsonl", backend.name())));
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -113,7 +118,7 @@ pub fn run(sh: &xshell::Shell, args: Args) -> anyhow::Result<ExitCode> {
     }
     eprintln!("{} figures written to {}", figures.len(), out.display());
     Ok(if interrupted {
-        // As symmem-run and `cargo xtask test`.
+        // As symmem-run and `symmem-matrix test`.
         ExitCode::from(EXIT_INTERRUPTED as u8)
     } else if failed {
         ExitCode::FAILURE

@@ -1,7 +1,6 @@
-//! `cargo xtask test`: the conformance matrix, every check at every rank count.
+//! `symmem-matrix test`: the conformance matrix, every check at every rank count.
 
-use crate::project::{build_binary, shim_library};
-use anyhow::bail;
+use crate::programs::{RANK, shim_library};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -15,8 +14,8 @@ use symmem_launch::{
     RunReport, Stream, exit_codes_help, launch, print_line,
 };
 
-/// The exit codes of `cargo xtask test`, as its `--help` lists them; README.md's table is
-/// checked against this list.
+/// The exit codes of `symmem-matrix test` (and so of `cargo xtask test`), as its `--help` lists
+/// them; README.md's table is checked against this list.
 pub const EXIT_CODES: &[(&str, &str)] = &[
     (
         "0",
@@ -41,7 +40,9 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
 /// `--help`'s sections after the exit codes.
 const HELP_AFTER_EXIT_CODES: &str = "\
 CONTAINERS
-  With --container, the exit code is that of the run inside the image, or the
+  From a checkout, `cargo xtask test --container docker|apptainer [--image-base
+  amd|debian] ARGS` runs `symmem-matrix test ARGS` inside the image for the
+  checkout's tag; the exit code is that of the run inside the image, or the
   engine's own when the engine fails.
 
 DURATIONS
@@ -57,18 +58,19 @@ fn after_help() -> String {
 /// Each rank count is one launch of the `symmem-conformance` rank binary under symmem's
 /// launcher (all ranks on this host). Ranks' own output is shown prefixed with the rank.
 /// The exit status is non-zero when any check fails or any run does not finish.
+/// From a checkout, `cargo xtask test ARGS` builds both binaries and runs this with ARGS.
 ///
 /// Examples:
-///   cargo xtask test --ranks 8
-///   cargo xtask test --ranks 1,2,4,8 --provider host
-///   cargo xtask test --ranks 2 --check 7,9     # only these checks (ids as in the matrix)
+///   symmem-matrix test --ranks 8
+///   symmem-matrix test --ranks 1,2,4,8 --provider host
+///   symmem-matrix test --ranks 2 --check 7,9     # only these checks (ids as in the matrix)
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment, after_help = after_help())]
 pub struct TestArgs {
     /// Rank counts to run, comma-separated (each 1..=256).
     #[arg(long, default_value = "1,2,4,8", value_parser = parse_ranks)]
     ranks: RankList,
-    /// Provider under test [default: host; with --container, the image's: rocshmem in the AMD
+    /// Provider under test [default: host; in the images, the image's: rocshmem in the AMD
     /// image, host in the Debian one].
     #[arg(long, value_enum)]
     provider: Option<ProviderKind>,
@@ -78,18 +80,13 @@ pub struct TestArgs {
     /// After a failure, how long ranks get between SIGTERM and SIGKILL (0: SIGKILL right away).
     #[arg(long, default_value = format_duration(DEFAULT_GRACE), value_parser = parse_duration)]
     grace: Duration,
-    /// Run the matrix inside the image for this checkout's tag (`cargo xtask images --tag`),
-    /// pulled when missing; the ROCm devices are added for GPU providers.
-    #[arg(long, value_enum, value_name = "ENGINE")]
-    container: Option<crate::container::Engine>,
-    #[command(flatten)]
-    image: crate::container::ImageArgs,
     /// The GPU shim library for --provider nvshmem|rocshmem (default: $SYMMEM_SHIM_LIB, else
-    /// what `cargo xtask build-shim` built under target/shim/).
+    /// the one next to the rank binary; `cargo xtask test` passes what `cargo xtask build-shim`
+    /// built under target/shim/).
     #[arg(long, value_name = "PATH")]
     shim_lib: Option<PathBuf>,
-    /// Run this prebuilt symmem-conformance binary instead of building it (for machines
-    /// without cargo, e.g. a GPU node that got the binaries copied over).
+    /// The symmem-conformance rank binary to run (default: the one next to symmem-matrix, where
+    /// `cargo build` and `cargo install` put it).
     #[arg(long, value_name = "PATH")]
     rank_binary: Option<PathBuf>,
     /// Run only these checks (ids as the matrix shows them: 1 .. 10b; repeat the flag or list
@@ -142,39 +139,13 @@ struct Run {
     report: RunReport,
 }
 
-pub fn run(sh: &xshell::Shell, args: TestArgs) -> anyhow::Result<ExitCode> {
-    if let Some(engine) = args.container {
-        if args.provider == Some(ProviderKind::Nvshmem) {
-            bail!("--container runs the ROCm images, which have no NVSHMEM: drop --provider");
-        }
-        let request = crate::container::Request {
-            provider: args.provider,
-            ranks: args.ranks.0.clone(),
-            timeout: args.timeout,
-            grace: args.grace,
-            shim_lib: args.shim_lib.clone(),
-            rank_binary: args.rank_binary.clone(),
-            checks: args.checks.iter().map(|c| c.id.to_string()).collect(),
-        };
-        return crate::container::run(sh, engine, args.image, &request);
-    }
+pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     let provider = args.provider.unwrap_or(ProviderKind::Host);
+    let binary = RANK.locate(args.rank_binary.as_deref())?;
     let shim = if provider.is_gpu() {
-        Some(shim_library(args.shim_lib.as_deref(), provider)?)
+        Some(shim_library(args.shim_lib.as_deref(), provider, &binary)?)
     } else {
         None
-    };
-    let binary = match &args.rank_binary {
-        Some(path) => path.clone(),
-        None => {
-            eprintln!("building the conformance rank binary ...");
-            build_binary(
-                sh,
-                "symmem-conformance",
-                "symmem-conformance",
-                "--rank-binary",
-            )?
-        }
     };
     let checks = selected(&args.checks);
     let started = Instant::now();
@@ -438,8 +409,10 @@ mod tests {
 
     /// README's exit-code table, code and per-command cells, from its `### Exit codes` section.
     fn readme_exit_codes() -> Vec<(String, String, String)> {
-        let readme = std::fs::read_to_string(crate::project::project_root().join("README.md"))
-            .expect("README.md");
+        let readme = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+        )
+        .expect("README.md");
         const HEADING: &str = "\n### Exit codes\n";
         let start = readme
             .find(HEADING)
@@ -486,8 +459,8 @@ mod tests {
         assert_eq!(
             listed(|row| &row.2),
             codes(EXIT_CODES),
-            "README.md's cargo xtask test column and `cargo xtask test --help` (EXIT_CODES in \
-             xtask/src/test.rs) disagree"
+            "README.md's cargo xtask test column and `symmem-matrix test --help` (EXIT_CODES in \
+             crates/symmem-matrix/src/test.rs) disagree"
         );
     }
 

@@ -1,5 +1,5 @@
-//! `cargo xtask test` as a user runs it, over a stand-in rank binary (tests/fixtures/fake-rank):
-//! what it prints, and how it exits.
+//! `symmem-matrix test` as a user runs it, over a stand-in rank binary
+//! (tests/fixtures/fake-rank): what it prints, and how it exits.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use symmem_test_support::command::{exit_codes_in_help, with_default_signals};
 
-const XTASK: &str = env!("CARGO_BIN_EXE_xtask");
+const MATRIX: &str = env!("CARGO_BIN_EXE_symmem-matrix");
 /// Scheduling slack on a loaded 2-core machine.
 const MARGIN: Duration = Duration::from_secs(5);
 
@@ -25,10 +25,10 @@ fn check_ids() -> String {
         .join(" ")
 }
 
-/// `xtask test` over the fake rank, with SIGINT, SIGTERM and SIGHUP at their defaults whatever
+/// `symmem-matrix test` over the fake rank, with SIGINT, SIGTERM and SIGHUP at their defaults whatever
 /// this test inherited (the launcher honours signals it inherited as ignored).
-fn xtask_test(args: &[&str]) -> Command {
-    let mut command = with_default_signals(XTASK);
+fn matrix_test(args: &[&str]) -> Command {
+    let mut command = with_default_signals(MATRIX);
     command
         .arg("test")
         .arg("--rank-binary")
@@ -49,9 +49,9 @@ fn text(out: &Output) -> (String, String) {
 
 #[test]
 fn chosen_checks_run_alone_in_table_order() {
-    let out = xtask_test(&["--ranks", "2", "--check", "9", "--check", "7,9"])
+    let out = matrix_test(&["--ranks", "2", "--check", "9", "--check", "7,9"])
         .output()
-        .expect("run xtask");
+        .expect("run symmem-matrix");
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     // The ranks were asked for 7 and 9 only, in table order, and the matrix has just those rows.
@@ -72,7 +72,9 @@ fn chosen_checks_run_alone_in_table_order() {
 
 #[test]
 fn an_unknown_check_is_a_usage_error_that_lists_the_ids() {
-    let out = xtask_test(&["--check", "11"]).output().expect("run xtask");
+    let out = matrix_test(&["--check", "11"])
+        .output()
+        .expect("run symmem-matrix");
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
     assert!(stderr.contains("\"11\""), "{stderr}");
@@ -84,9 +86,9 @@ fn an_unknown_check_is_a_usage_error_that_lists_the_ids() {
 
 #[test]
 fn rank_lines_come_without_blank_lines_around_the_progress() {
-    let out = xtask_test(&["--ranks", "2,1", "--timeout", "60s"])
+    let out = matrix_test(&["--ranks", "2,1", "--timeout", "60s"])
         .output()
-        .expect("run xtask");
+        .expect("run symmem-matrix");
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     // The fake ranks talk on stderr between their results: their lines interrupt the progress.
@@ -146,12 +148,12 @@ fn alive(pid: i32) -> bool {
 
 #[test]
 fn sigterm_stops_the_ranks_and_exits_130_as_symmem_run_does() {
-    let mut child = xtask_test(&["--ranks", "2,4", "--grace", "1s", "--timeout", "60s"])
+    let mut child = matrix_test(&["--ranks", "2,4", "--grace", "1s", "--timeout", "60s"])
         .env("FAKE_RANK_HANG", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn xtask");
+        .expect("spawn symmem-matrix");
     let lines = stderr_lines(&mut child);
     let mut seen = Vec::new();
     let mut pids = Vec::new();
@@ -180,7 +182,7 @@ fn sigterm_stops_the_ranks_and_exits_130_as_symmem_run_does() {
         }
         if sent.elapsed() > Duration::from_secs(1) + MARGIN {
             let _ = child.kill();
-            panic!("xtask did not stop within the grace period and margin");
+            panic!("symmem-matrix did not stop within the grace period and margin");
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -199,9 +201,9 @@ fn sigterm_stops_the_ranks_and_exits_130_as_symmem_run_does() {
 
 #[test]
 fn a_timeout_of_zero_is_refused_with_the_fix() {
-    let out = xtask_test(&["--ranks", "1", "--timeout", "0"])
+    let out = matrix_test(&["--ranks", "1", "--timeout", "0"])
         .output()
-        .expect("run xtask");
+        .expect("run symmem-matrix");
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
@@ -209,18 +211,18 @@ fn a_timeout_of_zero_is_refused_with_the_fix() {
         "{stderr}"
     );
     // A grace of 0 is meaningful: SIGKILL right after SIGTERM.
-    let out = xtask_test(&["--ranks", "1", "--grace", "0"])
+    let out = matrix_test(&["--ranks", "1", "--grace", "0"])
         .output()
-        .expect("run xtask");
+        .expect("run symmem-matrix");
     assert!(out.status.success(), "{:?}", text(&out));
 }
 
 #[test]
 fn help_lists_the_exit_codes() {
-    let out = Command::new(XTASK)
+    let out = Command::new(MATRIX)
         .args(["test", "--help"])
         .output()
-        .expect("run xtask");
+        .expect("run symmem-matrix");
     assert!(out.status.success());
     let (help, _) = text(&out);
     let (codes, section) = exit_codes_in_help(&help);
