@@ -19,4 +19,5 @@ cp "$rel"/xtask "$rel"/symmem-conformance "$rel"/symmem-gpu-bench "$rel"/symmem-
 strip "$out"/xtask "$out"/symmem-conformance "$out"/symmem-gpu-bench "$out"/symmem-run
 cp "$shim" "$out"/
 cp scripts/gpu/run-nvshmem.sh "$out"/
+cp scripts/gpu/env.sh "$out"/
 echo "bundle ready in $out ($(du -sh "$out" | cut -f1))"

@@ -27,5 +27,6 @@ cp "$target/release/symmem-run" "$out"/
 strip "$out/symmem-run"
 cp "$shim" "$out"/
 cp crates/symmem-py/tests/gpu/triton_alltoall.py scripts/gpu/run-python.sh "$out"/
+cp scripts/gpu/env.sh "$out"/
 ls -l "$out"
 echo "bundle ready in $out ($(du -sh "$out" | cut -f1))"
