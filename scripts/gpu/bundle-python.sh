@@ -15,7 +15,8 @@ if [ -z "${NVSHMEM_HOME:-}" ] || [ -z "${CUDACXX:-}" ]; then
 fi
 venv="$target/py-ci/venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "maturin>=1.9.4,<2"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+  "maturin$(scripts/pin python.maturin)"
 
 mkdir -p "$out"
 rm -f "$out"/symmem-*.whl
