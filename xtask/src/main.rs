@@ -9,6 +9,7 @@ mod container;
 mod images;
 mod pins;
 mod project;
+mod readme;
 mod runner;
 mod test;
 mod tools;

@@ -194,8 +194,8 @@ pub const EXIT_INTERRUPTED: i32 = 130;
 pub const EXIT_USAGE: i32 = 2;
 
 /// The exit codes of `symmem-run`, code and meaning, as its `--help` lists
-/// them (rendered by [`exit_codes_help`]); README.md's table is checked
-/// against this list. `S` and `N` stand for a rank's status and signal.
+/// them (rendered by [`exit_codes_help`]); `cargo xtask codegen` writes
+/// README.md's table from this list. `S` and `N` stand for a rank's status and signal.
 pub const EXIT_CODES: &[(&str, &str)] = &[
     ("0", "all ranks exited 0"),
     (
