@@ -15,9 +15,10 @@ profile=${PROFILE:-debug}
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
-packages=("maturin>=1.9.4,<2" "pytest>=7" "numpy>=1.22")
-# The GPU machine's Triton, so the kernels are checked with the version that will compile them.
-[ "${TRITON:-1}" = 0 ] || packages+=("triton==3.6.0")
+# maturin's range and the GPU machine's Triton (so the kernels are checked with the version that
+# will compile them) are pins.toml's [python] table.
+packages=("maturin$(scripts/pin python.maturin)" "pytest>=7" "numpy>=1.22")
+[ "${TRITON:-1}" = 0 ] || packages+=("triton==$(scripts/pin python.triton)")
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${packages[@]}"
 
 release=()

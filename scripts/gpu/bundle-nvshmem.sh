@@ -23,4 +23,5 @@ for bin in "${bins[@]}"; do
 done
 cp "$shim" "$out"/
 cp scripts/gpu/run-nvshmem.sh "$out"/
+cp scripts/gpu/env.sh "$out"/
 echo "bundle ready in $out ($(du -sh "$out" | cut -f1))"

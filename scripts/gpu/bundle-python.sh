@@ -15,7 +15,8 @@ if [ -z "${NVSHMEM_HOME:-}" ] || [ -z "${CUDACXX:-}" ]; then
 fi
 venv="$target/py-ci/venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "maturin>=1.9.4,<2"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+  "maturin$(scripts/pin python.maturin)"
 
 mkdir -p "$out"
 rm -f "$out"/symmem-*.whl
@@ -27,5 +28,6 @@ cp "$target/release/symmem-run" "$out"/
 strip "$out/symmem-run"
 cp "$shim" "$out"/
 cp crates/symmem-py/tests/gpu/triton_alltoall.py scripts/gpu/run-python.sh "$out"/
+cp scripts/gpu/env.sh "$out"/
 ls -l "$out"
 echo "bundle ready in $out ($(du -sh "$out" | cut -f1))"

@@ -6,19 +6,12 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 results=${RESULTS_DIR:-$here}
 mkdir -p "$results"
-nvshmem_lib=${NVSHMEM_LIB:-$(python3 -c 'import nvidia.nvshmem, os; print(os.path.join(list(nvidia.nvshmem.__path__)[0], "lib"))' 2>/dev/null || true)}
-if [ -z "$nvshmem_lib" ] || [ ! -e "$nvshmem_lib/libnvshmem_host.so.3" ]; then
-  echo "NVSHMEM's libnvshmem_host.so.3 not found: set NVSHMEM_LIB to its folder" >&2
-  exit 1
-fi
-export LD_LIBRARY_PATH="$nvshmem_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# Multicast is forbidden on these machines; the shim forces this too.
-export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0
+# shellcheck source=scripts/gpu/env.sh
+source "$here/env.sh"
+nvshmem_env python3 || exit 1
 export SYMMEM_GPU_HEAP_SIZE=${SYMMEM_GPU_HEAP_SIZE:-1G}
 {
-  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  echo "nvshmem: $nvshmem_lib"
+  machine_info
   nvidia-smi topo -m || true
 } > "$results/machine.txt" 2>&1
 cat "$results/machine.txt"

@@ -41,20 +41,16 @@ if MPS_CONTROL_REAL=$(command -v nvidia-cuda-mps-control); then
   export PATH="$site/.mps-bin:$PATH"
 fi
 
-nvshmem_lib=${NVSHMEM_LIB:-$("$python" -c 'import nvidia.nvshmem, os; print(os.path.join(list(nvidia.nvshmem.__path__)[0], "lib"))' 2>/dev/null || true)}
-[ -e "$nvshmem_lib/libnvshmem_host.so.3" ] || fail "libnvshmem_host.so.3 not found: set NVSHMEM_LIB"
-export LD_LIBRARY_PATH="$nvshmem_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# Multicast (NVLS) is forbidden on these machines; the shim forces it off too.
-export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0
+# shellcheck source=scripts/gpu/env.sh
+source "$here/env.sh"
+nvshmem_env "$python" || fail "no NVSHMEM for $python (above): set NVSHMEM_LIB"
 export NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=${NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME:-lo}
 export SYMMEM_PROVIDER=nvshmem SYMMEM_SHIM_LIB="$here/libsymmem_shim_nvshmem.so"
 export SYMMEM_GPU_HEAP_SIZE=${SYMMEM_GPU_HEAP_SIZE:-512M}
 export TMPDIR=${TMPDIR:-/tmp} PYTHONUNBUFFERED=1
 
 {
-  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  echo "nvshmem: $nvshmem_lib"
+  machine_info
   echo "wheel: $(basename "$wheel")"
   "$python" -c 'import sys, torch, triton, symmem; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__, "symmem", symmem.__file__)'
 } > "$results/machine.txt" 2>&1

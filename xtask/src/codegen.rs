@@ -1,6 +1,6 @@
 //! `cargo xtask codegen`: every generated file of the repository, refreshed or checked in one
-//! place: the shim's bindings (bindgen over `symmem_shim.h`) and the container files (the
-//! images' model over pins.toml).
+//! place: the shim's bindings (bindgen over `symmem_shim.h`), the container files (the
+//! images' model over pins.toml) and README's tables (`readme.rs`).
 
 use crate::project::project_root;
 use anyhow::{Context, bail};
@@ -12,6 +12,7 @@ use std::path::Path;
 ///   crates/symmem-shim-sys/src/bindings.rs        bindgen over shim/symmem_shim.h
 ///   containers/Dockerfile*, containers/*.def,     pins.toml through xtask/src/images
 ///   .dockerignore
+///   README.md, between its codegen markers        the settings registry, the exit codes
 ///
 /// Run it after editing symmem_shim.h, pins.toml or xtask/src/images, and commit what it
 /// writes. `--check` writes nothing and fails, with a diff, naming each stale file; `cargo test`
@@ -53,6 +54,7 @@ pub fn run(sh: &xshell::Shell, args: Args) -> anyhow::Result<()> {
         bindings::Outcome::Skipped(why) => skip(&why)?,
     }
     files.extend(container_files(&root)?);
+    files.push(crate::readme::generated(&root)?);
     if args.check {
         return check(&root, &files, REFRESH);
     }

@@ -7,6 +7,7 @@ mod container;
 mod images;
 mod matrix;
 mod project;
+mod readme;
 
 // The build library's shared floor, under the names the xtask's modules use.
 use symmem_build::{pins, runner, tools};

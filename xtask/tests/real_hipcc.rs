@@ -10,7 +10,6 @@
 //! SYMMEM_REAL_HIPCC=1 set, a missing hipcc or tool fails it. `.ci/real-hipcc` runs it inside a
 //! Debian sid root that has ROCm.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
@@ -58,8 +57,7 @@ fn skip<T>(why: &str) -> Option<T> {
     assert!(
         !required(),
         "{why}. CI and {}=1 are set, so this test must run: run it through .ci/real-hipcc (a \
-         Debian sid root with hipcc, libamdhip64-dev, libhsa-runtime-dev, rocm-device-libs-21, \
-         cmake, ninja-build, git, g++)",
+         Debian sid root with the packages `cargo xtask images base --packages` lists)",
         REAL_HIPCC.name
     );
     eprintln!("SKIPPED: {why}");
@@ -88,7 +86,6 @@ struct Tools {
     bundler: PathBuf,
     readelf: PathBuf,
     llvm_nm: PathBuf,
-    nm: PathBuf,
 }
 
 fn tools() -> Option<Tools> {
@@ -104,13 +101,14 @@ fn tools() -> Option<Tools> {
             hipcc_version.trim()
         ));
     }
-    let missing: Vec<&str> = ["git", "cmake", "nm"]
+    // nm and perl for .ci/check-shim-exports.
+    let missing: Vec<&str> = ["git", "cmake", "nm", "perl"]
         .into_iter()
         .filter(|t| on_path(t).is_none())
         .collect();
     if !missing.is_empty() {
         return skip(&format!(
-            "the real-hipcc test needs {} (apt-get install git cmake binutils)",
+            "the real-hipcc test needs {} (apt-get install git cmake binutils perl)",
             missing.join(", ")
         ));
     }
@@ -141,7 +139,6 @@ fn tools() -> Option<Tools> {
         bundler,
         readelf,
         llvm_nm,
-        nm: on_path("nm").unwrap(),
     })
 }
 
@@ -156,49 +153,6 @@ fn xtask(args: &[&str]) -> (Output, f64) {
         .output()
         .expect("xtask runs");
     (out, started.elapsed().as_secs_f64())
-}
-
-/// The functions symmem_shim.h declares (comments removed first).
-fn header_functions() -> BTreeSet<String> {
-    let header =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/symmem-shim-sys/shim/symmem_shim.h");
-    let source = std::fs::read_to_string(&header).unwrap();
-    let mut code = String::new();
-    let mut rest = source.as_str();
-    while let Some(start) = rest.find("/*") {
-        code.push_str(&rest[..start]);
-        let end = rest[start..].find("*/").expect("comments are closed") + start + 2;
-        rest = &rest[end..];
-    }
-    code.push_str(rest);
-    let mut names = BTreeSet::new();
-    let mut rest = code.as_str();
-    while let Some(start) = rest.find("symmem_shim_") {
-        let name: String = rest[start..]
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        rest = &rest[start + name.len()..];
-        if rest.trim_start().starts_with('(') {
-            names.insert(name);
-        }
-    }
-    assert!(names.len() > 20, "too few functions parsed: {names:?}");
-    names
-}
-
-/// `nm -D --defined-only`: the names, without symbol versions.
-fn exported(tools: &Tools, library: &Path) -> BTreeSet<String> {
-    let out = output(
-        &tools.nm,
-        &["-D", "--defined-only", library.to_str().unwrap()],
-    );
-    assert!(out.status.success(), "nm: {}", text(&out));
-    stdout(&out)
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(2))
-        .map(|name| name.split('@').next().unwrap().to_string())
-        .collect()
 }
 
 /// Extracts the code object of `processor` from the library's HIP fat binary; returns its
@@ -373,21 +327,15 @@ fn standin_rocshmem_and_shim_build_with_the_real_hipcc() {
     let library = PathBuf::from(&stdout_lines[0]);
     assert_eq!(library, shim_out.join("lib/libsymmem_shim_rocshmem.so"));
 
-    // (c) Exactly symmem_shim.h's functions are exported.
-    let expected = header_functions();
-    let exported = exported(&tools, &library);
-    eprintln!(
-        "[real-hipcc] nm -D --defined-only {} ({} symbols):\n    {}",
-        library.display(),
-        exported.len(),
-        exported.iter().cloned().collect::<Vec<_>>().join("\n    ")
+    // (c) Exactly symmem_shim.h's functions are exported: the one check of that, the script
+    // CI also runs on the NVSHMEM shim and the stand-in shim.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/check-shim-exports");
+    let exports = output(
+        Path::new("bash"),
+        &[script.to_str().unwrap(), library.to_str().unwrap()],
     );
-    let extra: Vec<&String> = exported.difference(&expected).collect();
-    let missing: Vec<&String> = expected.difference(&exported).collect();
-    assert!(
-        extra.is_empty() && missing.is_empty(),
-        "exports differ from symmem_shim.h: extra {extra:?}, missing {missing:?}"
-    );
+    eprintln!("[real-hipcc] {}", text(&exports).trim());
+    assert!(exports.status.success(), "{}", text(&exports));
 
     // ... and the gfx942 code object carries the shim's kernels and the library's device code.
     let (entry, object, entries) = code_object(&tools, &library, root, "gfx942");
@@ -466,12 +414,12 @@ fn standin_rocshmem_and_shim_build_with_the_real_hipcc() {
     }
     // (d) Two installs used in turn from one out folder: each shim links the install it was
     // given (by `nm`, the stand-in's build symbol; by its stamp, the prefix and commit).
-    alternate_installs(&tools, root, &repo, &pins, &prefix);
+    alternate_installs(root, &repo, &pins, &prefix);
 }
 
 /// Builds install B (the stand-in with STANDIN_BUILD=b) beside A (`prefix`, built as "a"), then
 /// the shim against A, B and A again in one out folder.
-fn alternate_installs(tools: &Tools, root: &Path, repo: &Path, pins: &Path, a: &Path) {
+fn alternate_installs(root: &Path, repo: &Path, pins: &Path, a: &Path) {
     let (out, took) = xtask(&[
         "build-rocshmem",
         "--arch",
@@ -519,7 +467,7 @@ fn alternate_installs(tools: &Tools, root: &Path, repo: &Path, pins: &Path, a: &
         let said = format!("(prefix {}", install.display());
         assert!(t.contains(&said), "`{said}` not in:\n{t}");
         let library = shim_out.join("lib/libsymmem_shim_rocshmem.so");
-        let symbols = stdout(&output(&tools.nm, &[library.to_str().unwrap()]));
+        let symbols = stdout(&output(std::path::Path::new("nm"), &[library.to_str().unwrap()]));
         let has = |n: &str| {
             symbols
                 .lines()

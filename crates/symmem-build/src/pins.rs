@@ -51,6 +51,27 @@ pub struct NixPin {
     pub rocm: String,
 }
 
+/// The NVSHMEM the NVSHMEM shim is built against and the CUDA wheels that go with it (read by
+/// scripts/gpu/nvshmem-sdk.sh; build-shim's messages name the table).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NvshmemPin {
+    /// The NVSHMEM release, e.g. `3.5.0`.
+    pub version: String,
+    /// The CUDA wheels' version as pip takes it, e.g. `13.0.*`.
+    pub cuda: String,
+}
+
+/// The Python build and test tools (read by crates/symmem-py/ci.sh and the GPU bundle script).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PythonPin {
+    /// maturin's pip requirement range, e.g. `>=1.9.4,<2` (pyproject.toml repeats it).
+    pub maturin: String,
+    /// The Triton release, e.g. `3.6.0`.
+    pub triton: String,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Pins {
@@ -62,6 +83,12 @@ pub struct Pins {
     /// Optional like `images`: only the flake reads it.
     #[serde(default)]
     pub nix: Option<NixPin>,
+    /// Optional: only the NVSHMEM scripts read it.
+    #[serde(default)]
+    pub nvshmem: Option<NvshmemPin>,
+    /// Optional: only the Python scripts read it.
+    #[serde(default)]
+    pub python: Option<PythonPin>,
 }
 
 impl Pins {
@@ -123,6 +150,26 @@ impl Pins {
         }
         if let Some(images) = &self.images {
             images.validate()?;
+        }
+        if let Some(n) = &self.nvshmem
+            && (!is_version(&n.version) || !is_pip_version(&n.cuda))
+        {
+            bail!(
+                "nvshmem.version = {:?} must be a release like 3.5.0 and nvshmem.cuda = {:?} like \
+                 13.0.* (a pip version of the CUDA wheels)",
+                n.version,
+                n.cuda
+            );
+        }
+        if let Some(p) = &self.python
+            && (!is_version(&p.triton) || !p.maturin.starts_with(['>', '=', '~']))
+        {
+            bail!(
+                "python.triton = {:?} must look like 3.6.0 and python.maturin = {:?} like \
+                 \">=1.9.4,<2\" (a pip requirement range)",
+                p.triton,
+                p.maturin
+            );
         }
         if let Some(nix) = &self.nix {
             if !is_version(&nix.rocm) {
@@ -210,6 +257,15 @@ fn series(version: &str) -> &str {
     version
         .rsplit_once('.')
         .map_or(version, |(series, _)| series)
+}
+
+/// `13.0.*` or `13.0.1`: digits and dots, with an optional `.*` at the end.
+fn is_pip_version(text: &str) -> bool {
+    let fixed = text.strip_suffix(".*").unwrap_or(text);
+    !fixed.is_empty()
+        && fixed
+            .split('.')
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn is_version(text: &str) -> bool {
@@ -349,6 +405,41 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
         assert!(
             e.contains("nix.rocm = \"7.2\" must be a ROCm release"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn nvshmem_and_python_pins_are_checked() {
+        let pins = Pins::load(&project_root().join("pins.toml")).unwrap();
+        assert!(pins.nvshmem.is_some() && pins.python.is_some());
+        let tables = "[nvshmem]\nversion = \"3.5.0\"\ncuda = \"13.0.*\"\n\
+                      [python]\nmaturin = \">=1.9.4,<2\"\ntriton = \"3.6.0\"\n";
+        assert!(Pins::parse(&format!("{GOOD}{tables}")).is_ok());
+        for (from, to, field) in [
+            ("\"3.5.0\"", "\"3.5\"", "nvshmem.version"),
+            ("\"13.0.*\"", "\"13.*.0\"", "nvshmem.cuda"),
+            ("\"3.6.0\"", "\"latest\"", "python.triton"),
+            ("\">=1.9.4,<2\"", "\"1.9.4\"", "python.maturin"),
+        ] {
+            let e = error(&format!("{GOOD}{}", tables.replace(from, to)));
+            assert!(e.contains(field), "{from} -> {to}: {e}");
+        }
+    }
+
+    /// pip's build isolation reads maturin's range from pyproject.toml, which cannot include
+    /// pins.toml: the two are kept equal here.
+    #[test]
+    fn pyproject_requires_the_pinned_maturin() {
+        let pins = Pins::load(&project_root().join("pins.toml")).unwrap();
+        let maturin = &pins.python.unwrap().maturin;
+        let pyproject =
+            std::fs::read_to_string(project_root().join("crates/symmem-py/pyproject.toml"))
+                .unwrap();
+        let line = format!("requires = [\"maturin{maturin}\"]");
+        assert!(
+            pyproject.lines().any(|l| l.trim() == line),
+            "crates/symmem-py/pyproject.toml's [build-system] must say `{line}` (pins.toml \
+             [python] maturin): make them equal"
         );
     }
 

@@ -19,9 +19,9 @@ use xshell::Shell;
 /// Build the GPU shim library for one backend.
 ///
 /// NVSHMEM: needs nvcc (CUDA >= 12) and NVSHMEM 3.x (include/, lib/ with libnvshmem_host.so.3
-/// and libnvshmem_device.a); no GPU is needed to build. The pip wheels work:
-///   pip install nvidia-cuda-nvcc==13.0.* nvidia-cuda-runtime==13.0.* nvidia-cuda-crt==13.0.*
-///               nvidia-cuda-cccl==13.0.* nvidia-nvvm==13.0.* nvidia-nvshmem-cu13==3.4.5
+/// and libnvshmem_device.a); no GPU is needed to build. The pip wheels work: at the versions
+/// of pins.toml [nvshmem], `source scripts/gpu/nvshmem-sdk.sh` installs them and sets
+/// CUDACXX and NVSHMEM_HOME.
 /// rocSHMEM: needs ROCm (HIP's clang and CMake packages), CMake >= 3.24, and the install made by
 /// `cargo xtask build-rocshmem` (found through ROCSHMEM_HOME). ROCm is --rocm-path, else
 /// $ROCM_PATH, else what `hipconfig --rocmpath` says (Debian/Ubuntu: /usr), else /opt/rocm; it
@@ -433,8 +433,8 @@ fn nvshmem_setup(args: &Args, defines: &mut Vec<(String, String)>) -> anyhow::Re
     let nvcc = tools::nvcc(args.nvcc.as_deref())?;
     let home = from_env(args.nvshmem_home.as_deref(), &["NVSHMEM_HOME"]).context(
         "NVSHMEM not found: pass --nvshmem-home or set NVSHMEM_HOME to the folder with \
-         include/nvshmem.h and lib/libnvshmem_host.so.3 (pip: nvidia-nvshmem-cu13==3.4.5 \
-         installs it as site-packages/nvidia/nvshmem)",
+         include/nvshmem.h and lib/libnvshmem_host.so.3 (`source scripts/gpu/nvshmem-sdk.sh` \
+         installs the pinned wheel, pins.toml [nvshmem], and sets it)",
     )?;
     if !home.join("include/nvshmem.h").is_file() {
         bail!(

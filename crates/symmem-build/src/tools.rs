@@ -92,9 +92,9 @@ pub fn nvcc(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     match found {
         Some(p) if p.is_file() => Ok(std::path::absolute(&p).unwrap_or(p)),
         _ => bail!(
-            "nvcc not found: install the CUDA toolkit (or `pip install nvidia-cuda-nvcc==13.0.* \
-             nvidia-cuda-runtime==13.0.* nvidia-cuda-crt==13.0.* nvidia-cuda-cccl==13.0.* \
-             nvidia-nvvm==13.0.*`) and pass --nvcc or set CUDACXX"
+            "nvcc not found: install the CUDA toolkit and pass --nvcc or set CUDACXX (or \
+             `source scripts/gpu/nvshmem-sdk.sh`: nvcc and NVSHMEM from PyPI at the versions \
+             of pins.toml [nvshmem])"
         ),
     }
 }

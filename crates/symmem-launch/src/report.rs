@@ -198,32 +198,9 @@ pub const EXIT_INTERRUPTED: i32 = 130;
 pub const EXIT_USAGE: i32 = 2;
 
 /// The exit codes of `symmem-run`, code and meaning, as its `--help` lists
-/// them (rendered by [`exit_codes_help`]); README.md's table is checked
-/// against this list. `S` and `N` stand for a rank's status and signal.
-pub const EXIT_CODES: &[(&str, &str)] = &[
-    ("0", "all ranks exited 0"),
-    (
-        "S",
-        "the failing rank's exit status S (the first rank that failed on its own)",
-    ),
-    ("128+N", "the failing rank was killed by signal N"),
-    (
-        "75",
-        "ranks gave up on a peer (status 75) that exited 0 early or hung; the summary names it",
-    ),
-    ("124", "timeout (--timeout)"),
-    ("130", "interrupted (SIGINT, SIGTERM or SIGHUP)"),
-    (
-        "2",
-        "bad usage: an unknown or malformed option, --ranks outside 1-256, --timeout 0, a \
-         program that is not found or cannot be executed",
-    ),
-    (
-        "1",
-        "other launcher errors (e.g. no rendezvous folder can be made in TMPDIR: point it at \
-         a writable folder)",
-    ),
-];
+/// them (rendered by [`exit_codes_help`]); `cargo xtask codegen` writes
+/// README.md's table from this list. `S` and `N` stand for a rank's status and signal.
+pub const EXIT_CODES: &[(&str, &str)] = symmem::exit_codes::LAUNCHER;
 
 /// An `EXIT CODES` section for a command's `--help`: one code per line, its
 /// meaning wrapped at 78 columns.

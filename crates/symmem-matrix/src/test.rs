@@ -15,27 +15,8 @@ use symmem_launch::{
 };
 
 /// The exit codes of `symmem-matrix test` (and so of `cargo xtask test`), as its `--help` lists
-/// them; README.md's table is checked against this list.
-pub const EXIT_CODES: &[(&str, &str)] = &[
-    (
-        "0",
-        "every check passed or was skipped with its reason, at every rank count",
-    ),
-    (
-        "1",
-        "a check failed, a run failed or timed out, or the matrix could not run (the error says \
-         why)",
-    ),
-    (
-        "2",
-        "bad usage: an unknown or malformed option, a rank count outside 1-256, --timeout 0",
-    ),
-    (
-        "130",
-        "interrupted (SIGINT, SIGTERM or SIGHUP): the ranks were stopped and the remaining rank \
-         counts not run",
-    ),
-];
+/// them; `cargo xtask codegen` writes README.md's table from this list.
+pub const EXIT_CODES: &[(&str, &str)] = symmem::exit_codes::MATRIX;
 
 /// `--help`'s sections after the exit codes.
 const HELP_AFTER_EXIT_CODES: &str = "\
@@ -404,63 +385,6 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "[1/1] 1 rank: 1\n[1/1] 1 rank: FAILED\n"
-        );
-    }
-
-    /// README's exit-code table, code and per-command cells, from its `### Exit codes` section.
-    fn readme_exit_codes() -> Vec<(String, String, String)> {
-        let readme = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
-        )
-        .expect("README.md");
-        const HEADING: &str = "\n### Exit codes\n";
-        let start = readme
-            .find(HEADING)
-            .expect("README.md has a `### Exit codes` section");
-        readme[start + HEADING.len()..]
-            .lines()
-            .take_while(|l| !l.starts_with('#'))
-            .filter(|l| l.starts_with("| `"))
-            .map(|l| {
-                let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
-                assert_eq!(cells.len(), 3, "{l}");
-                (
-                    cells[0].trim_matches('`').to_string(),
-                    cells[1].to_string(),
-                    cells[2].to_string(),
-                )
-            })
-            .collect()
-    }
-
-    #[test]
-    fn readme_exit_codes_agree_with_both_commands() {
-        let table = readme_exit_codes();
-        let listed = |column: fn(&(String, String, String)) -> &String| -> Vec<String> {
-            let mut codes: Vec<String> = table
-                .iter()
-                .filter(|row| column(row) != "-")
-                .map(|row| row.0.clone())
-                .collect();
-            codes.sort();
-            codes
-        };
-        let codes = |list: &[(&str, &str)]| -> Vec<String> {
-            let mut codes: Vec<String> = list.iter().map(|(c, _)| c.to_string()).collect();
-            codes.sort();
-            codes
-        };
-        assert_eq!(
-            listed(|row| &row.1),
-            codes(symmem_launch::EXIT_CODES),
-            "README.md's symmem-run column and `symmem-run --help` (symmem_launch::EXIT_CODES) \
-             disagree"
-        );
-        assert_eq!(
-            listed(|row| &row.2),
-            codes(EXIT_CODES),
-            "README.md's cargo xtask test column and `symmem-matrix test --help` (EXIT_CODES in \
-             crates/symmem-matrix/src/test.rs) disagree"
         );
     }
 

@@ -15,6 +15,7 @@
 mod collective;
 mod context;
 mod error;
+pub mod exit_codes;
 mod launcher;
 mod provider;
 mod provider_kind;

@@ -1,15 +1,16 @@
 //! Every `SYMMEM_*` environment variable of the toolkit, declared once: its name, what it
 //! does, its default and how its value is read. Code reads a setting only through these
-//! declarations ([`Setting::read`], [`Defaulted::get`]); README's tables are [`markdown_table`]'s
-//! output (a test keeps them equal), and a tidy test refuses a `"SYMMEM_` string literal in
-//! Rust sources anywhere else.
+//! declarations ([`Setting::read`], [`Defaulted::get`]); README's first table is
+//! [`markdown_table`]'s output (written by `cargo xtask codegen`), and a tidy test refuses a
+//! `"SYMMEM_` string literal in Rust sources anywhere else.
 //!
 //! An empty (or blank) value counts as unset. A value that does not parse is an
 //! [`InvalidSetting`] naming the variable, the value and what is expected, never a silent
 //! default.
 //!
 //! To add a setting: declare a `const` here as a [`Setting`] literal (or a [`Defaulted`] one),
-//! list it in [`all`], read it with its getter, and paste the table the README test prints.
+//! list it in [`all`], read it with its getter, and run `cargo xtask codegen` (README's first
+//! table).
 //!
 //! A setting that only symmem's own tests, benches or builds use is declared as a [`Setting`]
 //! in the crate that reads it, with [`Audience::Development`]; README's second table shows its

@@ -32,7 +32,7 @@ use xshell::{Cmd, Shell, cmd};
 ///   cargo xtask images tag
 ///   cargo xtask images refs >> "$GITHUB_OUTPUT"
 ///   cargo xtask images inputs     # the files the tag hashes
-///   cargo xtask images base       # the Debian-ROCm base image (mmdebstrap + docker import)
+///   cargo xtask images base       # the Debian-ROCm base image (.ci/sid-root + docker import)
 ///   cargo xtask images build      # the Debian-base image, built offline from a staged context
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
@@ -56,14 +56,18 @@ enum Sub {
     /// Print the files the tag hashes, one per line (to compare with what an image build saw).
     Inputs,
     /// Make the Debian-ROCm base image: a Debian sid root with `model::DEBIAN_PACKAGES`
-    /// (mmdebstrap; needs root or sudo), imported into Docker as
-    /// localhost/symmem/debian-rocm:<hash of the package list>. The root is the one
-    /// `.ci/sid-root rocm` makes (target/ci/sid-rocm), reused when its package list matches.
-    /// The versions it got are recorded in a label and in target/images/.
+    /// (made by `.ci/sid-root rocm`, the one maker of Debian roots, in target/ci/sid-rocm and
+    /// reused when its package list matches; needs root or sudo), imported into Docker as
+    /// localhost/symmem/debian-rocm:<hash of the package list>. The versions it got are
+    /// recorded in a label and in target/images/.
     Base {
         /// The sid root to import (made there when missing or made from another list).
         #[arg(long, value_name = "DIR")]
         root: Option<PathBuf>,
+        /// Print the package list (comma-separated, as `.ci/sid-root` takes it) and nothing
+        /// else: .ci/real-hipcc makes the same root with it.
+        #[arg(long, conflicts_with = "root")]
+        packages: bool,
     },
     /// Build the Debian-base image for this checkout's tag with no network: stages the build
     /// context in target/images/debian-context (the tag's input files, this machine's pinned
@@ -114,7 +118,11 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Sub::Base { root: dir } => make_base(sh, &root, dir),
+        Sub::Base { packages: true, .. } => {
+            println!("{}", model::DEBIAN_PACKAGES.join(","));
+            Ok(())
+        }
+        Sub::Base { root: dir, .. } => make_base(sh, &root, dir),
         Sub::Build {
             engine,
             context_only,
@@ -239,38 +247,25 @@ fn make_base(sh: &Shell, checkout: &Path, root: Option<PathBuf>) -> anyhow::Resu
         println!("{image}");
         return Ok(());
     }
-    let root = root.unwrap_or_else(|| checkout.join("target/ci/sid-rocm"));
+    // .ci/sid-root takes a root's name (target/ci/sid-NAME) or its path.
+    let (name, root) = match root {
+        Some(dir) => {
+            let dir = std::path::absolute(&dir)
+                .with_context(|| format!("the root folder {}", dir.display()))?;
+            (dir.clone().into_os_string(), dir)
+        }
+        None => ("rocm".into(), checkout.join("target/ci/sid-rocm")),
+    };
     let list = model::DEBIAN_PACKAGES.join(",");
-    let stamp = PathBuf::from(format!("{}.packages", root.display()));
-    let made_from = std::fs::read_to_string(&stamp).unwrap_or_default();
-    if made_from.trim() != list || !root.join("bin/sh").exists() {
-        let start = Instant::now();
-        eprintln!(
-            "making {} with {list} (Debian {}, mmdebstrap)",
-            root.display(),
-            model::DEBIAN_SUITE
-        );
-        let partial = PathBuf::from(format!("{}.partial", root.display()));
-        run_command(privileged(sh, "rm").arg("-rf").arg(&root).arg(&partial))?;
-        std::fs::create_dir_all(root.parent().context("a root needs a parent folder")?)?;
-        // The mirror's sid Release file is past its Valid-Until date: accept it.
-        run_command(
-            privileged(sh, "mmdebstrap")
-                .args(["--quiet", "--variant=apt"])
-                .arg("--aptopt=Acquire::Check-Valid-Until \"false\"")
-                .arg("--aptopt=Acquire::Check-Date \"false\"")
-                .arg(format!("--include={list}"))
-                .arg(model::DEBIAN_SUITE)
-                .arg(&partial)
-                .arg(model::DEBIAN_MIRROR),
+    let sid_root = checkout.join(".ci/sid-root");
+    // Makes the root unless it was made from this list; `true` is the command run inside.
+    run_command(cmd!(sh, "{sid_root} {name} {list} -- true")).with_context(|| {
+        format!(
+            "{} could not make the Debian root {} (its message is above)",
+            sid_root.display(),
+            root.display()
         )
-        .context(
-            "mmdebstrap could not make the root (install it: `sudo apt-get install mmdebstrap`)",
-        )?;
-        std::fs::rename(&partial, &root)?;
-        std::fs::write(&stamp, format!("{list}\n"))?;
-        eprintln!("made {} in {}", root.display(), seconds(start));
-    }
+    })?;
     let status = std::fs::read_to_string(root.join("var/lib/dpkg/status"))
         .with_context(|| format!("{} has no dpkg status", root.display()))?;
     let versions = installed_versions(&status);
@@ -562,12 +557,6 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
         let tag = model::debian_base_tag();
         assert_eq!(tag.len(), 16);
         assert_eq!(tag, model::debian_base_tag());
-        // The list .ci/real-hipcc makes its sid root with: one root serves both.
-        let ci = std::fs::read_to_string(project_root().join(".ci/real-hipcc")).unwrap();
-        assert!(
-            ci.contains(&format!("packages={}", model::DEBIAN_PACKAGES.join(","))),
-            "model::DEBIAN_PACKAGES and .ci/real-hipcc's list differ"
-        );
     }
 
     #[test]

@@ -90,7 +90,7 @@ pub enum Base {
     /// AMD's published ROCm image (pins.toml `[images]`); builds rocSHMEM from the pin, Rust
     /// through rustup, crates from crates.io.
     Amd,
-    /// A Debian sid root with Debian's ROCm, made here (`cargo xtask images base`: mmdebstrap +
+    /// A Debian sid root with Debian's ROCm, made here (`cargo xtask images base`: `.ci/sid-root` +
     /// `docker import`). Needs only the Debian mirror: Rust is this machine's pinned toolchain
     /// and the crates are vendored, both copied in through a staged build context; no
     /// rocSHMEM (its pinned source is on GitHub), so its default provider is `host`.
@@ -113,8 +113,9 @@ impl Base {
 }
 
 /// Debian sid packages of the Debian base: Debian's ROCm (HIP 6.4, hipcc 7, clang 21) and what
-/// the workspace build needs. The same list as `.ci/real-hipcc`, so one sid root made in CI
-/// serves both (its `ROOT.packages` file says which list a root was made with).
+/// the workspace build needs. The only copy of the list: `.ci/real-hipcc` asks for it (`cargo
+/// xtask images base --packages`), so one sid root made in CI serves both (its
+/// `ROOT.packages` file says which list a root was made with).
 pub const DEBIAN_PACKAGES: &[&str] = &[
     "hipcc",
     "libamdhip64-dev",
@@ -127,7 +128,8 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "g++",
     "ca-certificates",
 ];
-/// The Debian suite and mirror of the base.
+/// The Debian suite and mirror of the base: those `.ci/sid-root` makes every root from (named
+/// here for the base's label and tag).
 pub const DEBIAN_SUITE: &str = "sid";
 pub const DEBIAN_MIRROR: &str = "http://deb.debian.org/debian";
 /// Where the Debian base image is imported (never pushed: `localhost/` keeps Docker and

@@ -110,26 +110,6 @@ fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// README shows exactly the tables the registry prints, so a setting added, renamed or
-/// changed here shows up there.
-#[test]
-fn readme_shows_every_setting() {
-    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
-    let missing: Vec<String> = [Audience::User, Audience::Development]
-        .into_iter()
-        .map(markdown_table)
-        .filter(|table| !readme.contains(table))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "README.md does not show the current settings; replace its settings tables with:\n\n{}",
-        missing.join("\n")
-    );
-    for e in all() {
-        assert!(readme.contains(&format!("`{}`", e.name)), "{}", e.name);
-    }
-}
-
 /// `"SYMMEM_` string literals that name no setting, each as (file, the whole literal): narrow
 /// on purpose, so a setting read by hand next to one of them still fails the test.
 const NOT_SETTINGS: &[(&str, &str)] = &[
