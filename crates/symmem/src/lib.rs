@@ -14,6 +14,7 @@
 
 mod collective;
 mod context;
+mod engine;
 mod error;
 mod provider;
 mod provider_kind;
@@ -25,6 +26,7 @@ mod units;
 
 pub use collective::{CollectiveKind, CollectiveMismatch, CollectiveOp};
 pub use context::{AllocationRecord, Context, ContextId, FinalizeReport, Plain, SymmetricBuffer};
+pub use engine::{BootstrapChoice, Engine, EngineError, choose_engine, pmix_present, spans_nodes};
 pub use error::{Blame, Error, ProviderError, TranslateError};
 pub use provider::{SymmetricProvider, TranslatedOps};
 pub use provider_kind::{ProviderKind, UnknownProvider};

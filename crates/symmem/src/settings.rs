@@ -11,6 +11,7 @@
 //! To add a setting: declare a `const` here with [`Setting::new`] or [`Defaulted::new`], list
 //! it in [`all`], read it with its getter, and paste the table the README test prints.
 
+use crate::engine::BootstrapChoice;
 use crate::provider_kind::ProviderKind;
 use crate::units::{format_bytes, format_duration, parse_bytes, parse_timeout};
 use std::ops::Deref;
@@ -267,6 +268,20 @@ fn format_duration_ref(d: &Duration) -> String {
     format_duration(*d)
 }
 
+/// Which engine the ranks meet through.
+pub const BOOTSTRAP: Defaulted<BootstrapChoice> = Defaulted::new(
+    Setting::new(
+        "SYMMEM_BOOTSTRAP",
+        Audience::User,
+        "engine the ranks meet through: `unix` (symmem's socket star, one host), `pmix` (the launcher's PMIx server, any hosts), `auto` (unix on one host, pmix when the job spans nodes)",
+        "",
+        "auto, unix or pmix",
+        BootstrapChoice::from_name,
+    ),
+    BootstrapChoice::Auto,
+    show_plain,
+);
+
 /// The launcher whose variables name this rank, when several disagree.
 pub const RANK_FROM: Setting<String> = Setting::new(
     "SYMMEM_RANK_FROM",
@@ -404,6 +419,7 @@ pub fn all() -> Vec<Entry> {
         entry_with(&HOST_HEAP_SIZE),
         entry_with(&NODE_ID),
         entry_with(&COLLECTIVE_TIMEOUT),
+        entry_with(&BOOTSTRAP),
         entry(&RANK_FROM),
         entry(&SHIM_LIB),
         entry(&GPU_HEAP_SIZE),
