@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::time::Duration;
 use symmem::settings::{COLLECTIVE_TIMEOUT, DEVICE, GPU_HEAP_SIZE, NODE_ID, SHIM_LIB};
 use symmem::{
-    Blame, CollectiveKind, CollectiveOp, Error, InvalidSetting, PeerTable, ProviderError,
+    Blame, CollectiveKind, CollectiveOp, Engine, Error, InvalidSetting, PeerTable, ProviderError,
     ProviderKind, RankIdentity, SymmetricProvider, TranslatedOps,
 };
 use symmem_bootstrap::{Bootstrap, BootstrapError};
@@ -111,10 +111,33 @@ pub enum GpuError {
         gpu_choices()
     )]
     NotGpu { kind: ProviderKind },
+    #[error(
+        "rocSHMEM as `cargo xtask build-rocshmem` builds it is single-node (USE_SINGLE_NODE=ON), \
+         but this job spans nodes ({evidence}): run every rank on one node, use nvshmem, or \
+         point {} at a shim over a rocSHMEM built for several nodes (USE_SINGLE_NODE=OFF with \
+         its MPI or GDA transport)",
+        SHIM_LIB.name
+    )]
+    RocshmemSingleNode { evidence: String },
     #[error(transparent)]
     Bootstrap(#[from] BootstrapError),
     #[error(transparent)]
     RankEnv(#[from] symmem::RankEnvError),
+}
+
+/// Whether `backend` can start a job with this identity across its nodes: rocSHMEM (built
+/// single-node) is refused before anything is loaded or initialised, naming the build it
+/// would need; NVSHMEM's unique-id bootstrap reaches every host (the id travels through the
+/// engine).
+pub fn check_nodes(
+    backend: ProviderKind,
+    identity: &RankIdentity,
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<(), GpuError> {
+    match (backend, symmem::spans_nodes(identity, &get)) {
+        (ProviderKind::Rocshmem, Some(evidence)) => Err(GpuError::RocshmemSingleNode { evidence }),
+        _ => Ok(()),
+    }
 }
 
 impl ProviderError for GpuError {
@@ -211,8 +234,11 @@ pub struct GpuProvider {
     world_size: usize,
     /// Every rank's launcher says it runs on this host.
     single_host: bool,
-    /// Emulated node of every rank: peers on another node are not reachable.
+    /// Node of every rank (the engine's and the emulated one, `node_keys`): peers on another
+    /// node are not reachable.
     node_ids: Vec<u64>,
+    /// The engine the ranks meet through (siblings meet through the same).
+    engine: Engine,
     bootstrap: Bootstrap,
     rendezvous: PathBuf,
     timeout: Duration,
@@ -227,6 +253,7 @@ impl GpuProvider {
     /// [`EnvironmentAccess::promise`]).
     pub fn new(config: GpuConfig, access: EnvironmentAccess) -> Result<Self, GpuError> {
         let backend = gpu_kind(config.backend)?;
+        check_nodes(backend, &config.identity, |name| std::env::var(name).ok())?;
         let shim = Shim::load(&config.library, backend)?;
         let RankIdentity {
             rank,
@@ -235,8 +262,8 @@ impl GpuProvider {
             local_world_size,
             ..
         } = config.identity;
-        let mut bootstrap =
-            Bootstrap::connect(rank, world_size, &config.rendezvous, config.timeout)?;
+        let mut bootstrap = Bootstrap::join(&config.identity, &config.rendezvous, config.timeout)?;
+        let engine = bootstrap.engine();
         let count = shim
             .device_count()
             .map_err(|e| no_gpu(backend, format!("no usable GPU ({e})")))?;
@@ -293,7 +320,11 @@ impl GpuProvider {
             rank,
             world_size,
             single_host,
-            node_ids: infos.iter().map(|i| i.node_id).collect(),
+            node_ids: symmem_bootstrap::node_keys(
+                &bootstrap.engine_nodes(),
+                &infos.iter().map(|i| i.node_id).collect::<Vec<_>>(),
+            ),
+            engine,
             bootstrap,
             rendezvous: config.rendezvous,
             timeout: config.timeout,
@@ -324,6 +355,7 @@ impl GpuProvider {
             rank: self.rank,
             world_size: self.world_size,
             single_host: self.single_host,
+            engine: self.engine,
             rendezvous: self.rendezvous.clone(),
             timeout: self.timeout,
         }
@@ -340,6 +372,7 @@ pub struct Siblings {
     rank: usize,
     world_size: usize,
     single_host: bool,
+    engine: Engine,
     rendezvous: PathBuf,
     timeout: Duration,
 }
@@ -357,8 +390,13 @@ impl Siblings {
 
     fn connect(&self, label: &str, node_id: u64) -> Result<GpuProvider, GpuError> {
         let rendezvous = self.rendezvous.join(label);
-        let mut bootstrap =
-            Bootstrap::connect(self.rank, self.world_size, &rendezvous, self.timeout)?;
+        let mut bootstrap = Bootstrap::open(
+            self.engine,
+            self.rank,
+            self.world_size,
+            &rendezvous,
+            self.timeout,
+        )?;
         let op = CollectiveOp {
             seq: 0,
             kind: CollectiveKind::Provider {
@@ -377,6 +415,7 @@ impl Siblings {
                 Ok(u64::from_le_bytes(bytes))
             })
             .collect::<Result<Vec<_>, GpuError>>()?;
+        let node_ids = symmem_bootstrap::node_keys(&bootstrap.engine_nodes(), &node_ids);
         Ok(GpuProvider {
             gpu: Gpu::new(
                 Rc::clone(&self.shim),
@@ -392,6 +431,7 @@ impl Siblings {
             world_size: self.world_size,
             single_host: self.single_host,
             node_ids,
+            engine: self.engine,
             bootstrap,
             rendezvous,
             timeout: self.timeout,
@@ -627,6 +667,48 @@ mod tests {
             device: None,
             node_id: 0,
         }
+    }
+
+    fn two_nodes() -> RankIdentity {
+        let vars = [
+            ("OMPI_COMM_WORLD_RANK", "3"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+        ];
+        RankIdentity::from_vars(|k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn rocshmem_refuses_a_job_across_nodes_before_loading_anything() {
+        let none = |_: &str| None;
+        let single = RankIdentity::from_vars(none).unwrap();
+        check_nodes(ProviderKind::Rocshmem, &single, none).unwrap();
+        check_nodes(ProviderKind::Nvshmem, &two_nodes(), none).unwrap();
+        let err = check_nodes(ProviderKind::Rocshmem, &two_nodes(), none).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("USE_SINGLE_NODE=OFF"), "{text}");
+        assert!(text.contains("2 of its 4 ranks"), "{text}");
+        // Slurm's node count is evidence too, where the per-node count is no number.
+        let slurm = |k: &str| (k == "SLURM_NNODES").then(|| "2".to_string());
+        assert!(matches!(
+            check_nodes(ProviderKind::Rocshmem, &single, slurm),
+            Err(GpuError::RocshmemSingleNode { .. })
+        ));
+
+        // Through the provider: refused before the (missing) library is even opened.
+        let mut cfg = config("/nonexistent/libsymmem_shim_rocshmem.so".into());
+        cfg.backend = ProviderKind::Rocshmem;
+        cfg.identity = two_nodes();
+        let err = GpuProvider::new(cfg, EnvironmentAccess::before_configure_in_tests())
+            .err()
+            .expect("refused");
+        assert!(matches!(err, GpuError::RocshmemSingleNode { .. }), "{err}");
     }
 
     #[test]
