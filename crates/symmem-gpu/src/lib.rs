@@ -27,5 +27,5 @@ mod provider;
 mod shim;
 
 pub use lifecycle::LifecycleError;
-pub use provider::{GpuConfig, GpuError, GpuProvider, Siblings, default_library};
+pub use provider::{GpuConfig, GpuError, GpuProvider, Siblings, check_nodes, default_library};
 pub use shim::{EnvironmentAccess, ExportedTable, Gpu, GpuId, ShimError, Status, Team};

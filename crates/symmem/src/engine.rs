@@ -238,7 +238,10 @@ mod tests {
         );
         let e = choose(BootstrapChoice::Pmix, TORCH_TWO_NODES).unwrap_err();
         assert_eq!(e, EngineError::NoPmixServer);
-        assert!(e.to_string().contains(&format!("{}=pmix", BOOTSTRAP.name)), "{e}");
+        assert!(
+            e.to_string().contains(&format!("{}=pmix", BOOTSTRAP.name)),
+            "{e}"
+        );
         let e = choose(BootstrapChoice::Unix, OMPI_TWO_NODES_PMIX).unwrap_err();
         assert!(matches!(e, EngineError::UnixAcrossNodes { .. }), "{e}");
         assert_eq!(
