@@ -196,8 +196,9 @@ pub enum BootstrapError {
     },
     #[error(
         "not every rank reached collective {op} within {} through PMIx (hung, or out of order \
-         with the other ranks; PMIx does not say which rank, the launcher's report names the \
-         one that exited); raise {} if ranks legitimately take longer",
+         with the other ranks); PMIx does not say which rank: the one whose output shows no such \
+         report hung or exited (see the launcher's report); raise {} if ranks legitimately take \
+         longer",
         format_duration(*.waited),
         COLLECTIVE_TIMEOUT.name
     )]

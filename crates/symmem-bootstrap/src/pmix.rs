@@ -15,17 +15,24 @@ use symmem_pmix_sys as sys;
 
 /// The library, opened once per process (a failure is remembered: it will not change).
 fn library() -> Result<&'static sys::Pmix, BootstrapError> {
-    static LIBRARY: OnceLock<Result<sys::Pmix, String>> = OnceLock::new();
+    static LIBRARY: OnceLock<Result<sys::Pmix, BootstrapError>> = OnceLock::new();
     LIBRARY
-        .get_or_init(|| {
-            // SAFETY: opening the PMIx client library runs its initialisers, which do nothing
-            // but set up its own state; every symbol is resolved and typed by the bindings.
-            unsafe { sys::Pmix::new(sys::LIBRARY) }.map_err(|e| e.to_string())
-        })
+        .get_or_init(|| open(sys::LIBRARY))
         .as_ref()
-        .map_err(|cause| BootstrapError::PmixUnavailable {
-            cause: cause.clone(),
+        .map_err(|e| match e {
+            BootstrapError::PmixUnavailable { cause } => BootstrapError::PmixUnavailable {
+                cause: cause.clone(),
+            },
+            other => BootstrapError::Protocol(other.to_string()),
         })
+}
+
+fn open(file: &str) -> Result<sys::Pmix, BootstrapError> {
+    // SAFETY: opening the PMIx client library runs its initialisers, which only set up its own
+    // state; every symbol is resolved and typed by the bindings.
+    unsafe { sys::Pmix::new(file) }.map_err(|e| BootstrapError::PmixUnavailable {
+        cause: e.to_string(),
+    })
 }
 
 /// This rank's PMIx client; finalised when dropped.
@@ -322,4 +329,24 @@ pub(crate) fn peer_lost(status: i32) -> bool {
         sys::PMIX_ERR_JOB_TERM_WO_SYNC,
     ]
     .contains(&status)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_missing_library_names_the_package_and_the_way_out() {
+        let err = super::open("libpmix-not-here.so.2")
+            .err()
+            .expect("no such library");
+        let text = err.to_string();
+        assert!(
+            matches!(err, crate::BootstrapError::PmixUnavailable { .. }),
+            "{text}"
+        );
+        assert!(
+            text.contains("libpmix2") && text.contains("libpmix-not-here.so.2"),
+            "{text}"
+        );
+        assert!(text.contains(symmem::settings::BOOTSTRAP.name), "{text}");
+    }
 }

@@ -179,3 +179,34 @@ fn a_job_across_nodes_without_an_engine_stops_at_once_naming_the_fix() {
     assert!(!out.status.success());
     assert!(log.contains("=unix but this job spans nodes"), "{log}");
 }
+
+#[test]
+fn a_hung_rank_over_pmix_ends_the_collective_on_every_other_rank() {
+    let Some(mpirun) = mpirun() else { return };
+    // Rank 1 hangs at check 4; the others must give up after the collective timeout (plus the
+    // fence's margin), report it, and exit as witnesses; mpirun then ends the job.
+    let out = launch(
+        &mpirun,
+        3,
+        "exec \"$BIN\"",
+        &[
+            (BOOTSTRAP.name, "pmix"),
+            (symmem::settings::CONFORMANCE_FAULT.name, "hang@1:4"),
+            (COLLECTIVE_TIMEOUT.name, "2s"),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    let reports = stdout
+        .lines()
+        .filter(|l| {
+            l.contains("\"status\":\"fail\"")
+                && l.contains("not every rank reached collective #4 barrier within 2s through PMIx")
+        })
+        .count();
+    assert!(
+        reports >= 1,
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
