@@ -210,3 +210,51 @@ fn a_hung_rank_over_pmix_ends_the_collective_on_every_other_rank() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn the_gpu_provider_over_the_stub_shim_starts_through_pmix() {
+    if mpirun().is_none() {
+        return;
+    }
+    // The stand-in shim (the C ABI over host memory): rank 0's unique id reaches every rank
+    // through the PMIx engine, as NVSHMEM's would across hosts.
+    let dir = tempfile::tempdir().unwrap();
+    let library = dir.path().join("libsymmem_shim_nvshmem.so");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../symmem-gpu/tests/stub/stub_shim.c");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-I"])
+        .arg(symmem_shim_sys::SOURCE_DIR)
+        .arg("-o")
+        .arg(&library)
+        .arg(&source)
+        .status();
+    match built {
+        Ok(s) if s.success() => {}
+        Ok(s) => panic!("{cc} failed on {} ({s})", source.display()),
+        Err(e) => {
+            let why = format!("the stub shim needs a C compiler ({cc}: {e}); set CC");
+            assert!(std::env::var_os("CI").is_none(), "{why}");
+            eprintln!("SKIPPED: {why}");
+            return;
+        }
+    }
+    let script = format!(
+        "{}=$((OMPI_COMM_WORLD_RANK / 2)) exec \"$BIN\" --provider nvshmem",
+        NODE_ID.name
+    );
+    let lib = library.to_string_lossy().into_owned();
+    let r = assert_suite_passes(
+        4,
+        &script,
+        &[
+            (BOOTSTRAP.name, "pmix"),
+            (symmem::settings::SHIM_LIB.name, &lib),
+        ],
+        "Pmix",
+    );
+    for check in ["9", "10b"] {
+        let ranks = r.passed.iter().filter(|(c, _)| c == check).count();
+        assert_eq!(ranks, 4, "check {check} must pass on every rank\n{}", r.log);
+    }
+}
