@@ -38,7 +38,18 @@ fn missing() -> Option<String> {
             ));
         }
     }
-    None
+    // Root in a container may still lack the capability to make namespaces.
+    match Command::new("unshare")
+        .args(["--uts", "--mount", "--ipc", "true"])
+        .output()
+    {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(format!(
+            "cannot create namespaces here ({})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(e) => Some(format!("cannot run unshare ({e})")),
+    }
 }
 
 /// One node: a sleeping process holding the namespaces; ended (and with it its mounts) on drop.
