@@ -14,7 +14,21 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
-use symmem::settings::REAL_HIPCC;
+use symmem::settings::{Audience, Setting};
+
+/// Makes a skipped real-hipcc test a failure (`.ci/real-hipcc` sets it).
+const REAL_HIPCC: Setting<bool> = Setting {
+    name: "SYMMEM_REAL_HIPCC",
+    doc: "`1` (with `CI` set): xtask's real-hipcc test must run, a missing hipcc fails it (`.ci/real-hipcc` sets it)",
+    default: "the test skips without hipcc",
+    expected: "1 or 0",
+    audience: Audience::Development,
+    parse: |text| match text.trim() {
+        "1" => Some(true),
+        "0" => Some(false),
+        _ => None,
+    },
+};
 
 mod common;
 use common::{copy_dir, git, on_path};

@@ -9,7 +9,7 @@ use crate::rendezvous::{accept_all, connect_root};
 use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use symmem::{CollectiveOp, Engine, RankIdentity};
 
 enum Links {
@@ -176,11 +176,4 @@ impl Bootstrap {
             Links::Pmix(links) => links.exchange(op, payload, fd, fd_group),
         }
     }
-}
-
-/// `now + d`, saturating far in the future instead of overflowing.
-pub(crate) fn deadline_in(d: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(d)
-        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
 }

@@ -5,8 +5,7 @@
 //! the descriptors of the rank's fd group), or `Fail` with one [`CollectiveFailure`] naming the
 //! ranks that never arrived, left, or disagreed.
 
-use crate::bootstrap::deadline_in;
-use crate::wire::{self, Message, Received};
+use crate::wire::{self, Message, Received, deadline_in};
 use crate::{BootstrapError, CollectiveFailure};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -33,6 +32,8 @@ struct Arrival {
     fd: Option<OwnedFd>,
 }
 
+/// Rank 0's side of one collective: gathers every rank's call, compares them, and answers every
+/// rank alike (see the module docs).
 pub(crate) fn root_exchange(
     leaves: &[UnixStream],
     timeout: Duration,
@@ -41,85 +42,121 @@ pub(crate) fn root_exchange(
     fd: Option<BorrowedFd<'_>>,
     fd_group: u64,
 ) -> Result<Gathered, BootstrapError> {
+    let verdict = gather(leaves, timeout, op)?.and_then(|arrivals| {
+        let ops: Vec<CollectiveOp> = std::iter::once(op.clone())
+            .chain(arrivals.iter().skip(1).flatten().map(|a| a.op.clone()))
+            .collect();
+        match CollectiveMismatch::detect(&ops) {
+            Some(mismatch) => Err(CollectiveFailure::Mismatch(mismatch)),
+            None => Ok(arrivals),
+        }
+    });
+    match verdict {
+        Ok(arrivals) => Ok(release(leaves, op, arrivals, payload, fd, fd_group)),
+        Err(failure) => {
+            // Every rank hears the same verdict (a rank that is gone cannot be told).
+            for leaf in leaves {
+                let _ = wire::send(
+                    leaf,
+                    &Message::Fail {
+                        failure: failure.clone(),
+                    },
+                    None,
+                );
+            }
+            Err(failure.into())
+        }
+    }
+}
+
+/// Waits for every other rank's call until `timeout`: their arrivals by rank (rank 0's slot
+/// empty), or the first failure seen.
+fn gather(
+    leaves: &[UnixStream],
+    timeout: Duration,
+    op: &CollectiveOp,
+) -> Result<Result<Vec<Option<Arrival>>, CollectiveFailure>, BootstrapError> {
     let world_size = leaves.len() + 1;
     let deadline = deadline_in(timeout);
     let mut arrivals: Vec<Option<Arrival>> = (0..world_size).map(|_| None).collect();
     let mut pending: Vec<usize> = (1..world_size).collect();
-    let mut failure: Option<CollectiveFailure> = None;
     // Wait on every rank at once, so a rank that dies is noticed at once whoever is late.
-    while !pending.is_empty() && failure.is_none() {
+    while !pending.is_empty() {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            failure = Some(CollectiveFailure::NeverArrived {
+            return Ok(Err(CollectiveFailure::NeverArrived {
                 op: op.clone(),
-                missing: pending.clone(),
+                missing: pending,
                 waited_ms: timeout.as_millis() as u64,
-            });
-            break;
+            }));
         }
-        let ready = wait_readable(leaves, &pending, left)?;
-        for rank in ready {
-            let leaf = &leaves[rank - 1];
-            // The frame is under way: it completes quickly or the rank is broken.
-            let frame_deadline = deadline_in(left.min(Duration::from_secs(10)));
-            let problem = match wire::recv(leaf, frame_deadline) {
-                Ok(Received::Frame(
-                    Message::Arrive {
-                        op,
-                        payload,
-                        fd_group,
-                        has_fd,
-                    },
-                    fd,
-                )) if has_fd == fd.is_some() => {
-                    arrivals[rank] = Some(Arrival {
-                        op,
-                        payload,
-                        fd_group,
-                        fd,
-                    });
+        for rank in wait_readable(leaves, &pending, left)? {
+            match receive_arrival(&leaves[rank - 1], rank, left, op) {
+                Ok(arrival) => {
+                    arrivals[rank] = Some(arrival);
                     pending.retain(|&r| r != rank);
-                    continue;
                 }
-                Ok(Received::Frame(other, _)) => format!("sent {other:?} instead of its call"),
-                Ok(Received::Closed) => {
-                    failure = Some(CollectiveFailure::PeerGone {
-                        rank,
-                        op: op.clone(),
-                    });
-                    break;
-                }
-                Ok(Received::TimedOut) => "stopped in the middle of a message".to_string(),
-                Err(e) => e.to_string(),
-            };
-            failure = Some(CollectiveFailure::Protocol {
+                Err(failure) => return Ok(Err(failure)),
+            }
+        }
+    }
+    Ok(Ok(arrivals))
+}
+
+/// Reads the call of `rank`, whose socket is readable: the frame is under way, so it completes
+/// quickly or the rank is broken.
+fn receive_arrival(
+    leaf: &UnixStream,
+    rank: usize,
+    left: Duration,
+    op: &CollectiveOp,
+) -> Result<Arrival, CollectiveFailure> {
+    let frame_deadline = deadline_in(left.min(Duration::from_secs(10)));
+    let what = match wire::recv(leaf, frame_deadline) {
+        Ok(Received::Frame(
+            Message::Arrive {
+                op,
+                payload,
+                fd_group,
+                has_fd,
+            },
+            fd,
+        )) if has_fd == fd.is_some() => {
+            return Ok(Arrival {
+                op,
+                payload,
+                fd_group,
+                fd,
+            });
+        }
+        Ok(Received::Frame(other, _)) => format!("sent {other:?} instead of its call"),
+        Ok(Received::Closed) => {
+            return Err(CollectiveFailure::PeerGone {
                 rank,
                 op: op.clone(),
-                what: problem,
             });
-            break;
         }
-    }
-    if failure.is_none() {
-        let ops: Vec<CollectiveOp> = std::iter::once(op.clone())
-            .chain(arrivals.iter().skip(1).flatten().map(|a| a.op.clone()))
-            .collect();
-        failure = CollectiveMismatch::detect(&ops).map(CollectiveFailure::Mismatch);
-    }
-    if let Some(failure) = failure {
-        // Every rank hears the same verdict (a rank that is gone cannot be told).
-        for leaf in leaves {
-            let _ = wire::send(
-                leaf,
-                &Message::Fail {
-                    failure: failure.clone(),
-                },
-                None,
-            );
-        }
-        return Err(failure.into());
-    }
+        Ok(Received::TimedOut) => "stopped in the middle of a message".to_string(),
+        Err(e) => e.to_string(),
+    };
+    Err(CollectiveFailure::Protocol {
+        rank,
+        op: op.clone(),
+        what,
+    })
+}
 
+/// Releases every other rank with all payloads and the descriptors of its fd group; this
+/// rank's share of both.
+fn release(
+    leaves: &[UnixStream],
+    op: &CollectiveOp,
+    arrivals: Vec<Option<Arrival>>,
+    payload: &[u8],
+    fd: Option<BorrowedFd<'_>>,
+    fd_group: u64,
+) -> Gathered {
+    let world_size = leaves.len() + 1;
     let groups: Vec<u64> = std::iter::once(fd_group)
         .chain(arrivals.iter().skip(1).flatten().map(|a| a.fd_group))
         .collect();
@@ -163,7 +200,7 @@ pub(crate) fn root_exchange(
                 .and_then(|a| a.fd)
         })
         .collect();
-    Ok(Gathered { payloads, fds })
+    Gathered { payloads, fds }
 }
 
 /// Ranks among `pending` whose sockets have something to read (or hung up), waiting up to

@@ -5,9 +5,8 @@
 //! is removed; the streams stay open for the [`exchange`](crate::exchange).
 
 use crate::BootstrapError;
-use crate::bootstrap::deadline_in;
 use crate::folder::{Create, Folder, OpenError};
-use crate::wire::{self, Message, Received};
+use crate::wire::{self, Message, Received, deadline_in};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use std::io::ErrorKind;
 use std::os::unix::net::UnixStream;

@@ -160,3 +160,10 @@ fn read_exact(reader: &mut &UnixStream, buf: &mut [u8]) -> Result<(), BootstrapE
         _ => BootstrapError::io("receiving a control message", e),
     })
 }
+
+/// `now + d`, saturating far in the future instead of overflowing.
+pub(crate) fn deadline_in(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+}

@@ -601,7 +601,7 @@ impl<P: TranslatedOps> Checks for Suite<'_, P> {
         if !self.ctx.provider().checks_collective_order() {
             return Ok(Outcome::Skip(format!(
                 "provider {} does not compare collectives across ranks",
-                self.ctx.provider().name()
+                self.ctx.provider().kind()
             )));
         }
         // A fresh context: the mismatch leaves it unusable, by design.
@@ -674,7 +674,7 @@ pub fn run_checks<P: TranslatedOps>(
     emit: &mut dyn FnMut(&CheckResult),
 ) -> Result<SuiteOutcome, String> {
     let planned = PlannedFault::from_env()?;
-    let (rank, world_size, provider) = (ctx.rank(), ctx.world_size(), ctx.provider().name());
+    let (rank, world_size, provider) = (ctx.rank(), ctx.world_size(), ctx.provider().kind().name());
     let mut suite = Suite { ctx, extras };
     let mut fixture: Option<Fixture> = None;
     let mut outcome = SuiteOutcome::default();

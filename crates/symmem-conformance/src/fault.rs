@@ -3,7 +3,17 @@
 //! `panic`, `exit`, `hang`, `hang-ignore-term`: rank `<rank>` misbehaves when it reaches check
 //! `<check>`.
 
-use symmem::settings::CONFORMANCE_FAULT;
+use symmem::settings::{Audience, Setting};
+
+/// The fault `symmem-conformance` injects into itself (symmem's tests of the failure reports).
+pub const CONFORMANCE_FAULT: Setting<PlannedFault> = Setting {
+    name: "SYMMEM_CONFORMANCE_FAULT",
+    doc: "fault `symmem-conformance` injects into itself: `<kind>@<rank>:<check>`, kind `panic`, `exit`, `hang`, `hang-ignore-term` (tests of the failure reports)",
+    default: "no fault",
+    expected: "<panic|exit|hang|hang-ignore-term>@<rank>:<check>",
+    audience: Audience::Development,
+    parse: |text| PlannedFault::parse(text).ok(),
+};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fault {
@@ -27,11 +37,9 @@ pub struct PlannedFault {
 }
 
 impl PlannedFault {
+    /// The fault [`CONFORMANCE_FAULT`] plans, if set; a value that does not parse is an error.
     pub fn from_env() -> Result<Option<Self>, String> {
-        match CONFORMANCE_FAULT.read() {
-            Ok(Some(v)) => Self::parse(&v).map(Some),
-            _ => Ok(None),
-        }
+        CONFORMANCE_FAULT.read().map_err(|e| e.to_string())
     }
 
     pub fn parse(text: &str) -> Result<Self, String> {
@@ -77,5 +85,36 @@ pub(crate) fn apply(planned: Option<&PlannedFault>, rank: usize, check: &str) {
                 std::thread::sleep(std::time::Duration::from_secs(3600));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_setting_parses_a_plan_and_names_a_bad_one() {
+        let plan = CONFORMANCE_FAULT.parse("hang@1:3").unwrap();
+        assert_eq!(
+            (plan.fault, plan.rank, plan.check.as_str()),
+            (Fault::Hang, 1, "3")
+        );
+        let e = CONFORMANCE_FAULT.parse("sleep@1:3").unwrap_err();
+        assert_eq!(
+            (e.var, e.value.as_str()),
+            (CONFORMANCE_FAULT.name, "sleep@1:3")
+        );
+        assert!(e.to_string().contains("hang-ignore-term"), "{e}");
+    }
+
+    #[test]
+    fn readme_lists_the_setting() {
+        let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
+        let readme = std::fs::read_to_string(readme).expect("README.md");
+        let row = symmem::settings::markdown_row(&CONFORMANCE_FAULT);
+        assert!(
+            readme.contains(&row),
+            "README.md's second settings table lacks:\n{row}"
+        );
     }
 }

@@ -7,7 +7,7 @@
 //! `EXIT_PEER_FAILED` (75): see `symmem_launch::Outcome`.
 
 use std::time::Duration;
-use symmem::settings::CONFORMANCE_FAULT;
+use symmem_conformance::CONFORMANCE_FAULT;
 use symmem_launch::{EXIT_PEER_FAILED, Ended, Lost, Outcome, RunReport};
 use symmem_test_support::launch::{GRACE, assert_all_gone, host_ranks, output, peer_lost, run};
 

@@ -1,7 +1,7 @@
 //! The rank binary's logs as they reach a log file: under a launcher its stderr is a pipe, so
 //! its warnings must come without ANSI colour codes, even where NO_COLOR is not set.
 
-use symmem::settings::CONFORMANCE_FAULT;
+use symmem_conformance::CONFORMANCE_FAULT;
 use symmem_launch::Stream;
 use symmem_test_support::launch::{host_ranks, run};
 

@@ -191,7 +191,7 @@ fn a_hung_rank_over_pmix_ends_the_collective_on_every_other_rank() {
         "exec \"$BIN\"",
         &[
             (BOOTSTRAP.name, "pmix"),
-            (symmem::settings::CONFORMANCE_FAULT.name, "hang@1:4"),
+            (symmem_conformance::CONFORMANCE_FAULT.name, "hang@1:4"),
             (COLLECTIVE_TIMEOUT.name, "2s"),
         ],
     );

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 use std::time::Duration;
-use symmem::{CollectiveOp, Context, Error, PeerTable, SymmetricProvider, TranslatedOps};
+use symmem::{
+    CollectiveOp, Context, Error, PeerTable, ProviderKind, SymmetricProvider, TranslatedOps,
+};
 use symmem_conformance::{
     Aggregate, CheckResult, Extras, HostExtras, Status, Unavailable, run_suite,
 };
@@ -31,8 +33,8 @@ struct Sabotaged {
 }
 
 impl SymmetricProvider for Sabotaged {
-    fn name(&self) -> &'static str {
-        "sabotaged-host"
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Host
     }
     fn rank(&self) -> usize {
         self.inner.rank()

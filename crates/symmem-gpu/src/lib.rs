@@ -21,11 +21,13 @@
 //! (emulated node; peers on another node are not reachable), `SYMMEM_COLLECTIVE_TIMEOUT`.
 //! NVSHMEM's multicast (NVLS) is always disabled.
 
+mod error;
 mod lifecycle;
 mod peers;
 mod provider;
 mod shim;
 
+pub use error::GpuError;
 pub use lifecycle::LifecycleError;
-pub use provider::{GpuConfig, GpuError, GpuProvider, Siblings, check_nodes, default_library};
+pub use provider::{GpuConfig, GpuProvider, Siblings, check_nodes, default_library};
 pub use shim::{EnvironmentAccess, ExportedTable, Gpu, GpuId, ShimError, Status, Team};

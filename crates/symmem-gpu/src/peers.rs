@@ -3,7 +3,7 @@
 
 #![forbid(unsafe_code)]
 
-use crate::GpuId;
+use crate::shim::GpuId;
 
 /// One rank's contribution to the start exchange.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,58 +2,20 @@
 //! FFI is in `shim`.
 #![forbid(unsafe_code)]
 
+use crate::error::{GpuError, no_gpu};
 use crate::lifecycle::{Lifecycle, LifecycleError};
 use crate::peers::{self, PeerInfo};
-use crate::shim::{EnvironmentAccess, Gpu, GpuId, Shim, ShimError, UniqueId};
+use crate::shim::{EnvironmentAccess, Gpu, GpuId, Shim, UniqueId};
+use std::num::NonZeroU64;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
 use symmem::settings::{COLLECTIVE_TIMEOUT, DEVICE, GPU_HEAP_SIZE, NODE_ID, SHIM_LIB};
 use symmem::{
-    Blame, CollectiveKind, CollectiveOp, Engine, Error, InvalidSetting, PeerTable, ProviderError,
-    ProviderKind, RankIdentity, SymmetricProvider, TranslatedOps,
+    CollectiveKind, CollectiveOp, Engine, Error, PeerTable, ProviderKind, RankIdentity,
+    SymmetricProvider, TranslatedOps,
 };
-use symmem_bootstrap::{Bootstrap, BootstrapError};
-
-/// The library is missing or unusable: `reason`, and how to build it.
-pub(crate) fn unavailable(backend: ProviderKind, reason: String) -> GpuError {
-    GpuError::Unavailable {
-        backend: backend.name(),
-        reason,
-        fix: library_fix(backend),
-    }
-}
-
-/// The shim loaded, but there is no GPU it can use: `reason`, and what it needs.
-fn no_gpu(backend: ProviderKind, reason: String) -> GpuError {
-    GpuError::Unavailable {
-        backend: backend.name(),
-        reason,
-        fix: format!(
-            "run on a machine with a GPU and its driver ({})",
-            match backend {
-                ProviderKind::Rocshmem => "AMD, with /dev/kfd and /dev/dri accessible",
-                _ => "NVIDIA, driver new enough for the CUDA the shim was built with",
-            }
-        ),
-    }
-}
-
-fn library_fix(backend: ProviderKind) -> String {
-    match backend {
-        ProviderKind::Rocshmem => format!(
-            "build rocSHMEM and the shim with `cargo xtask build-rocshmem --arch <gfx>` and \
-             `cargo xtask build-shim --backend rocshmem` (or set {}), with ROCm's libraries on \
-             LD_LIBRARY_PATH",
-            SHIM_LIB.name
-        ),
-        _ => format!(
-            "build it with `cargo xtask build-shim --backend nvshmem` (or set {}), and put \
-             NVSHMEM's lib folder (libnvshmem_host.so.3) on LD_LIBRARY_PATH",
-            SHIM_LIB.name
-        ),
-    }
-}
+use symmem_bootstrap::Bootstrap;
 
 /// `backend` itself when it is a GPU provider, else [`GpuError::NotGpu`].
 fn gpu_kind(backend: ProviderKind) -> Result<ProviderKind, GpuError> {
@@ -64,106 +26,6 @@ fn gpu_kind(backend: ProviderKind) -> Result<ProviderKind, GpuError> {
     }
 }
 
-/// Errors of the GPU providers; each names what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum GpuError {
-    #[error("the {backend} provider is unavailable: {reason}; {fix}")]
-    Unavailable {
-        backend: &'static str,
-        reason: String,
-        fix: String,
-    },
-    #[error(
-        "{path} speaks shim ABI {found} ({backend_found}), this build needs ABI {expected} \
-         ({backend}); rebuild it with `cargo xtask build-shim --backend {backend}`"
-    )]
-    WrongLibrary {
-        path: PathBuf,
-        found: i32,
-        expected: i32,
-        backend: &'static str,
-        backend_found: String,
-    },
-    #[error(transparent)]
-    Shim(#[from] ShimError),
-    #[error(
-        "no device table for an allocation at {base:#x}: use a table returned by this \
-         context's allocate (and not freed)"
-    )]
-    NoDeviceTable { base: u64 },
-    #[error(
-        "no live symmetric allocation at {addr:#x} in this context: free only what this \
-         context's allocate returned, once"
-    )]
-    NoAllocation { addr: u64 },
-    #[error(
-        "rank {rank} sent start information this build cannot read: run the same symmem \
-         build on every rank"
-    )]
-    BadPeerInfo { rank: usize },
-    #[error(transparent)]
-    Lifecycle(#[from] LifecycleError),
-    #[error(transparent)]
-    InvalidSetting(#[from] InvalidSetting),
-    #[error(
-        "{kind} is not a GPU provider: give the GPU provider {}, or start {kind} with its own \
-         crate",
-        gpu_choices()
-    )]
-    NotGpu { kind: ProviderKind },
-    #[error(
-        "rocSHMEM as `cargo xtask build-rocshmem` builds it is single-node (USE_SINGLE_NODE=ON), \
-         but this job spans nodes ({evidence}): run every rank on one node, use nvshmem, or \
-         point {} at a shim over a rocSHMEM built for several nodes (USE_SINGLE_NODE=OFF with \
-         its MPI or GDA transport)",
-        SHIM_LIB.name
-    )]
-    RocshmemSingleNode { evidence: String },
-    #[error(transparent)]
-    Bootstrap(#[from] BootstrapError),
-    #[error(transparent)]
-    RankEnv(#[from] symmem::RankEnvError),
-}
-
-/// Whether `backend` can start a job with this identity across its nodes: rocSHMEM (built
-/// single-node) is refused before anything is loaded or initialised, naming the build it
-/// would need; NVSHMEM's unique-id bootstrap reaches every host (the id travels through the
-/// engine).
-pub fn check_nodes(
-    backend: ProviderKind,
-    identity: &RankIdentity,
-    get: impl Fn(&str) -> Option<String>,
-) -> Result<(), GpuError> {
-    match (backend, symmem::spans_nodes(identity, &get)) {
-        (ProviderKind::Rocshmem, Some(evidence)) => Err(GpuError::RocshmemSingleNode { evidence }),
-        _ => Ok(()),
-    }
-}
-
-impl ProviderError for GpuError {
-    fn blame(&self) -> Blame {
-        match self {
-            Self::Bootstrap(b) => b.blame(),
-            // Only ever made from what every rank sent in the finalize exchange.
-            Self::Lifecycle(LifecycleError::SiblingsOpen { .. }) => Blame::EveryRank,
-            _ => Blame::ThisRank,
-        }
-    }
-
-    fn into_mismatch(self) -> Result<symmem::CollectiveMismatch, Self> {
-        match self {
-            Self::Bootstrap(b) => b.into_mismatch().map_err(Self::Bootstrap),
-            other => Err(other),
-        }
-    }
-}
-
-/// `nvshmem or rocshmem`, for messages.
-fn gpu_choices() -> String {
-    let names: Vec<&str> = ProviderKind::GPU.iter().map(|k| k.name()).collect();
-    names.join(" or ")
-}
-
 /// How to start a [`GpuProvider`].
 #[derive(Clone, Debug)]
 pub struct GpuConfig {
@@ -172,8 +34,8 @@ pub struct GpuConfig {
     pub identity: RankIdentity,
     pub rendezvous: PathBuf,
     pub timeout: Duration,
-    /// Symmetric heap per PE; 0 keeps the library's default.
-    pub heap_bytes: u64,
+    /// Symmetric heap per PE; `None` keeps the library's default.
+    pub heap_bytes: Option<NonZeroU64>,
     /// GPU of this process; `None` picks `local_rank % GPUs`.
     pub device: Option<i32>,
     /// Emulated node of this rank (`SYMMEM_NODE_ID`): peers on another node are not
@@ -204,7 +66,7 @@ impl GpuConfig {
             identity,
             rendezvous,
             timeout: COLLECTIVE_TIMEOUT.get()?,
-            heap_bytes: GPU_HEAP_SIZE.read()?.unwrap_or(0),
+            heap_bytes: GPU_HEAP_SIZE.read()?,
             device: DEVICE.read()?,
             node_id: NODE_ID.get()?,
         })
@@ -219,14 +81,45 @@ enum Role {
     Sibling,
 }
 
+/// Whether `backend` can start a job with this identity across its nodes: rocSHMEM (built
+/// single-node) is refused before anything is loaded or initialised, naming the build it
+/// would need; NVSHMEM's unique-id bootstrap reaches every host (the id travels through the
+/// engine).
+pub fn check_nodes(
+    backend: ProviderKind,
+    identity: &RankIdentity,
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<(), GpuError> {
+    match (backend, symmem::spans_nodes(identity, &get)) {
+        (ProviderKind::Rocshmem, Some(evidence)) => Err(GpuError::RocshmemSingleNode { evidence }),
+        _ => Ok(()),
+    }
+}
+
 /// NVSHMEM or rocSHMEM through the shim. See the crate docs.
 ///
 /// Stays on the thread that made it (it holds `Rc`s): the GPU runtime's current device is per
 /// thread.
 pub struct GpuProvider {
     gpu: Gpu,
-    lifecycle: Rc<Lifecycle>,
+    library: Rc<Library>,
     role: Role,
+    /// Node of every rank (the engine's and the emulated one, `node_keys`): peers on another
+    /// node are not reachable.
+    node_ids: Vec<u64>,
+    bootstrap: Bootstrap,
+    /// Where this context's ranks met; its siblings meet in folders under it.
+    rendezvous: PathBuf,
+    finalized: bool,
+}
+
+/// What a provider and its siblings share: the one initialised SHMEM library and this rank's
+/// place in the job.
+struct Library {
+    shim: Rc<Shim>,
+    /// Every rank's GPU.
+    gpus: Rc<[GpuId]>,
+    lifecycle: Lifecycle,
     backend: ProviderKind,
     /// The GPU this process uses (see [`GpuProvider::device`]).
     device: i32,
@@ -234,15 +127,9 @@ pub struct GpuProvider {
     world_size: usize,
     /// Every rank's launcher says it runs on this host.
     single_host: bool,
-    /// Node of every rank (the engine's and the emulated one, `node_keys`): peers on another
-    /// node are not reachable.
-    node_ids: Vec<u64>,
     /// The engine the ranks meet through (siblings meet through the same).
     engine: Engine,
-    bootstrap: Bootstrap,
-    rendezvous: PathBuf,
     timeout: Duration,
-    finalized: bool,
 }
 
 impl GpuProvider {
@@ -276,11 +163,7 @@ impl GpuProvider {
         shim.set_device(device)?;
         let single_host = local_world_size == world_size;
         // Before anything that lets the library read its environment (it does so once).
-        shim.configure(
-            access,
-            usize::try_from(config.heap_bytes).unwrap_or(usize::MAX),
-            single_host,
-        )?;
+        shim.configure(access, config.heap_bytes, single_host)?;
         let unique_id = if rank == 0 {
             shim.unique_id()?.0
         } else {
@@ -311,23 +194,28 @@ impl GpuProvider {
             .collect::<Result<Vec<_>, _>>()?;
         shim.init(rank, world_size, &UniqueId(infos[0].unique_id.clone()))?;
         let gpus: Rc<[GpuId]> = infos.iter().map(|i| i.gpu.clone()).collect();
-        Ok(Self {
-            gpu: Gpu::new(shim, rank, world_size, gpus),
-            lifecycle: Rc::new(Lifecycle::started()),
-            role: Role::Original,
+        let library = Library {
+            shim,
+            gpus,
+            lifecycle: Lifecycle::started(),
             backend,
             device,
             rank,
             world_size,
             single_host,
+            engine,
+            timeout: config.timeout,
+        };
+        Ok(Self {
+            gpu: library.gpu(),
+            library: Rc::new(library),
+            role: Role::Original,
             node_ids: symmem_bootstrap::node_keys(
                 &bootstrap.engine_nodes(),
                 &infos.iter().map(|i| i.node_id).collect::<Vec<_>>(),
             ),
-            engine,
             bootstrap,
             rendezvous: config.rendezvous,
-            timeout: config.timeout,
             finalized: false,
         })
     }
@@ -347,60 +235,57 @@ impl GpuProvider {
     /// it). Holding it keeps nothing open.
     pub fn siblings(&self) -> Siblings {
         Siblings {
-            shim: Rc::clone(self.gpu.shim()),
-            gpus: self.gpu.shared_gpus(),
-            lifecycle: Rc::clone(&self.lifecycle),
-            backend: self.backend,
-            device: self.device,
-            rank: self.rank,
-            world_size: self.world_size,
-            single_host: self.single_host,
-            engine: self.engine,
+            library: Rc::clone(&self.library),
             rendezvous: self.rendezvous.clone(),
-            timeout: self.timeout,
         }
+    }
+}
+
+impl Library {
+    /// A fresh GPU side over the library: no allocations or tables yet.
+    fn gpu(&self) -> Gpu {
+        Gpu::new(
+            Rc::clone(&self.shim),
+            self.rank,
+            self.world_size,
+            Rc::clone(&self.gpus),
+        )
     }
 }
 
 /// Opens sibling contexts over one provider's SHMEM library ([`GpuProvider::siblings`]).
 pub struct Siblings {
-    shim: Rc<Shim>,
-    gpus: Rc<[GpuId]>,
-    lifecycle: Rc<Lifecycle>,
-    backend: ProviderKind,
-    device: i32,
-    rank: usize,
-    world_size: usize,
-    single_host: bool,
-    engine: Engine,
+    library: Rc<Library>,
+    /// The opening provider's rendezvous: each sibling meets in `<rendezvous>/<label>`.
     rendezvous: PathBuf,
-    timeout: Duration,
 }
 
 impl Siblings {
     /// As [`GpuProvider::sibling`]. Collective.
     pub fn open(&self, label: &str, node_id: u64) -> Result<GpuProvider, GpuError> {
-        self.lifecycle.open_sibling()?;
+        self.library.lifecycle.open_sibling()?;
         let opened = self.connect(label, node_id);
         if opened.is_err() {
-            self.lifecycle.close_sibling();
+            self.library.lifecycle.close_sibling();
         }
         opened
     }
 
     fn connect(&self, label: &str, node_id: u64) -> Result<GpuProvider, GpuError> {
+        let Library {
+            rank,
+            world_size,
+            timeout,
+            backend,
+            engine,
+            ..
+        } = *self.library;
         let rendezvous = self.rendezvous.join(label);
-        let mut bootstrap = Bootstrap::open(
-            self.engine,
-            self.rank,
-            self.world_size,
-            &rendezvous,
-            self.timeout,
-        )?;
+        let mut bootstrap = Bootstrap::open(engine, rank, world_size, &rendezvous, timeout)?;
         let op = CollectiveOp {
             seq: 0,
             kind: CollectiveKind::Provider {
-                what: format!("{} sibling nodes", self.backend.name()),
+                what: format!("{} sibling nodes", backend.name()),
             },
         };
         let gathered = bootstrap
@@ -417,24 +302,12 @@ impl Siblings {
             .collect::<Result<Vec<_>, GpuError>>()?;
         let node_ids = symmem_bootstrap::node_keys(&bootstrap.engine_nodes(), &node_ids);
         Ok(GpuProvider {
-            gpu: Gpu::new(
-                Rc::clone(&self.shim),
-                self.rank,
-                self.world_size,
-                Rc::clone(&self.gpus),
-            ),
-            lifecycle: Rc::clone(&self.lifecycle),
+            gpu: self.library.gpu(),
+            library: Rc::clone(&self.library),
             role: Role::Sibling,
-            backend: self.backend,
-            device: self.device,
-            rank: self.rank,
-            world_size: self.world_size,
-            single_host: self.single_host,
             node_ids,
-            engine: self.engine,
             bootstrap,
             rendezvous,
-            timeout: self.timeout,
             finalized: false,
         })
     }
@@ -442,14 +315,14 @@ impl Siblings {
 
 impl GpuProvider {
     pub fn backend(&self) -> ProviderKind {
-        self.backend
+        self.library.backend
     }
 
     /// The GPU this process uses, as the runtime numbers the visible devices: the configured
     /// [`GpuConfig::device`], else `local_rank % GPUs` (the one `new` selected; siblings share
     /// it).
     pub fn device(&self) -> i32 {
-        self.device
+        self.library.device
     }
 
     /// Emulated node of every rank (`SYMMEM_NODE_ID`, or the sibling's split).
@@ -473,23 +346,24 @@ impl GpuProvider {
     fn agree(&mut self, op: &CollectiveOp) -> Result<(), Error> {
         self.bootstrap
             .barrier(op)
-            .map_err(|e| Error::from_provider(self.backend.name(), e))
+            .map_err(|e| Error::from_provider(self.library.backend, e))
     }
 }
 
 impl SymmetricProvider for GpuProvider {
-    fn name(&self) -> &'static str {
-        self.backend.name()
+    fn kind(&self) -> ProviderKind {
+        self.library.backend
     }
     fn rank(&self) -> usize {
-        self.rank
+        self.library.rank
     }
     fn world_size(&self) -> usize {
-        self.world_size
+        self.library.world_size
     }
     fn claims_single_node(&self) -> bool {
-        self.single_host
-            && (0..self.world_size).all(|peer| peers::same_node(&self.node_ids, self.rank, peer))
+        self.library.single_host
+            && (0..self.library.world_size)
+                .all(|peer| peers::same_node(&self.node_ids, self.library.rank, peer))
     }
     fn checks_collective_order(&self) -> bool {
         true
@@ -519,11 +393,11 @@ impl SymmetricProvider for GpuProvider {
                 // Every rank says how many siblings it still has open; if any has one, all
                 // refuse alike and the context stays usable (finalize the siblings, then
                 // this again).
-                let open = self.lifecycle.open_siblings() as u64;
+                let open = self.library.lifecycle.open_siblings() as u64;
                 let gathered = self
                     .bootstrap
                     .exchange(op, &open.to_le_bytes(), None, 0)
-                    .map_err(|e| Error::from_provider(self.backend.name(), e))?;
+                    .map_err(|e| Error::from_provider(self.library.backend, e))?;
                 let open_anywhere = gathered
                     .payloads
                     .iter()
@@ -533,7 +407,7 @@ impl SymmetricProvider for GpuProvider {
                     .unwrap_or(open);
                 if open_anywhere > 0 {
                     return Err(Error::from_provider(
-                        self.backend.name(),
+                        self.library.backend,
                         GpuError::from(LifecycleError::SiblingsOpen {
                             open: open_anywhere as usize,
                         }),
@@ -543,9 +417,9 @@ impl SymmetricProvider for GpuProvider {
         }
         let released = self.gpu.release();
         match self.role {
-            Role::Sibling => self.lifecycle.close_sibling(),
+            Role::Sibling => self.library.lifecycle.close_sibling(),
             Role::Original => {
-                self.lifecycle.finalizing();
+                self.library.lifecycle.finalizing();
                 self.gpu.shim().finalize()?;
             }
         }
@@ -558,7 +432,7 @@ impl SymmetricProvider for GpuProvider {
     }
 
     fn ptr(&self, addr: u64, peer: usize) -> Option<u64> {
-        if !peers::same_node(&self.node_ids, self.rank, peer) {
+        if !peers::same_node(&self.node_ids, self.library.rank, peer) {
             return None;
         }
         self.gpu.peer_address(addr, peer)
@@ -628,11 +502,11 @@ impl Drop for GpuProvider {
         }
         match self.role {
             // Its tables free themselves; the library stays with the original.
-            Role::Sibling => self.lifecycle.close_sibling(),
+            Role::Sibling => self.library.lifecycle.close_sibling(),
             // Finalising is collective: a drop (at different times on different ranks) must
             // not start it. The process exit releases the library's resources.
             Role::Original => tracing::warn!(
-                backend = self.backend.name(),
+                backend = self.library.backend.name(),
                 "GPU provider dropped without Context::finalize; the SHMEM library was not finalised"
             ),
         }
@@ -655,6 +529,8 @@ pub fn default_library(target_dir: &Path, backend: ProviderKind) -> Option<PathB
 #[cfg(test)]
 mod tests {
     use super::*;
+    use symmem::{Blame, ProviderError};
+    use symmem_bootstrap::BootstrapError;
 
     fn config(library: PathBuf) -> GpuConfig {
         GpuConfig {
@@ -663,7 +539,7 @@ mod tests {
             identity: RankIdentity::from_vars(|_| None).unwrap(),
             rendezvous: std::env::temp_dir(),
             timeout: Duration::from_secs(5),
-            heap_bytes: 0,
+            heap_bytes: None,
             device: None,
             node_id: 0,
         }
@@ -760,14 +636,14 @@ mod tests {
         let e = GpuError::Bootstrap(BootstrapError::RootGone { op });
         assert_eq!(e.blame(), Blame::AnotherRank);
         assert!(matches!(
-            Error::from_provider("nvshmem", e),
+            Error::from_provider(ProviderKind::Nvshmem, e),
             Error::PeerFailed { .. }
         ));
         let e = GpuError::BadPeerInfo { rank: 1 };
         assert!(matches!(
-            Error::from_provider("nvshmem", e),
+            Error::from_provider(ProviderKind::Nvshmem, e),
             Error::Provider {
-                provider: "nvshmem",
+                provider: ProviderKind::Nvshmem,
                 ..
             }
         ));

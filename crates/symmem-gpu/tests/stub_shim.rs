@@ -80,7 +80,7 @@ fn config(library: &Path, rendezvous: &Path, rank: usize, world_size: usize) -> 
         },
         rendezvous: rendezvous.to_path_buf(),
         timeout: Duration::from_secs(30),
-        heap_bytes: 0,
+        heap_bytes: None,
         device: None,
         node_id: 0,
     }

@@ -15,8 +15,19 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
-use symmem::{CollectiveKind, CollectiveOp, Context, SymmetricProvider, settings};
+use symmem::settings::{Audience, Setting};
+use symmem::{CollectiveKind, CollectiveOp, Context, SymmetricProvider};
 use symmem_host::{HostConfig, HostProvider};
+
+/// Marks the peer process this bench starts for its copy bench.
+const BENCH_COPY_PEER: Setting<PathBuf> = Setting {
+    name: "SYMMEM_BENCH_COPY_PEER",
+    doc: "set by symmem-host's bench on the peer process it starts: the rendezvous folder of its copy bench (do not set it)",
+    default: "this process is the bench itself",
+    expected: "a folder path",
+    audience: Audience::Development,
+    parse: |text| Some(PathBuf::from(text)),
+};
 
 const COPY_BYTES: usize = 64 << 20;
 const ALLOC_BYTES: usize = 4096;
@@ -159,7 +170,7 @@ fn copy_peer(dir: PathBuf) {
 fn copy(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let mut peer = std::process::Command::new(std::env::current_exe().unwrap())
-        .env(settings::BENCH_COPY_PEER.name, dir.path())
+        .env(BENCH_COPY_PEER.name, dir.path())
         .spawn()
         .unwrap();
     let mut ctx = Context::new(HostProvider::new(config(0, 2, dir.path(), 256 << 20)).unwrap());
@@ -189,7 +200,7 @@ fn copy(c: &mut Criterion) {
 criterion_group!(benches, alloc_free, translate, copy);
 
 fn main() {
-    if let Some(dir) = settings::BENCH_COPY_PEER.read_path() {
+    if let Some(dir) = BENCH_COPY_PEER.read_path() {
         copy_peer(dir);
         return;
     }

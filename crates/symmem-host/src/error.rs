@@ -92,6 +92,6 @@ impl ProviderError for HostError {
 
 impl From<HostError> for symmem::Error {
     fn from(e: HostError) -> Self {
-        symmem::Error::from_provider(ProviderKind::Host.name(), e)
+        symmem::Error::from_provider(ProviderKind::Host, e)
     }
 }

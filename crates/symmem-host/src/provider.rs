@@ -169,8 +169,8 @@ fn parse_info(payload: &[u8]) -> Option<(u64, u64)> {
 }
 
 impl SymmetricProvider for HostProvider {
-    fn name(&self) -> &'static str {
-        ProviderKind::Host.name()
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Host
     }
     fn rank(&self) -> usize {
         self.rank

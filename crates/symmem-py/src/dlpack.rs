@@ -7,7 +7,6 @@
 //! host copy of a peer-bases table.
 
 use crate::dtype::DType;
-use crate::session::DataRef;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use std::ffi::{CStr, c_void};
@@ -91,8 +90,9 @@ const _: () = {
     reason = "held, never read: what matters is when it is dropped"
 )]
 pub enum Keep {
-    /// A view of a symmetric allocation: counts as one holder of it.
-    Data(DataRef),
+    /// A view of a symmetric allocation: one holder of it (the session's `DataRef`), shared by
+    /// the clones of this export and released when the last one goes.
+    Data(Arc<dyn std::any::Any + Send + Sync>),
     /// The host copy of a peer-bases table (host provider).
     HostTable(Arc<[i64]>),
     /// A device table, the GPU provider's own, valid until the allocation's collective free.

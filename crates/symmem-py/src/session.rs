@@ -209,7 +209,7 @@ impl<P: Provider> Session<P> {
 
     fn info(&self) -> Info {
         Info {
-            provider: self.ctx.provider().name(),
+            provider: self.ctx.provider().kind().name(),
             rank: self.ctx.rank(),
             world_size: self.ctx.world_size(),
             device: self.device,
@@ -289,7 +289,7 @@ impl<P: Provider> Session<P> {
             bytes: live.tracker.bytes,
             bases: live.bases.clone(),
             direct: live.direct.clone(),
-            data: data.map(|d| (live.spec.clone(), Keep::Data(d))),
+            data: data.map(|d| (live.spec.clone(), Keep::Data(Arc::new(d)))),
             table: (table, keep),
         }
     }
@@ -532,7 +532,7 @@ pub fn init(requested: Option<String>) -> Result<bool, Fail> {
 fn gpu_fail(kind: ProviderKind, e: GpuError) -> Fail {
     match e {
         GpuError::Unavailable { .. } => Fail::Unavailable(e.to_string()),
-        other => symmem::Error::from_provider(kind.name(), other).into(),
+        other => symmem::Error::from_provider(kind, other).into(),
     }
 }
 

@@ -360,7 +360,7 @@ impl<P: SymmetricProvider> Context<P> {
         self.offsets = Some(offsets);
         if world_size > 1 && reachable_peers == 0 && self.provider.claims_single_node() {
             return Err(Error::NoPeerReachable {
-                provider: self.provider.name(),
+                provider: self.provider.kind(),
                 world_size,
             });
         }

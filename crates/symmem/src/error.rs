@@ -1,4 +1,5 @@
 use crate::collective::CollectiveMismatch;
+use crate::provider_kind::ProviderKind;
 use crate::ranks::count_ranks;
 
 /// Why a pointer or an operation could not be translated to a peer.
@@ -76,7 +77,7 @@ pub enum Error {
     /// part). The ranks are still in step, so the context stays usable.
     #[error("{provider}: {source}")]
     RefusedByAll {
-        provider: &'static str,
+        provider: ProviderKind,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
@@ -87,7 +88,7 @@ pub enum Error {
          between the GPUs)"
     )]
     NoPeerReachable {
-        provider: &'static str,
+        provider: ProviderKind,
         world_size: usize,
     },
     #[error(
@@ -115,13 +116,13 @@ pub enum Error {
     Translate(#[from] TranslateError),
     #[error("{provider}: {source}")]
     PeerFailed {
-        provider: &'static str,
+        provider: ProviderKind,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
     #[error("{provider}: {source}")]
     Provider {
-        provider: &'static str,
+        provider: ProviderKind,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
@@ -158,7 +159,7 @@ pub trait ProviderError: std::error::Error + Send + Sync + Sized + 'static {
 impl Error {
     /// The one way from a provider's error to the core error: a collective mismatch stays
     /// typed, and the rest is wrapped according to its [`Blame`].
-    pub fn from_provider(provider: &'static str, error: impl ProviderError) -> Self {
+    pub fn from_provider(provider: ProviderKind, error: impl ProviderError) -> Self {
         let error = match error.into_mismatch() {
             Ok(mismatch) => return Self::CollectiveMismatch(mismatch),
             Err(error) => error,
@@ -172,7 +173,7 @@ impl Error {
 
     /// Wraps a provider's own error.
     fn provider(
-        provider: &'static str,
+        provider: ProviderKind,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
         Self::Provider {
@@ -184,7 +185,7 @@ impl Error {
     /// Wraps a provider's error that means another rank failed (it disconnected, never
     /// arrived, or stopped answering): this rank is a witness, not the culprit.
     fn peer_failed(
-        provider: &'static str,
+        provider: ProviderKind,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
         Self::PeerFailed {
@@ -196,7 +197,7 @@ impl Error {
     /// Wraps a provider's error for a collective that failed on every rank alike, every rank
     /// knowing it (see [`Error::RefusedByAll`]): the context stays usable after it.
     fn refused_by_all(
-        provider: &'static str,
+        provider: ProviderKind,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
         Self::RefusedByAll {

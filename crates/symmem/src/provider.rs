@@ -1,4 +1,4 @@
-use crate::{CollectiveOp, Error, PeerTable};
+use crate::{CollectiveOp, Error, PeerTable, ProviderKind};
 
 /// A SHMEM-like library that hands out symmetric memory.
 ///
@@ -7,8 +7,8 @@ use crate::{CollectiveOp, Error, PeerTable};
 /// ([`checks_collective_order`](Self::checks_collective_order)) return
 /// [`Error::CollectiveMismatch`] on disagreement instead of hanging.
 pub trait SymmetricProvider {
-    /// Short name for messages ("host", "nvshmem", "rocshmem").
-    fn name(&self) -> &'static str;
+    /// Which provider this is; messages print its name (`host`, `nvshmem`, `rocshmem`).
+    fn kind(&self) -> ProviderKind;
     fn rank(&self) -> usize;
     fn world_size(&self) -> usize;
     /// True when the provider believes every rank runs on this node, so every peer should be

@@ -1,35 +1,9 @@
 //! Who this process is in the job, read from the environment conventions of existing
 //! launchers, so one rank program runs under symmem-run, torchrun, mpirun or srun.
 
-use crate::settings::RANK_FROM;
+use crate::launcher::Launcher;
+use crate::settings::{InvalidSetting, RANK_FROM};
 use std::fmt;
-
-/// The launcher whose environment named this rank.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Launcher {
-    /// torchrun / symmem-run: `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`.
-    Torchrun,
-    /// Open MPI: `OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}`.
-    OpenMpi,
-    /// Slurm: `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`.
-    Slurm,
-    /// PMI (MPICH/Hydra): `PMI_RANK`, `PMI_SIZE`.
-    Pmi,
-    /// No launcher variables: a single rank.
-    Singleton,
-}
-
-impl fmt::Display for Launcher {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Torchrun => "torchrun",
-            Self::OpenMpi => "Open MPI",
-            Self::Slurm => "Slurm",
-            Self::Pmi => "PMI",
-            Self::Singleton => "singleton",
-        })
-    }
-}
 
 /// Problems with the rank variables.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -58,11 +32,14 @@ pub enum RankEnvError {
         hint: String,
     },
     #[error(
-        "{}={value:?} names no launcher whose variables are set here: give one of \
-         torchrun, openmpi, slurm, pmi whose rank and size variables are set, or unset it",
-        RANK_FROM.name
+        "{}={} names a launcher whose variables are not set here: give one of torchrun, \
+         openmpi, slurm, pmi whose rank and size variables are set, or unset it",
+        RANK_FROM.name,
+        .launcher.setting_name()
     )]
-    BadRankFrom { value: String },
+    BadRankFrom { launcher: Launcher },
+    #[error(transparent)]
+    InvalidSetting(#[from] InvalidSetting),
     #[error("{rank_var}={rank} but {size_var}={world_size}: the rank must be below the world size")]
     RankOutOfRange {
         rank_var: &'static str,
@@ -107,8 +84,6 @@ pub struct RankIdentity {
 
 struct Convention {
     launcher: Launcher,
-    /// Its name for [`RANK_FROM`].
-    name: &'static str,
     rank: &'static str,
     size: &'static str,
     local_rank: &'static str,
@@ -122,7 +97,6 @@ struct Convention {
 const CONVENTIONS: [Convention; 4] = [
     Convention {
         launcher: Launcher::Torchrun,
-        name: "torchrun",
         rank: "RANK",
         size: "WORLD_SIZE",
         local_rank: "LOCAL_RANK",
@@ -130,7 +104,6 @@ const CONVENTIONS: [Convention; 4] = [
     },
     Convention {
         launcher: Launcher::OpenMpi,
-        name: "openmpi",
         rank: "OMPI_COMM_WORLD_RANK",
         size: "OMPI_COMM_WORLD_SIZE",
         local_rank: "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -138,7 +111,6 @@ const CONVENTIONS: [Convention; 4] = [
     },
     Convention {
         launcher: Launcher::Pmi,
-        name: "pmi",
         rank: "PMI_RANK",
         size: "PMI_SIZE",
         local_rank: "MPI_LOCALRANKID",
@@ -146,7 +118,6 @@ const CONVENTIONS: [Convention; 4] = [
     },
     Convention {
         launcher: Launcher::Slurm,
-        name: "slurm",
         rank: "SLURM_PROCID",
         size: "SLURM_NTASKS",
         local_rank: "SLURM_LOCALID",
@@ -200,12 +171,11 @@ impl RankIdentity {
                 },
             ));
         }
-        let rank_from = get(RANK_FROM.name).filter(|v| !v.trim().is_empty());
-        let chosen = match rank_from {
-            Some(name) => found
+        let chosen = match RANK_FROM.read_from(&get)? {
+            Some(launcher) => found
                 .iter()
-                .find(|(c, _)| c.name == name.trim().to_ascii_lowercase())
-                .ok_or(RankEnvError::BadRankFrom { value: name })?,
+                .find(|(c, _)| c.launcher == launcher)
+                .ok_or(RankEnvError::BadRankFrom { launcher })?,
             None => {
                 check_agreement(&found, &get)?;
                 match found.first() {
@@ -487,6 +457,22 @@ mod tests {
         ])
         .unwrap_err();
         assert!(matches!(err, RankEnvError::BadRankFrom { .. }), "{err}");
+        assert!(err.to_string().contains("=slurm names a launcher"), "{err}");
+        // A name that is no launcher is the setting's own error, naming what it takes.
+        let err = ident(&[
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "2"),
+            (RANK_FROM.name, "mpich"),
+        ])
+        .unwrap_err();
+        let RankEnvError::InvalidSetting(e) = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!((e.var, e.value.as_str()), (RANK_FROM.name, "mpich"));
+        assert!(
+            err.to_string().contains("torchrun, openmpi, slurm or pmi"),
+            "{err}"
+        );
     }
 
     #[test]

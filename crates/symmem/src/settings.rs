@@ -8,12 +8,18 @@
 //! [`InvalidSetting`] naming the variable, the value and what is expected, never a silent
 //! default.
 //!
-//! To add a setting: declare a `const` here with [`Setting::new`] or [`Defaulted::new`], list
-//! it in [`all`], read it with its getter, and paste the table the README test prints.
+//! To add a setting: declare a `const` here as a [`Setting`] literal (or a [`Defaulted`] one),
+//! list it in [`all`], read it with its getter, and paste the table the README test prints.
+//!
+//! A setting that only symmem's own tests, benches or builds use is declared as a [`Setting`]
+//! in the crate that reads it, with [`Audience::Development`]; README's second table shows its
+//! [`markdown_row`] (the tidy test checks that README names it).
 
 use crate::engine::BootstrapChoice;
+use crate::launcher::Launcher;
 use crate::provider_kind::ProviderKind;
 use crate::units::{format_bytes, format_duration, parse_bytes, parse_timeout};
+use std::num::NonZeroU64;
 use std::ops::Deref;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -38,7 +44,8 @@ pub enum Audience {
 }
 
 /// One `SYMMEM_*` variable without a fixed default: [`Setting::read`] gives `None` when it is
-/// unset and the reader decides (the table says how in [`Setting::default`]).
+/// unset and the reader decides (the table says how in [`Setting::default`]). Declared with a
+/// struct literal, `Setting { name: "SYMMEM_...", doc, default, expected, audience, parse }`.
 #[derive(Debug)]
 pub struct Setting<T: 'static> {
     /// `SYMMEM_...`.
@@ -51,29 +58,11 @@ pub struct Setting<T: 'static> {
     /// What a valid value looks like, for [`InvalidSetting`].
     pub expected: &'static str,
     pub audience: Audience,
-    parse: fn(&str) -> Option<T>,
+    /// Reads a value as typed (`None`: not valid, an [`InvalidSetting`] naming `expected`).
+    pub parse: fn(&str) -> Option<T>,
 }
 
 impl<T> Setting<T> {
-    /// Declares a setting (see the module docs).
-    pub const fn new(
-        name: &'static str,
-        audience: Audience,
-        doc: &'static str,
-        default: &'static str,
-        expected: &'static str,
-        parse: fn(&str) -> Option<T>,
-    ) -> Self {
-        Self {
-            name,
-            doc,
-            default,
-            expected,
-            audience,
-            parse,
-        }
-    }
-
     /// The value set in this process's environment, `None` when unset or blank.
     pub fn read(&self) -> Result<Option<T>, InvalidSetting> {
         self.read_from(|name| std::env::var(name).ok())
@@ -173,14 +162,6 @@ fn whole<T: std::str::FromStr>(text: &str) -> Option<T> {
     text.trim().parse().ok()
 }
 
-fn flag(text: &str) -> Option<bool> {
-    match text.trim() {
-        "1" => Some(true),
-        "0" => Some(false),
-        _ => None,
-    }
-}
-
 fn show_plain<T: ToString>(value: &T) -> String {
     value.to_string()
 }
@@ -191,38 +172,38 @@ fn show_plain<T: ToString>(value: &T) -> String {
 
 /// Which provider a symmem program (the Python module, `symmem-conformance`) starts.
 pub const PROVIDER: Defaulted<ProviderKind> = Defaulted::new(
-    Setting::new(
-        "SYMMEM_PROVIDER",
-        Audience::User,
-        "provider that `symmem.init()` and `symmem-conformance` start (`host`, `nvshmem`, `rocshmem`)",
-        "",
-        "host, nvshmem or rocshmem",
-        ProviderKind::from_name,
-    ),
+    Setting {
+        name: "SYMMEM_PROVIDER",
+        doc: "provider that `symmem.init()` and `symmem-conformance` start (`host`, `nvshmem`, `rocshmem`)",
+        default: "",
+        expected: "host, nvshmem or rocshmem",
+        audience: Audience::User,
+        parse: ProviderKind::from_name,
+    },
     ProviderKind::Host,
     show_plain,
 );
 
 /// Folder where the ranks of one job meet.
-pub const RENDEZVOUS: Setting<PathBuf> = Setting::new(
-    "SYMMEM_RENDEZVOUS",
-    Audience::User,
-    "folder where the ranks of one job meet (`symmem-run` sets a fresh private one)",
-    "derived from the job id",
-    "a folder path",
-    path,
-);
+pub const RENDEZVOUS: Setting<PathBuf> = Setting {
+    name: "SYMMEM_RENDEZVOUS",
+    doc: "folder where the ranks of one job meet (`symmem-run` sets a fresh private one)",
+    default: "derived from the job id",
+    expected: "a folder path",
+    audience: Audience::User,
+    parse: path,
+};
 
 /// Size of each rank's host heap.
 pub const HOST_HEAP_SIZE: Defaulted<u64> = Defaulted::new(
-    Setting::new(
-        "SYMMEM_HOST_HEAP_SIZE",
-        Audience::User,
-        "size of each rank's host heap (sparse: untouched pages cost nothing); same on every rank",
-        "",
-        "a size such as 268435456, 512M or 4G",
-        parse_bytes,
-    ),
+    Setting {
+        name: "SYMMEM_HOST_HEAP_SIZE",
+        doc: "size of each rank's host heap (sparse: untouched pages cost nothing); same on every rank",
+        default: "",
+        expected: "a size such as 268435456, 512M or 4G",
+        audience: Audience::User,
+        parse: parse_bytes,
+    },
     1 << 30,
     format_bytes_ref,
 );
@@ -233,14 +214,14 @@ fn format_bytes_ref(bytes: &u64) -> String {
 
 /// Emulated node of this rank (host and GPU providers).
 pub const NODE_ID: Defaulted<u64> = Defaulted::new(
-    Setting::new(
-        "SYMMEM_NODE_ID",
-        Audience::User,
-        "emulated node of this rank: peers on another node are not mapped (base 0, `direct = false`), even where the library could reach them",
-        "",
-        "a non-negative integer",
-        whole::<u64>,
-    ),
+    Setting {
+        name: "SYMMEM_NODE_ID",
+        doc: "emulated node of this rank: peers on another node are not mapped (base 0, `direct = false`), even where the library could reach them",
+        default: "",
+        expected: "a non-negative integer",
+        audience: Audience::User,
+        parse: whole::<u64>,
+    },
     0,
     show_plain,
 );
@@ -248,14 +229,14 @@ pub const NODE_ID: Defaulted<u64> = Defaulted::new(
 /// How long a collective waits for the slowest rank. Zero is refused: it would fail every
 /// collective that any rank reaches a moment after another.
 pub const COLLECTIVE_TIMEOUT: Defaulted<Duration> = Defaulted::new(
-    Setting::new(
-        "SYMMEM_COLLECTIVE_TIMEOUT",
-        Audience::User,
-        "how long a collective (and the rendezvous) waits for the slowest rank, every provider",
-        "",
-        "a duration above 0 such as 60, 60s, 500ms or 2m",
-        parse_collective_timeout,
-    ),
+    Setting {
+        name: "SYMMEM_COLLECTIVE_TIMEOUT",
+        doc: "how long a collective (and the rendezvous) waits for the slowest rank, every provider",
+        default: "",
+        expected: "a duration above 0 such as 60, 60s, 500ms or 2m",
+        audience: Audience::User,
+        parse: parse_collective_timeout,
+    },
     Duration::from_secs(60),
     format_duration_ref,
 );
@@ -270,121 +251,72 @@ fn format_duration_ref(d: &Duration) -> String {
 
 /// Which engine the ranks meet through.
 pub const BOOTSTRAP: Defaulted<BootstrapChoice> = Defaulted::new(
-    Setting::new(
-        "SYMMEM_BOOTSTRAP",
-        Audience::User,
-        "engine the ranks meet through: `unix` (symmem's socket star, one host), `pmix` (the launcher's PMIx server, any hosts), `auto` (unix on one host, pmix when the job spans nodes)",
-        "",
-        "auto, unix or pmix",
-        BootstrapChoice::from_name,
-    ),
+    Setting {
+        name: "SYMMEM_BOOTSTRAP",
+        doc: "engine the ranks meet through: `unix` (symmem's socket star, one host), `pmix` (the launcher's PMIx server, any hosts), `auto` (unix on one host, pmix when the job spans nodes)",
+        default: "",
+        expected: "auto, unix or pmix",
+        audience: Audience::User,
+        parse: BootstrapChoice::from_name,
+    },
     BootstrapChoice::Auto,
     show_plain,
 );
 
 /// The launcher whose variables name this rank, when several disagree.
-pub const RANK_FROM: Setting<String> = Setting::new(
-    "SYMMEM_RANK_FROM",
-    Audience::User,
-    "the launcher whose variables name this rank (`torchrun`, `openmpi`, `slurm`, `pmi`), when several disagree",
-    "the innermost launcher, if all agree",
-    "torchrun, openmpi, slurm or pmi",
-    text,
-);
+pub const RANK_FROM: Setting<Launcher> = Setting {
+    name: "SYMMEM_RANK_FROM",
+    doc: "the launcher whose variables name this rank (`torchrun`, `openmpi`, `slurm`, `pmi`), when several disagree",
+    default: "the innermost launcher, if all agree",
+    expected: "torchrun, openmpi, slurm or pmi",
+    audience: Audience::User,
+    parse: Launcher::from_setting,
+};
 
 /// The shim library a GPU provider loads.
-pub const SHIM_LIB: Setting<PathBuf> = Setting::new(
-    "SYMMEM_SHIM_LIB",
-    Audience::User,
-    "shim library of the GPU providers (`cargo xtask build-shim` builds it)",
-    "`libsymmem_shim_<provider>.so` next to the executable",
-    "a path to libsymmem_shim_nvshmem.so or libsymmem_shim_rocshmem.so",
-    path,
-);
+pub const SHIM_LIB: Setting<PathBuf> = Setting {
+    name: "SYMMEM_SHIM_LIB",
+    doc: "shim library of the GPU providers (`cargo xtask build-shim` builds it)",
+    default: "`libsymmem_shim_<provider>.so` next to the executable",
+    expected: "a path to libsymmem_shim_nvshmem.so or libsymmem_shim_rocshmem.so",
+    audience: Audience::User,
+    parse: path,
+};
 
-/// Symmetric heap per PE of a GPU provider.
-pub const GPU_HEAP_SIZE: Setting<u64> = Setting::new(
-    "SYMMEM_GPU_HEAP_SIZE",
-    Audience::User,
-    "symmetric heap per PE of the GPU providers",
-    "the SHMEM library's own",
-    "a size such as 536870912, 512M or 4G",
-    parse_bytes,
-);
+/// Symmetric heap per PE of a GPU provider. Zero is refused: it would not be a heap, and the
+/// library's own default is what leaving it unset gives.
+pub const GPU_HEAP_SIZE: Setting<NonZeroU64> = Setting {
+    name: "SYMMEM_GPU_HEAP_SIZE",
+    doc: "symmetric heap per PE of the GPU providers",
+    default: "the SHMEM library's own",
+    expected: "a size above 0 such as 536870912, 512M or 4G",
+    audience: Audience::User,
+    parse: parse_nonzero_bytes,
+};
+
+fn parse_nonzero_bytes(text: &str) -> Option<NonZeroU64> {
+    parse_bytes(text).and_then(NonZeroU64::new)
+}
 
 /// GPU of this process.
-pub const DEVICE: Setting<i32> = Setting::new(
-    "SYMMEM_DEVICE",
-    Audience::User,
-    "GPU index of this process (GPU providers)",
-    "`LOCAL_RANK` modulo the number of GPUs",
-    "a GPU index such as 0",
-    whole::<i32>,
-);
+pub const DEVICE: Setting<i32> = Setting {
+    name: "SYMMEM_DEVICE",
+    doc: "GPU index of this process (GPU providers)",
+    default: "`LOCAL_RANK` modulo the number of GPUs",
+    expected: "a GPU index such as 0",
+    audience: Audience::User,
+    parse: whole::<i32>,
+};
 
 /// The run a process belongs to, set by symmem-run.
-pub const RUN_ID: Setting<String> = Setting::new(
-    "SYMMEM_RUN_ID",
-    Audience::User,
-    "set by `symmem-run` for every rank: a random id of the run, by which it finds what a run left behind (do not set it)",
-    "set by `symmem-run`",
-    "any text",
-    text,
-);
-
-// ---------------------------------------------------------------------------------------------
-// Developers' settings: symmem's own tests, benches and builds.
-// ---------------------------------------------------------------------------------------------
-
-/// A fault the conformance binary injects into itself.
-pub const CONFORMANCE_FAULT: Setting<String> = Setting::new(
-    "SYMMEM_CONFORMANCE_FAULT",
-    Audience::Development,
-    "fault `symmem-conformance` injects into itself: `<kind>@<rank>:<check>`, kind `panic`, `exit`, `hang`, `hang-ignore-term` (tests of the failure reports)",
-    "no fault",
-    "<kind>@<rank>:<check>",
-    text,
-);
-
-/// The symmem-run binary the Python tests use.
-pub const RUN: Setting<PathBuf> = Setting::new(
-    "SYMMEM_RUN",
-    Audience::Development,
-    "the `symmem-run` the Python tests start ranks with",
-    "the workspace's own build, else `PATH`",
-    "a path to symmem-run",
-    path,
-);
-
-/// Makes a skipped real-hipcc test a failure.
-pub const REAL_HIPCC: Setting<bool> = Setting::new(
-    "SYMMEM_REAL_HIPCC",
-    Audience::Development,
-    "`1` (with `CI` set): xtask's real-hipcc test must run, a missing hipcc fails it (`.ci/real-hipcc` sets it)",
-    "the test skips without hipcc",
-    "1 or 0",
-    flag,
-);
-
-/// Marks the peer process the host bench starts.
-pub const BENCH_COPY_PEER: Setting<PathBuf> = Setting::new(
-    "SYMMEM_BENCH_COPY_PEER",
-    Audience::Development,
-    "set by symmem-host's bench on the peer process it starts: the rendezvous folder of its copy bench (do not set it)",
-    "this process is the bench itself",
-    "a folder path",
-    path,
-);
-
-/// Marks the copy of itself that xtask's image-tag test runs as another user.
-pub const TAG_TEST_UNREADABLE_ROOT: Setting<PathBuf> = Setting::new(
-    "SYMMEM_TAG_TEST_UNREADABLE_ROOT",
-    Audience::Development,
-    "set by xtask's image-tag test on the copy of itself it runs as another user: the tree to hash, with an input that user cannot read (do not set it)",
-    "this process is the test itself",
-    "a folder path",
-    path,
-);
+pub const RUN_ID: Setting<String> = Setting {
+    name: "SYMMEM_RUN_ID",
+    doc: "set by `symmem-run` for every rank: a random id of the run, by which it finds what a run left behind (do not set it)",
+    default: "set by `symmem-run`",
+    expected: "any text",
+    audience: Audience::User,
+    parse: text,
+};
 
 /// One setting as the tables show it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -411,7 +343,7 @@ fn entry_with<T: Clone>(s: &Defaulted<T>) -> Entry {
     }
 }
 
-/// Every setting, in the order the tables list them.
+/// Every setting of the registry (the users' ones), in the order README's first table lists them.
 pub fn all() -> Vec<Entry> {
     vec![
         entry(&RENDEZVOUS),
@@ -425,21 +357,27 @@ pub fn all() -> Vec<Entry> {
         entry(&GPU_HEAP_SIZE),
         entry(&DEVICE),
         entry(&RUN_ID),
-        entry(&CONFORMANCE_FAULT),
-        entry(&RUN),
-        entry(&REAL_HIPCC),
-        entry(&BENCH_COPY_PEER),
-        entry(&TAG_TEST_UNREADABLE_ROOT),
     ]
 }
 
-/// The Markdown table of the settings for `audience`, as README shows it.
+/// The Markdown table of the registry's settings for `audience`, as README shows it.
 pub fn markdown_table(audience: Audience) -> String {
     let mut table = String::from("| variable | default | meaning |\n| --- | --- | --- |\n");
     for e in all().into_iter().filter(|e| e.audience == audience) {
-        table.push_str(&format!("| `{}` | {} | {} |\n", e.name, e.default, e.doc));
+        table.push_str(&e.markdown_row());
     }
     table
+}
+
+/// README's row for `setting` (of any crate), with its line end.
+pub fn markdown_row<T>(setting: &Setting<T>) -> String {
+    entry(setting).markdown_row()
+}
+
+impl Entry {
+    fn markdown_row(&self) -> String {
+        format!("| `{}` | {} | {} |\n", self.name, self.default, self.doc)
+    }
 }
 
 #[cfg(test)]

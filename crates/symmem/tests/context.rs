@@ -3,8 +3,8 @@
 
 use std::cell::Cell;
 use symmem::{
-    Blame, CollectiveKind, CollectiveOp, Context, Error, ProviderError, SymmetricProvider,
-    TranslateError,
+    Blame, CollectiveKind, CollectiveOp, Context, Error, ProviderError, ProviderKind,
+    SymmetricProvider, TranslateError,
 };
 
 const HEAP: u64 = 1 << 30;
@@ -61,8 +61,8 @@ impl ModelProvider {
 }
 
 impl SymmetricProvider for ModelProvider {
-    fn name(&self) -> &'static str {
-        "model"
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Host
     }
     fn rank(&self) -> usize {
         self.rank
@@ -84,7 +84,10 @@ impl SymmetricProvider for ModelProvider {
             } else {
                 Blame::ThisRank
             };
-            return Err(Error::from_provider("model", ModelFailure { blame }));
+            return Err(Error::from_provider(
+                ProviderKind::Host,
+                ModelFailure { blame },
+            ));
         }
         let addr = Self::heap_base(self.rank) + self.next;
         self.next += bytes.div_ceil(256) * 256;
@@ -256,7 +259,7 @@ fn a_failure_every_rank_shares_leaves_the_context_usable_any_other_poisons_it() 
     ctx.provider().fail_next_malloc.set(Some(true));
     let err = ctx.allocate_symmetric::<u64>(4).unwrap_err();
     assert!(err.leaves_ranks_in_step(), "{err}");
-    assert_eq!(err.to_string(), "model: out of model heap");
+    assert_eq!(err.to_string(), "host: out of model heap");
     // Still in step: the next collectives go ahead with the following sequence numbers.
     ctx.barrier().unwrap();
     let (again, _) = ctx.allocate_symmetric::<u64>(4).unwrap();

@@ -556,7 +556,15 @@ mod tests {
         assert!(e.contains("not a regular file"), "{e}");
     }
 
-    use symmem::settings::TAG_TEST_UNREADABLE_ROOT as UNREADABLE_CHILD;
+    /// Marks the copy of this test binary that the test below runs as another user.
+    const UNREADABLE_CHILD: symmem::settings::Setting<PathBuf> = symmem::settings::Setting {
+        name: "SYMMEM_TAG_TEST_UNREADABLE_ROOT",
+        doc: "set by xtask's image-tag test on the copy of itself it runs as another user: the tree to hash, with an input that user cannot read (do not set it)",
+        default: "this process is the test itself",
+        expected: "a folder path",
+        audience: symmem::settings::Audience::Development,
+        parse: |text| Some(PathBuf::from(text)),
+    };
 
     #[test]
     #[ignore = "run by `an_input_this_user_cannot_read_is_an_error` as another user"]

@@ -1,8 +1,7 @@
 //! One provider's GPU side: its symmetric allocations, device tables and staging, and every
 //! launch, validated before the shim sees it.
 
-use super::{DeviceBuffer, Shim};
-use crate::GpuError;
+use super::{DeviceBuffer, Shim, ShimError};
 use std::cell::{Ref, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::marker::PhantomData;
@@ -92,10 +91,6 @@ impl Gpu {
         &self.shim
     }
 
-    pub(crate) fn shared_gpus(&self) -> Rc<[GpuId]> {
-        Rc::clone(&self.gpus)
-    }
-
     /// The GPU of every rank, by rank.
     pub fn gpus(&self) -> &[GpuId] {
         &self.gpus
@@ -104,14 +99,6 @@ impl Gpu {
     /// How many distinct GPUs the ranks use.
     pub fn distinct_gpus(&self) -> usize {
         distinct(&self.gpus)
-    }
-
-    fn backend(&self) -> &'static str {
-        self.shim.backend().name()
-    }
-
-    fn provider_error(&self, e: GpuError) -> Error {
-        Error::from_provider(self.backend(), e)
     }
 
     // ---- symmetric memory ---------------------------------------------------------------
@@ -127,7 +114,10 @@ impl Gpu {
     /// Collective: frees the live allocation at `addr` and its device table.
     pub fn free(&mut self, addr: u64) -> Result<(), Error> {
         if self.allocations.remove(&addr).is_none() {
-            return Err(self.provider_error(GpuError::NoAllocation { addr }));
+            return Err(Error::from(ShimError::NoAllocation {
+                backend: self.shim.backend(),
+                addr,
+            }));
         }
         // The table's buffer frees itself (the runtime's free waits for queued work using it).
         self.tables.remove(&addr);
@@ -161,7 +151,10 @@ impl Gpu {
     pub(crate) fn table_ready(&mut self, table: &PeerTable) -> Result<(), Error> {
         let base = table.bases().get(self.rank).copied().unwrap_or(0);
         if !self.allocations.contains_key(&base) {
-            return Err(self.provider_error(GpuError::NoAllocation { addr: base }));
+            return Err(Error::from(ShimError::NoAllocation {
+                backend: self.shim.backend(),
+                addr: base,
+            }));
         }
         let bytes: Vec<u8> = table
             .to_i64()
@@ -264,7 +257,10 @@ impl Gpu {
                 expected: t.context.0,
                 found: table.context().0,
             }),
-            None => Err(self.provider_error(GpuError::NoDeviceTable { base })),
+            None => Err(Error::from(ShimError::NoDeviceTable {
+                backend: self.shim.backend(),
+                base,
+            })),
         }
     }
 

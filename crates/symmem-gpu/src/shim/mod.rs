@@ -13,11 +13,10 @@
 mod buffer;
 mod gpu;
 
-use crate::GpuError;
-use crate::provider::unavailable;
 use std::ffi::{CStr, c_int, c_void};
 use std::mem::ManuallyDrop;
-use std::path::Path;
+use std::num::NonZeroU64;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use symmem::ProviderKind;
 use symmem_shim_sys as sys;
@@ -108,21 +107,69 @@ impl std::fmt::Display for Status {
     }
 }
 
-/// A shim call that failed: the call, its status and the shim's own description
-/// (`symmem_shim_last_error`), which names the fix where there is one.
+/// What this layer reports: a shim call that failed, a library it cannot load, or a launch it
+/// refused before the shim saw it. The provider turns the load failures into its own errors,
+/// with the build to run (`GpuError::Unavailable`, `GpuError::WrongLibrary`).
 #[derive(Debug, thiserror::Error)]
-#[error("{backend} {call} failed ({status}): {message}")]
-pub struct ShimError {
-    pub backend: &'static str,
-    pub call: &'static str,
-    pub status: Status,
-    pub message: String,
+pub enum ShimError {
+    /// A call returned a failed status: the call, its status and the shim's own description
+    /// (`symmem_shim_last_error`), which names the fix where there is one.
+    #[error("{backend} {call} failed ({status}): {message}")]
+    Call {
+        backend: ProviderKind,
+        call: &'static str,
+        status: Status,
+        message: String,
+    },
+    /// No file where the shim library was expected.
+    #[error("no shim library at {}", path.display())]
+    NotFound {
+        backend: ProviderKind,
+        path: PathBuf,
+    },
+    /// The file is not a loadable shim library (not a library, a symbol missing, ...).
+    #[error("loading {}: {reason}", path.display())]
+    Load {
+        backend: ProviderKind,
+        path: PathBuf,
+        reason: String,
+    },
+    /// A shim of another ABI version or for the other backend.
+    #[error(
+        "{} speaks shim ABI {found} ({backend_found}), this build needs ABI {expected} \
+         ({backend})",
+        path.display()
+    )]
+    WrongAbi {
+        backend: ProviderKind,
+        path: PathBuf,
+        found: i32,
+        expected: i32,
+        backend_found: String,
+    },
+    #[error(
+        "no device table for an allocation at {base:#x}: use a table returned by this \
+         context's allocate (and not freed)"
+    )]
+    NoDeviceTable { backend: ProviderKind, base: u64 },
+    #[error(
+        "no live symmetric allocation at {addr:#x} in this context: free only what this \
+         context's allocate returned, once"
+    )]
+    NoAllocation { backend: ProviderKind, addr: u64 },
 }
 
-impl From<ShimError> for symmem::Error {
-    /// As a symmem error of the provider `backend`.
-    fn from(e: ShimError) -> Self {
-        symmem::Error::from_provider(e.backend, GpuError::Shim(e))
+impl ShimError {
+    /// The provider whose shim reported it.
+    pub fn backend(&self) -> ProviderKind {
+        match self {
+            Self::Call { backend, .. }
+            | Self::NotFound { backend, .. }
+            | Self::Load { backend, .. }
+            | Self::WrongAbi { backend, .. }
+            | Self::NoDeviceTable { backend, .. }
+            | Self::NoAllocation { backend, .. } => *backend,
+        }
     }
 }
 
@@ -147,20 +194,23 @@ pub(crate) struct UniqueId(pub Vec<u8>);
 
 impl Shim {
     /// Loads the shim at `path` and checks that it speaks this build's ABI for `backend`.
-    pub(crate) fn load(path: &Path, backend: ProviderKind) -> Result<Rc<Self>, GpuError> {
+    pub(crate) fn load(path: &Path, backend: ProviderKind) -> Result<Rc<Self>, ShimError> {
         if !path.is_file() {
-            return Err(unavailable(
+            return Err(ShimError::NotFound {
                 backend,
-                format!("no shim library at {}", path.display()),
-            ));
+                path: path.to_path_buf(),
+            });
         }
         // SAFETY: loading runs the library's initialisers. `path` is the library configured as
         // the symmem shim (`SYMMEM_SHIM_LIB` or the build's output), whose only initialisers are
         // its GPU runtime's; `SymmemShim::new` then resolves every symbol of the header with
         // the header's signatures, and the ABI check below refuses a shim of another version
         // before any other call.
-        let raw = unsafe { sys::SymmemShim::new(path) }
-            .map_err(|e| unavailable(backend, format!("loading {}: {e}", path.display())))?;
+        let raw = unsafe { sys::SymmemShim::new(path) }.map_err(|e| ShimError::Load {
+            backend,
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
         let this = Self {
             raw: ManuallyDrop::new(raw),
             backend,
@@ -175,11 +225,11 @@ impl Shim {
         };
         let expected = sys::SYMMEM_SHIM_ABI_VERSION as i32;
         if abi != expected || found != backend.name() {
-            return Err(GpuError::WrongLibrary {
+            return Err(ShimError::WrongAbi {
+                backend,
                 path: path.to_path_buf(),
                 found: abi,
                 expected,
-                backend: backend.name(),
                 backend_found: found,
             });
         }
@@ -200,8 +250,8 @@ impl Shim {
         let message = unsafe { CStr::from_ptr(self.raw.symmem_shim_last_error()) }
             .to_string_lossy()
             .into_owned();
-        Err(ShimError {
-            backend: self.backend.name(),
+        Err(ShimError::Call {
+            backend: self.backend,
             call,
             status,
             message,
@@ -245,9 +295,12 @@ impl Shim {
     pub(crate) fn configure(
         &self,
         _access: EnvironmentAccess,
-        heap_bytes: usize,
+        heap_bytes: Option<NonZeroU64>,
         single_node: bool,
     ) -> Result<(), ShimError> {
+        // The C ABI's "keep the library's default" is 0, which no Option<NonZeroU64> holds
+        // otherwise; a heap beyond the address space saturates (the library refuses it).
+        let heap_bytes = heap_bytes.map_or(0, |h| usize::try_from(h.get()).unwrap_or(usize::MAX));
         // SAFETY: no pointers. It writes environment variables: `_access` is the caller's
         // promise (EnvironmentAccess::promise) that no other thread touches the environment.
         let code = unsafe {
@@ -428,8 +481,8 @@ impl Shim {
         src: u64,
         bytes: u64,
     ) -> Result<(), ShimError> {
-        let bus = std::ffi::CString::new(dst_bus_id).map_err(|_| ShimError {
-            backend: self.backend.name(),
+        let bus = std::ffi::CString::new(dst_bus_id).map_err(|_| ShimError::Call {
+            backend: self.backend,
             call: "copy_peer_async",
             status: Status::Invalid,
             message: format!("bus id {dst_bus_id:?} holds a NUL byte"),
@@ -638,8 +691,8 @@ mod tests {
 
     #[test]
     fn a_shim_error_names_the_call_the_status_and_the_shims_message() {
-        let e = ShimError {
-            backend: "nvshmem",
+        let e = ShimError::Call {
+            backend: ProviderKind::Nvshmem,
             call: "malloc",
             status: Status::Backend,
             message: "nvshmem_malloc(8) failed: raise the heap size".into(),
@@ -651,7 +704,7 @@ mod tests {
         assert!(matches!(
             symmem::Error::from(e),
             symmem::Error::Provider {
-                provider: "nvshmem",
+                provider: ProviderKind::Nvshmem,
                 ..
             }
         ));

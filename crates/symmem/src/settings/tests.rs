@@ -58,6 +58,23 @@ fn a_zero_collective_timeout_is_refused() {
 }
 
 #[test]
+fn a_zero_gpu_heap_is_refused_and_a_size_kept() {
+    for zero in ["0", "0M", " 0 "] {
+        let e = GPU_HEAP_SIZE
+            .read_from(vars(&[("SYMMEM_GPU_HEAP_SIZE", zero)]))
+            .unwrap_err();
+        assert_eq!(e.var, "SYMMEM_GPU_HEAP_SIZE");
+        assert_eq!(e.value, zero);
+        assert!(e.to_string().contains("a size above 0"), "{e}");
+    }
+    assert_eq!(
+        GPU_HEAP_SIZE.read_from(vars(&[("SYMMEM_GPU_HEAP_SIZE", "1G")])),
+        Ok(NonZeroU64::new(1 << 30))
+    );
+    assert_eq!(GPU_HEAP_SIZE.read_from(vars(&[])), Ok(None));
+}
+
+#[test]
 fn an_invalid_value_names_variable_value_and_what_is_expected() {
     let e = HOST_HEAP_SIZE
         .get_from(vars(&[("SYMMEM_HOST_HEAP_SIZE", "lots")]))
@@ -144,6 +161,16 @@ const NOT_SETTINGS: &[(&str, &str)] = &[
     ("xtask/src/images/model.rs", "SYMMEM_IMAGE_TAG"),
 ];
 
+/// `SYMMEM_` and capitals, digits or underscores: a variable's whole name.
+fn is_variable_name(text: &str) -> bool {
+    text.strip_prefix("SYMMEM_").is_some_and(|rest| {
+        !rest.is_empty()
+            && rest
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+    })
+}
+
 /// Test files set variables for the processes they start, including test-only markers of
 /// their child processes.
 fn is_test_file(relative: &str) -> bool {
@@ -170,22 +197,44 @@ fn no_setting_name_literal_outside_the_registry() {
     );
     let mut offences = Vec::new();
     let mut used = vec![false; NOT_SETTINGS.len()];
+    // Settings declared outside the registry (development ones, in the crate that reads them).
+    let mut declared = Vec::new();
     for relative in files {
-        if relative.starts_with(REGISTRY) || is_test_file(&relative) {
+        if relative.starts_with(REGISTRY) {
             continue;
         }
         let source = std::fs::read_to_string(root.join(&relative)).expect("readable source");
-        for (line, literal) in string_literals(&source) {
+        for Literal {
+            line,
+            text: literal,
+            names_a_setting,
+        } in string_literals(&source)
+        {
             let allowed = NOT_SETTINGS
                 .iter()
                 .position(|&(file, text)| file == relative && text == literal);
-            if let Some(i) = allowed {
+            if names_a_setting && is_variable_name(&literal) {
+                declared.push(format!("{relative}:{line}: {literal}"));
+            } else if let Some(i) = allowed {
                 used[i] = true;
-            } else if literal.contains("SYMMEM_") {
+            } else if literal.contains("SYMMEM_") && !is_test_file(&relative) {
                 offences.push(format!("{relative}:{line}: {literal}"));
             }
         }
     }
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let unlisted: Vec<&String> = declared
+        .iter()
+        .filter(|d| {
+            let name = d.rsplit(' ').next().unwrap_or_default();
+            !readme.contains(&format!("| `{name}` |"))
+        })
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "settings declared outside {REGISTRY} that README's settings tables do not list; add \
+         their `settings::markdown_row` to README's second table:\n{unlisted:?}"
+    );
     let stale: Vec<String> = NOT_SETTINGS
         .iter()
         .zip(&used)
@@ -200,7 +249,8 @@ fn no_setting_name_literal_outside_the_registry() {
     assert!(
         offences.is_empty(),
         "string literals naming a SYMMEM_ variable outside {REGISTRY}; declare the setting \
-         there and use its `.name` (or its getter):\n{}",
+         there (or, for symmem's own tests only, as a `Setting {{ name: \"SYMMEM_...\", .. }}` \
+         in the crate that reads it) and use its `.name` (or its getter):\n{}",
         offences.join("\n")
     );
 }
@@ -224,9 +274,18 @@ fn rust_files(root: &Path, dir: &Path, out: &mut Vec<String>) {
     }
 }
 
-/// The string literals of Rust `source` (plain, byte and raw), with the line each starts on;
-/// comments (doc comments included) and character literals are skipped.
-fn string_literals(source: &str) -> Vec<(usize, String)> {
+/// A string literal of a Rust source.
+struct Literal {
+    /// The line it starts on.
+    line: usize,
+    text: String,
+    /// It is the first field of a `Setting` literal: `Setting { name: "..."`.
+    names_a_setting: bool,
+}
+
+/// The string literals of Rust `source` (plain, byte and raw); comments (doc comments
+/// included) and character literals are skipped.
+fn string_literals(source: &str) -> Vec<Literal> {
     let chars: Vec<char> = source.chars().collect();
     let mut found = Vec::new();
     let (mut i, mut line) = (0, 1);
@@ -292,10 +351,14 @@ fn string_literals(source: &str) -> Vec<(usize, String)> {
                 text.push(chars[j]);
                 j += 1;
             }
-            found.push((start, text));
+            found.push(Literal {
+                line: start,
+                names_a_setting: is_setting_name(&chars, i),
+                text,
+            });
             i = j + 1 + hashes;
         } else if c == '"' {
-            let start = line;
+            let (start, opening) = (line, i);
             let mut text = String::new();
             i += 1;
             while i < chars.len() && chars[i] != '"' {
@@ -307,13 +370,58 @@ fn string_literals(source: &str) -> Vec<(usize, String)> {
                 text.push(at(i));
                 i += 1;
             }
-            found.push((start, text));
+            found.push(Literal {
+                line: start,
+                names_a_setting: is_setting_name(&chars, opening),
+                text,
+            });
             i += 1;
         } else {
             i += 1;
         }
     }
     found
+}
+
+/// True when the literal opening at `chars[at]` follows `Setting { name:` (blanks aside).
+fn is_setting_name(chars: &[char], at: usize) -> bool {
+    let mut end = at;
+    let mut take = |word: &str| {
+        while end > 0 && chars[end - 1].is_whitespace() {
+            end -= 1;
+        }
+        let word: Vec<char> = word.chars().collect();
+        let found = end >= word.len() && chars[end - word.len()..end] == word[..];
+        if found {
+            end -= word.len();
+        }
+        found
+    };
+    let declared = take("name:") && take("{") && take("Setting");
+    declared && !(end > 0 && (chars[end - 1].is_alphanumeric() || chars[end - 1] == '_'))
+}
+
+#[test]
+fn a_setting_literals_name_is_told_from_other_literals() {
+    let source = concat!(
+        "pub const A: Setting<u8> = Setting {\n    name: \"SYMMEM_A\",\n    doc: \"SYMMEM_B\",\n",
+        "let x = MySetting { name: \"SYMMEM_C\" }; let y = Other { name: \"SYMMEM_D\" };\n",
+        "let z = Setting{name:\"SYMMEM_E\"}; f(\"SYMMEM_F\");\n",
+    );
+    let named: Vec<(String, bool)> = string_literals(source)
+        .into_iter()
+        .map(|l| (l.text, l.names_a_setting))
+        .collect();
+    let expected = [
+        ("SYMMEM_A", true),
+        ("SYMMEM_B", false),
+        ("SYMMEM_C", false),
+        ("SYMMEM_D", false),
+        ("SYMMEM_E", true),
+        ("SYMMEM_F", false),
+    ];
+    assert_eq!(named, expected.map(|(t, n)| (t.to_string(), n)),);
+    assert!(is_variable_name("SYMMEM_RUN_2") && !is_variable_name("SYMMEM_{}"));
 }
 
 /// True when `chars[i]` continues an identifier (so `r` there is not a raw-string prefix).
@@ -338,7 +446,8 @@ fn the_literal_scan_finds_literals_and_skips_comments() {
     );
     let hits: Vec<(usize, String)> = string_literals(source)
         .into_iter()
-        .filter(|(_, t)| t.contains("SYMMEM_"))
+        .filter(|l| l.text.contains("SYMMEM_"))
+        .map(|l| (l.line, l.text))
         .collect();
     let names: Vec<(usize, &str)> = hits
         .iter()
