@@ -3,19 +3,22 @@
 //! exchange of [`exchange`](crate::exchange).
 
 use crate::BootstrapError;
+use crate::engine::PmixLinks;
 use crate::exchange::{Gathered, leaf_exchange, root_exchange};
 use crate::rendezvous::{accept_all, connect_root};
 use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
-use symmem::CollectiveOp;
+use symmem::{CollectiveOp, Engine, RankIdentity};
 
 enum Links {
     /// Rank 0: a stream to every other rank, index `rank - 1`.
     Root(Vec<UnixStream>),
     Leaf(UnixStream),
     Alone,
+    /// The PMIx engine (ranks on any hosts), with its node-local star inside.
+    Pmix(Box<PmixLinks>),
 }
 
 /// One rank's end of the control plane.
@@ -61,6 +64,75 @@ impl Bootstrap {
         })
     }
 
+    /// Joins the job through the engine [`symmem::choose_engine`] picks from
+    /// [`BOOTSTRAP`](symmem::settings::BOOTSTRAP) and the launcher's environment: the Unix
+    /// star of [`connect`](Self::connect) on one host, the launcher's PMIx server across
+    /// nodes. A job that spans nodes with no engine is refused at once, naming the fix.
+    pub fn join(
+        identity: &RankIdentity,
+        dir: &Path,
+        timeout: Duration,
+    ) -> Result<Self, BootstrapError> {
+        let get = |name: &str| std::env::var(name).ok();
+        let choice = symmem::settings::BOOTSTRAP.get_from(get)?;
+        let engine = symmem::choose_engine(choice, identity, get)?;
+        tracing::debug!(?engine, %choice, rank = identity.rank, "control plane engine");
+        Self::open(engine, identity.rank, identity.world_size, dir, timeout)
+    }
+
+    /// Joins the job through `engine` (see [`join`](Self::join)).
+    pub fn open(
+        engine: Engine,
+        rank: usize,
+        world_size: usize,
+        dir: &Path,
+        timeout: Duration,
+    ) -> Result<Self, BootstrapError> {
+        match engine {
+            Engine::Unix => Self::connect(rank, world_size, dir, timeout),
+            Engine::Pmix => {
+                if world_size == 0 {
+                    return Err(BootstrapError::WorldSizeZero);
+                }
+                let links = PmixLinks::connect(rank, world_size, dir, timeout)?;
+                Ok(Self {
+                    rank,
+                    world_size,
+                    timeout,
+                    links: Links::Pmix(Box::new(links)),
+                })
+            }
+        }
+    }
+
+    /// A world of one rank (needs no rendezvous).
+    pub(crate) fn alone() -> Self {
+        Self {
+            rank: 0,
+            world_size: 1,
+            timeout: Duration::ZERO,
+            links: Links::Alone,
+        }
+    }
+
+    /// The engine this rank meets the others through.
+    pub fn engine(&self) -> Engine {
+        match self.links {
+            Links::Pmix(_) => Engine::Pmix,
+            _ => Engine::Unix,
+        }
+    }
+
+    /// The node of every rank as the engine numbers them: all 0 on the Unix star (one host),
+    /// the launcher's node ids under PMIx. Providers combine it with the emulated node
+    /// ([`node_keys`](crate::node_keys)).
+    pub fn engine_nodes(&self) -> Vec<u64> {
+        match &self.links {
+            Links::Pmix(links) => links.nodes().to_vec(),
+            _ => vec![0; self.world_size],
+        }
+    }
+
     pub fn rank(&self) -> usize {
         self.rank
     }
@@ -86,7 +158,7 @@ impl Bootstrap {
         fd: Option<BorrowedFd<'_>>,
         fd_group: u64,
     ) -> Result<Gathered, BootstrapError> {
-        match &self.links {
+        match &mut self.links {
             Links::Alone => Ok(Gathered {
                 payloads: vec![payload.to_vec()],
                 fds: vec![None],
@@ -101,6 +173,7 @@ impl Bootstrap {
                 fd_group,
             ),
             Links::Root(leaves) => root_exchange(leaves, self.timeout, op, payload, fd, fd_group),
+            Links::Pmix(links) => links.exchange(op, payload, fd, fd_group),
         }
     }
 }

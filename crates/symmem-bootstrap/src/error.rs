@@ -1,7 +1,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
-use symmem::settings::{COLLECTIVE_TIMEOUT, RENDEZVOUS};
+use symmem::settings::{BOOTSTRAP, COLLECTIVE_TIMEOUT, RENDEZVOUS};
 use symmem::{
     Blame, CollectiveMismatch, CollectiveOp, ProviderError, count_ranks, describe_ranks,
     format_duration,
@@ -163,6 +163,51 @@ pub enum BootstrapError {
     Io { what: String, cause: std::io::Error },
     #[error("malformed control message: {0}; are all ranks running the same symmem build?")]
     Protocol(String),
+    #[error(transparent)]
+    Engine(#[from] symmem::EngineError),
+    #[error(transparent)]
+    Setting(#[from] symmem::InvalidSetting),
+    #[error(
+        "the PMIx engine needs the PMIx client library {} ({cause}): install {}, or unset {} \
+         to run on one host without it",
+        symmem_pmix_sys::LIBRARY, symmem_pmix_sys::PACKAGES, BOOTSTRAP.name
+    )]
+    PmixUnavailable { cause: String },
+    #[error(
+        "{call} failed: {text} ({status}); was this process started by a PMIx launcher \
+         (`srun --mpi=pmix`, `mpirun`) of a PMIx version this library serves?"
+    )]
+    Pmix {
+        call: String,
+        status: i32,
+        text: String,
+    },
+    #[error(
+        "PMIx says this process is rank {pmix_rank} of {job_size}, the launcher's variables \
+         say rank {rank} of {world_size}: start one rank per PMIx process (not a launcher \
+         inside another), or set {}=unix",
+        BOOTSTRAP.name
+    )]
+    PmixDisagrees {
+        pmix_rank: usize,
+        job_size: usize,
+        rank: usize,
+        world_size: usize,
+    },
+    #[error(
+        "not every rank reached collective {op} within {} through PMIx (hung, or out of order \
+         with the other ranks); PMIx does not say which rank: the one whose output shows no such \
+         report hung or exited (see the launcher's report); raise {} if ranks legitimately take \
+         longer",
+        format_duration(*.waited),
+        COLLECTIVE_TIMEOUT.name
+    )]
+    EngineTimeout { op: CollectiveOp, waited: Duration },
+    #[error(
+        "a rank of this job was lost during collective {op} ({text}, says PMIx); see the \
+         launcher's report for which rank failed"
+    )]
+    EnginePeerLost { op: CollectiveOp, text: String },
 }
 
 impl BootstrapError {
@@ -178,9 +223,11 @@ impl ProviderError for BootstrapError {
     fn blame(&self) -> Blame {
         match self {
             // Another rank failed (gone, late, silent); this one only witnessed it.
-            Self::Collective(_) | Self::RootGone { .. } | Self::RootSilent { .. } => {
-                Blame::AnotherRank
-            }
+            Self::Collective(_)
+            | Self::RootGone { .. }
+            | Self::RootSilent { .. }
+            | Self::EngineTimeout { .. }
+            | Self::EnginePeerLost { .. } => Blame::AnotherRank,
             _ => Blame::ThisRank,
         }
     }

@@ -13,15 +13,23 @@
 //!   failure.
 //!
 //! [`Bootstrap`] (`bootstrap.rs`) is one rank's end of both; `wire.rs` frames the messages.
+//!
+//! Across hosts the same contract rides on the launcher's PMIx server instead (`engine.rs`,
+//! through the client of `pmix.rs`): one PMIx all-gather per collective, every rank comparing
+//! the calls itself, and a Unix star per node for what cannot cross hosts (descriptors).
+//! [`Bootstrap::join`] picks the engine ([`symmem::choose_engine`]).
 
 mod bootstrap;
+mod engine;
 mod error;
 mod exchange;
 mod folder;
+mod pmix;
 mod rendezvous;
 mod wire;
 
 pub use bootstrap::Bootstrap;
+pub use engine::{node_keys, raw_pmix_allgather};
 pub use error::{BootstrapError, CollectiveFailure};
 pub use exchange::Gathered;
 pub use rendezvous::default_rendezvous;

@@ -87,6 +87,14 @@ pub enum GpuError {
         gpu_choices()
     )]
     NotGpu { kind: ProviderKind },
+    #[error(
+        "rocSHMEM as `cargo xtask build-rocshmem` builds it is single-node (USE_SINGLE_NODE=ON), \
+         but this job spans nodes ({evidence}): run every rank on one node, use nvshmem, or \
+         point {} at a shim over a rocSHMEM built for several nodes (USE_SINGLE_NODE=OFF with \
+         its MPI or GDA transport)",
+        SHIM_LIB.name
+    )]
+    RocshmemSingleNode { evidence: String },
     #[error(transparent)]
     Bootstrap(#[from] BootstrapError),
     #[error(transparent)]

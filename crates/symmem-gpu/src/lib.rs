@@ -29,5 +29,5 @@ mod shim;
 
 pub use error::GpuError;
 pub use lifecycle::LifecycleError;
-pub use provider::{GpuConfig, GpuProvider, Siblings};
+pub use provider::{GpuConfig, GpuProvider, Siblings, check_nodes};
 pub use shim::{EnvironmentAccess, ExportedTable, Gpu, GpuId, ShimError, Status, Team};

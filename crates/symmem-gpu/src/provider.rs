@@ -12,8 +12,8 @@ use std::rc::Rc;
 use std::time::Duration;
 use symmem::settings::{COLLECTIVE_TIMEOUT, DEVICE, GPU_HEAP_SIZE, NODE_ID, SHIM_LIB};
 use symmem::{
-    CollectiveKind, CollectiveOp, Error, PeerTable, ProviderKind, RankIdentity, SymmetricProvider,
-    TranslatedOps,
+    CollectiveKind, CollectiveOp, Engine, Error, PeerTable, ProviderKind, RankIdentity,
+    SymmetricProvider, TranslatedOps,
 };
 use symmem_bootstrap::Bootstrap;
 
@@ -81,6 +81,21 @@ enum Role {
     Sibling,
 }
 
+/// Whether `backend` can start a job with this identity across its nodes: rocSHMEM (built
+/// single-node) is refused before anything is loaded or initialised, naming the build it
+/// would need; NVSHMEM's unique-id bootstrap reaches every host (the id travels through the
+/// engine).
+pub fn check_nodes(
+    backend: ProviderKind,
+    identity: &RankIdentity,
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<(), GpuError> {
+    match (backend, symmem::spans_nodes(identity, &get)) {
+        (ProviderKind::Rocshmem, Some(evidence)) => Err(GpuError::RocshmemSingleNode { evidence }),
+        _ => Ok(()),
+    }
+}
+
 /// NVSHMEM or rocSHMEM through the shim. See the crate docs.
 ///
 /// Stays on the thread that made it (it holds `Rc`s): the GPU runtime's current device is per
@@ -89,7 +104,8 @@ pub struct GpuProvider {
     gpu: Gpu,
     library: Rc<Library>,
     role: Role,
-    /// Emulated node of every rank: peers on another node are not reachable.
+    /// Node of every rank (the engine's and the emulated one, `node_keys`): peers on another
+    /// node are not reachable.
     node_ids: Vec<u64>,
     bootstrap: Bootstrap,
     /// Where this context's ranks met; its siblings meet in folders under it.
@@ -111,6 +127,8 @@ struct Library {
     world_size: usize,
     /// Every rank's launcher says it runs on this host.
     single_host: bool,
+    /// The engine the ranks meet through (siblings meet through the same).
+    engine: Engine,
     timeout: Duration,
 }
 
@@ -122,6 +140,7 @@ impl GpuProvider {
     /// [`EnvironmentAccess::promise`]).
     pub fn new(config: GpuConfig, access: EnvironmentAccess) -> Result<Self, GpuError> {
         let backend = gpu_kind(config.backend)?;
+        check_nodes(backend, &config.identity, |name| std::env::var(name).ok())?;
         let shim = Shim::load(&config.library, backend)?;
         let RankIdentity {
             rank,
@@ -130,8 +149,8 @@ impl GpuProvider {
             local_world_size,
             ..
         } = config.identity;
-        let mut bootstrap =
-            Bootstrap::connect(rank, world_size, &config.rendezvous, config.timeout)?;
+        let mut bootstrap = Bootstrap::join(&config.identity, &config.rendezvous, config.timeout)?;
+        let engine = bootstrap.engine();
         let count = shim
             .device_count()
             .map_err(|e| no_gpu(backend, format!("no usable GPU ({e})")))?;
@@ -184,13 +203,17 @@ impl GpuProvider {
             rank,
             world_size,
             single_host,
+            engine,
             timeout: config.timeout,
         };
         Ok(Self {
             gpu: library.gpu(),
             library: Rc::new(library),
             role: Role::Original,
-            node_ids: infos.iter().map(|i| i.node_id).collect(),
+            node_ids: symmem_bootstrap::node_keys(
+                &bootstrap.engine_nodes(),
+                &infos.iter().map(|i| i.node_id).collect::<Vec<_>>(),
+            ),
             bootstrap,
             rendezvous: config.rendezvous,
             finalized: false,
@@ -254,10 +277,11 @@ impl Siblings {
             world_size,
             timeout,
             backend,
+            engine,
             ..
         } = *self.library;
         let rendezvous = self.rendezvous.join(label);
-        let mut bootstrap = Bootstrap::connect(rank, world_size, &rendezvous, timeout)?;
+        let mut bootstrap = Bootstrap::open(engine, rank, world_size, &rendezvous, timeout)?;
         let op = CollectiveOp {
             seq: 0,
             kind: CollectiveKind::Provider {
@@ -276,6 +300,7 @@ impl Siblings {
                 Ok(u64::from_le_bytes(bytes))
             })
             .collect::<Result<Vec<_>, GpuError>>()?;
+        let node_ids = symmem_bootstrap::node_keys(&bootstrap.engine_nodes(), &node_ids);
         Ok(GpuProvider {
             gpu: self.library.gpu(),
             library: Rc::clone(&self.library),
@@ -505,6 +530,48 @@ mod tests {
             device: None,
             node_id: 0,
         }
+    }
+
+    fn two_nodes() -> RankIdentity {
+        let vars = [
+            ("OMPI_COMM_WORLD_RANK", "3"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+        ];
+        RankIdentity::from_vars(|k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn rocshmem_refuses_a_job_across_nodes_before_loading_anything() {
+        let none = |_: &str| None;
+        let single = RankIdentity::from_vars(none).unwrap();
+        check_nodes(ProviderKind::Rocshmem, &single, none).unwrap();
+        check_nodes(ProviderKind::Nvshmem, &two_nodes(), none).unwrap();
+        let err = check_nodes(ProviderKind::Rocshmem, &two_nodes(), none).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("USE_SINGLE_NODE=OFF"), "{text}");
+        assert!(text.contains("2 of its 4 ranks"), "{text}");
+        // Slurm's node count is evidence too, where the per-node count is no number.
+        let slurm = |k: &str| (k == "SLURM_NNODES").then(|| "2".to_string());
+        assert!(matches!(
+            check_nodes(ProviderKind::Rocshmem, &single, slurm),
+            Err(GpuError::RocshmemSingleNode { .. })
+        ));
+
+        // Through the provider: refused before the (missing) library is even opened.
+        let mut cfg = config("/nonexistent/libsymmem_shim_rocshmem.so".into());
+        cfg.backend = ProviderKind::Rocshmem;
+        cfg.identity = two_nodes();
+        let err = GpuProvider::new(cfg, EnvironmentAccess::before_configure_in_tests())
+            .err()
+            .expect("refused");
+        assert!(matches!(err, GpuError::RocshmemSingleNode { .. }), "{err}");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-use symmem::settings::{HOST_HEAP_SIZE, NODE_ID};
+use symmem::settings::HOST_HEAP_SIZE;
 use symmem::{Blame, InvalidSetting, ProviderError, ProviderKind, describe_ranks};
 use symmem_bootstrap::BootstrapError;
 
@@ -64,13 +64,6 @@ pub enum HostError {
         size: u64,
         expected: u64,
     },
-    #[error(
-        "the host provider needs every rank on this host, but the launcher says {local} of \
-         {world} ranks are local; run all ranks on one host (emulate nodes with {}) or use a \
-         GPU provider across nodes",
-        NODE_ID.name
-    )]
-    NotSingleHost { local: usize, world: usize },
     #[error("rank {rank} sent an unreadable heap description; are all ranks the same build?")]
     BadPeerInfo { rank: usize },
     #[error(transparent)]

@@ -7,7 +7,7 @@
 //! /dev/shm: heaps vanish with the last process that maps them, and no other user can open one.
 //!
 //! Settings (all optional, declared in [`symmem::settings`], listed in README):
-//! `SYMMEM_HOST_HEAP_SIZE`, `SYMMEM_NODE_ID`, `SYMMEM_COLLECTIVE_TIMEOUT`, `SYMMEM_RENDEZVOUS`,
+//! `SYMMEM_HOST_HEAP_SIZE`, `SYMMEM_NODE_ID`, `SYMMEM_COLLECTIVE_TIMEOUT`, `SYMMEM_RENDEZVOUS`, `SYMMEM_BOOTSTRAP`,
 //! and the launcher's rank variables (torchrun, Open MPI, Slurm, PMI).
 
 mod allocator;

@@ -42,14 +42,9 @@ impl HostProvider {
             });
         }
         let (rank, world_size) = (identity.rank, identity.world_size);
-        // Unix sockets and memfds do not cross hosts: refuse early instead of timing out.
-        if identity.local_world_size != world_size {
-            return Err(HostError::NotSingleHost {
-                local: identity.local_world_size,
-                world: world_size,
-            });
-        }
-        let mut bootstrap = Bootstrap::connect(rank, world_size, &rendezvous, timeout)?;
+        // The engine refuses a job that spans nodes without one (never a rendezvous timeout);
+        // heaps are shared only among the ranks of one node, over its Unix star.
+        let mut bootstrap = Bootstrap::join(&identity, &rendezvous, timeout)?;
         let heap_fd = create_heap(rank, heap_bytes)?;
         let own = Mapping::new(&heap_fd, heap_bytes)?;
         let op = CollectiveOp {
@@ -60,10 +55,8 @@ impl HostProvider {
         };
         let info = format!("{node_id} {heap_bytes}");
         let gathered = bootstrap.exchange(&op, info.as_bytes(), Some(heap_fd.as_fd()), node_id)?;
-        let mut node_ids = Vec::with_capacity(world_size);
-        let mut heaps = Vec::with_capacity(world_size);
-        let mut own = Some(own);
-        for (peer, (payload, fd)) in gathered.payloads.iter().zip(gathered.fds).enumerate() {
+        let mut emulated = Vec::with_capacity(world_size);
+        for (peer, payload) in gathered.payloads.iter().enumerate() {
             let (node, bytes) = parse_info(payload).ok_or(HostError::BadPeerInfo { rank: peer })?;
             if bytes != heap_bytes {
                 return Err(HostError::HeapMismatch {
@@ -73,12 +66,18 @@ impl HostProvider {
                     expected: heap_bytes,
                 });
             }
-            node_ids.push(node);
+            emulated.push(node);
+        }
+        // The engine's node and the emulated one: a peer on another of either is not mapped.
+        let node_ids = symmem_bootstrap::node_keys(&bootstrap.engine_nodes(), &emulated);
+        let mut heaps = Vec::with_capacity(world_size);
+        let mut own = Some(own);
+        for (peer, fd) in gathered.fds.into_iter().enumerate() {
             heaps.push(match (peer == rank, fd) {
                 (true, _) => own.take(),
-                (false, Some(fd)) if node == node_id => {
-                    check_peer_heap(&fd, bytes, peer)?;
-                    Some(Mapping::new(&fd, bytes)?)
+                (false, Some(fd)) if node_ids[peer] == node_ids[rank] => {
+                    check_peer_heap(&fd, heap_bytes, peer)?;
+                    Some(Mapping::new(&fd, heap_bytes)?)
                 }
                 // Another node: not load/store reachable, never mapped.
                 _ => None,
@@ -95,7 +94,8 @@ impl HostProvider {
         })
     }
 
-    /// Emulated node of every rank.
+    /// Node of every rank: the engine's node combined with the emulated one
+    /// ([`symmem_bootstrap::node_keys`]).
     pub fn node_ids(&self) -> &[u64] {
         &self.node_ids
     }

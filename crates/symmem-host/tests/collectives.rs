@@ -277,7 +277,7 @@ fn bad_rank_and_heap_settings_are_typed_errors() {
     cfg.identity.local_world_size = 1;
     let err = HostProvider::new(cfg.clone()).err().unwrap().to_string();
     assert!(
-        err.contains("needs every rank on this host") && err.contains("1 of 2"),
+        err.contains("this job spans nodes") && err.contains("1 of its 2 ranks"),
         "{err}"
     );
     cfg.identity.world_size = 1;

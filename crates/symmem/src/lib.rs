@@ -14,6 +14,7 @@
 
 mod collective;
 mod context;
+mod engine;
 mod error;
 pub mod exit_codes;
 mod launcher;
@@ -27,6 +28,7 @@ mod units;
 
 pub use collective::{CollectiveKind, CollectiveMismatch, CollectiveOp};
 pub use context::{AllocationRecord, Context, ContextId, FinalizeReport, Plain, SymmetricBuffer};
+pub use engine::{BootstrapChoice, Engine, EngineError, choose_engine, pmix_present, spans_nodes};
 pub use error::{Blame, Error, ProviderError, TranslateError};
 pub use launcher::Launcher;
 pub use provider::{SymmetricProvider, TranslatedOps};

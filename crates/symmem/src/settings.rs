@@ -16,6 +16,7 @@
 //! in the crate that reads it, with [`Audience::Development`]; README's second table shows its
 //! [`markdown_row`] (the tidy test checks that README names it).
 
+use crate::engine::BootstrapChoice;
 use crate::launcher::Launcher;
 use crate::provider_kind::ProviderKind;
 use crate::units::{format_bytes, format_duration, parse_bytes, parse_timeout};
@@ -249,6 +250,20 @@ fn format_duration_ref(d: &Duration) -> String {
     format_duration(*d)
 }
 
+/// Which engine the ranks meet through.
+pub const BOOTSTRAP: Defaulted<BootstrapChoice> = Defaulted::new(
+    Setting {
+        name: "SYMMEM_BOOTSTRAP",
+        doc: "engine the ranks meet through: `unix` (symmem's socket star, one host), `pmix` (the launcher's PMIx server, any hosts), `auto` (unix on one host, pmix when the job spans nodes)",
+        default: "",
+        expected: "auto, unix or pmix",
+        audience: Audience::User,
+        parse: BootstrapChoice::from_name,
+    },
+    BootstrapChoice::Auto,
+    show_plain,
+);
+
 /// The launcher whose variables name this rank, when several disagree.
 pub const RANK_FROM: Setting<Launcher> = Setting {
     name: "SYMMEM_RANK_FROM",
@@ -337,6 +352,7 @@ pub fn all() -> Vec<Entry> {
         entry_with(&HOST_HEAP_SIZE),
         entry_with(&NODE_ID),
         entry_with(&COLLECTIVE_TIMEOUT),
+        entry_with(&BOOTSTRAP),
         entry(&RANK_FROM),
         entry(&SHIM_LIB),
         entry(&GPU_HEAP_SIZE),

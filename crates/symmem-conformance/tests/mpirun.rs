@@ -1,0 +1,260 @@
+//! The conformance suite under a real PMIx launcher: Open MPI's `mpirun` starts the rank binary
+//! on this host, and the ranks meet through its PMIx server (`SYMMEM_BOOTSTRAP=pmix`), also
+//! with emulated nodes, so the engine's all-gather, its order check and the node-local star
+//! that passes the host heaps all run for real. Also: `auto` keeps the Unix star on one host,
+//! and a job that says it spans nodes without an engine stops at once, naming the fix.
+//!
+//! Skipped, with the reason, where `mpirun` is not installed (Debian: openmpi-bin); under CI
+//! (CI set) a missing `mpirun` is a failure, since `.ci/run` installs it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use symmem::settings::{BOOTSTRAP, COLLECTIVE_TIMEOUT, NODE_ID};
+
+fn mpirun() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("mpirun"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        let why = "mpirun is not installed (apt-get install openmpi-bin libpmix-dev)";
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{why}; CI must provide it (.ci/run installs it)"
+        );
+        eprintln!("SKIPPED: {why}");
+    }
+    found
+}
+
+/// Runs `ranks` ranks of the conformance binary under mpirun, each through `sh -c SCRIPT`
+/// where `$BIN` is the binary, with `env` for every rank.
+fn launch(mpirun: &Path, ranks: usize, script: &str, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(mpirun);
+    cmd.args(["-np", &ranks.to_string(), "--oversubscribe"])
+        // mpirun refuses root unless told twice; harmless otherwise.
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("BIN", env!("CARGO_BIN_EXE_symmem-conformance"))
+        .env("RUST_LOG", "symmem_bootstrap=debug")
+        .env(COLLECTIVE_TIMEOUT.name, "30s");
+    for (k, v) in env {
+        cmd.env(k, v);
+        cmd.args(["-x", k]);
+    }
+    cmd.args(["-x", "BIN", "-x", "RUST_LOG", "-x", COLLECTIVE_TIMEOUT.name]);
+    cmd.args(["sh", "-c", script]);
+    cmd.output().expect("start mpirun")
+}
+
+struct Results {
+    pass: usize,
+    skip: usize,
+    fail: usize,
+    /// `(check, rank)` of each pass.
+    passed: Vec<(String, usize)>,
+    log: String,
+}
+
+fn results(out: &Output) -> Results {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    let mut r = Results {
+        pass: 0,
+        skip: 0,
+        fail: 0,
+        passed: Vec::new(),
+        log,
+    };
+    for line in stdout.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        match v["status"].as_str() {
+            Some("pass") => {
+                r.pass += 1;
+                r.passed.push((
+                    v["check"].as_str().unwrap_or_default().to_string(),
+                    v["rank"].as_u64().unwrap_or(u64::MAX) as usize,
+                ));
+            }
+            Some("skip") => r.skip += 1,
+            Some(_) => r.fail += 1,
+            None => {}
+        }
+    }
+    r
+}
+
+/// The ranks that joined a control plane, checking that every join (the suite opens several
+/// providers) went through `engine`.
+fn joined_through(log: &str, engine: &str) -> Vec<usize> {
+    let mut ranks: Vec<usize> = log
+        .lines()
+        .filter(|l| l.contains("control plane engine"))
+        .map(|l| {
+            assert!(l.contains(&format!("engine={engine} ")), "{l}");
+            l.rsplit("rank=").next().unwrap().trim().parse().unwrap()
+        })
+        .collect();
+    ranks.sort();
+    ranks.dedup();
+    ranks
+}
+
+fn assert_suite_passes(ranks: usize, script: &str, env: &[(&str, &str)], engine: &str) -> Results {
+    let Some(mpirun) = mpirun() else {
+        return results(&Command::new("true").output().unwrap());
+    };
+    let out = launch(&mpirun, ranks, script, env);
+    let r = results(&out);
+    assert!(
+        out.status.success() && r.fail == 0 && r.pass > 0,
+        "status {:?}, {} pass, {} fail\n{}\n{}",
+        out.status,
+        r.pass,
+        r.fail,
+        String::from_utf8_lossy(&out.stdout),
+        r.log
+    );
+    assert_eq!(
+        joined_through(&r.log, engine),
+        (0..ranks).collect::<Vec<_>>(),
+        "{}",
+        r.log
+    );
+    r
+}
+
+#[test]
+fn the_suite_passes_over_pmix_at_2_and_4_ranks() {
+    for ranks in [2, 4] {
+        let r = assert_suite_passes(ranks, "exec \"$BIN\"", &[(BOOTSTRAP.name, "pmix")], "Pmix");
+        if mpirun().is_some() {
+            assert_eq!(r.skip, 0, "one node: nothing to skip\n{}", r.log);
+        }
+    }
+}
+
+#[test]
+fn emulated_nodes_over_pmix_pass_the_inter_node_checks() {
+    // Ranks 0-1 on node 0, 2-3 on node 1: each sees two peers with base 0 and direct = false.
+    let script = format!(
+        "{}=$((OMPI_COMM_WORLD_RANK / 2)) exec \"$BIN\"",
+        NODE_ID.name
+    );
+    let r = assert_suite_passes(4, &script, &[(BOOTSTRAP.name, "pmix")], "Pmix");
+    if mpirun().is_some() {
+        for check in ["9", "10b"] {
+            let ranks = r.passed.iter().filter(|(c, _)| c == check).count();
+            assert_eq!(ranks, 4, "check {check} must pass on every rank\n{}", r.log);
+        }
+    }
+}
+
+#[test]
+fn auto_keeps_the_unix_star_on_one_host() {
+    assert_suite_passes(2, "exec \"$BIN\"", &[], "Unix");
+}
+
+#[test]
+fn a_job_across_nodes_without_an_engine_stops_at_once_naming_the_fix() {
+    let Some(mpirun) = mpirun() else { return };
+    // What a launcher without PMIx across two nodes looks like to the rank: one rank of this
+    // node, no PMIx server.
+    let without_pmix = "unset PMIX_NAMESPACE PMIX_RANK; OMPI_COMM_WORLD_LOCAL_SIZE=1 OMPI_COMM_WORLD_LOCAL_RANK=0 exec \"$BIN\"";
+    let out = launch(&mpirun, 2, without_pmix, &[]);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        log.contains("this job spans nodes (Open MPI says 1 of its 2 ranks run on this node)")
+            && log.contains("srun --mpi=pmix"),
+        "{log}"
+    );
+    // Forcing the Unix star across nodes is refused the same way.
+    let forced = "OMPI_COMM_WORLD_LOCAL_SIZE=1 OMPI_COMM_WORLD_LOCAL_RANK=0 exec \"$BIN\"";
+    let out = launch(&mpirun, 2, forced, &[(BOOTSTRAP.name, "unix")]);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(log.contains("=unix but this job spans nodes"), "{log}");
+}
+
+#[test]
+fn a_hung_rank_over_pmix_ends_the_collective_on_every_other_rank() {
+    let Some(mpirun) = mpirun() else { return };
+    // Rank 1 hangs at check 4; the others must give up after the collective timeout (plus the
+    // fence's margin), report it, and exit as witnesses; mpirun then ends the job.
+    let out = launch(
+        &mpirun,
+        3,
+        "exec \"$BIN\"",
+        &[
+            (BOOTSTRAP.name, "pmix"),
+            (symmem_conformance::CONFORMANCE_FAULT.name, "hang@1:4"),
+            (COLLECTIVE_TIMEOUT.name, "2s"),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    let reports = stdout
+        .lines()
+        .filter(|l| {
+            l.contains("\"status\":\"fail\"")
+                && l.contains("not every rank reached collective #4 barrier within 2s through PMIx")
+        })
+        .count();
+    assert!(
+        reports >= 1,
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_gpu_provider_over_the_stub_shim_starts_through_pmix() {
+    if mpirun().is_none() {
+        return;
+    }
+    // The stand-in shim (the C ABI over host memory): rank 0's unique id reaches every rank
+    // through the PMIx engine, as NVSHMEM's would across hosts.
+    let dir = tempfile::tempdir().unwrap();
+    let library = dir.path().join("libsymmem_shim_nvshmem.so");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../symmem-gpu/tests/stub/stub_shim.c");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-I"])
+        .arg(symmem_shim_sys::SOURCE_DIR)
+        .arg("-o")
+        .arg(&library)
+        .arg(&source)
+        .status();
+    match built {
+        Ok(s) if s.success() => {}
+        Ok(s) => panic!("{cc} failed on {} ({s})", source.display()),
+        Err(e) => {
+            let why = format!("the stub shim needs a C compiler ({cc}: {e}); set CC");
+            assert!(std::env::var_os("CI").is_none(), "{why}");
+            eprintln!("SKIPPED: {why}");
+            return;
+        }
+    }
+    let script = format!(
+        "{}=$((OMPI_COMM_WORLD_RANK / 2)) exec \"$BIN\" --provider nvshmem",
+        NODE_ID.name
+    );
+    let lib = library.to_string_lossy().into_owned();
+    let r = assert_suite_passes(
+        4,
+        &script,
+        &[
+            (BOOTSTRAP.name, "pmix"),
+            (symmem::settings::SHIM_LIB.name, &lib),
+        ],
+        "Pmix",
+    );
+    for check in ["9", "10b"] {
+        let ranks = r.passed.iter().filter(|(c, _)| c == check).count();
+        assert_eq!(ranks, 4, "check {check} must pass on every rank\n{}", r.log);
+    }
+}
