@@ -1,0 +1,237 @@
+//! The emulated two-node cluster (`symmem-cluster`) with Open MPI's mpirun: ranks on both
+//! nodes, private folders per node, and a `kill -9` of a rank on the second node that ends
+//! the whole job, names the culprit and leaves nothing on either node.
+//!
+//! Needs root and Open MPI (`.ci/cluster` installs it); elsewhere each test prints
+//! "SKIPPED: ..." with the reason.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use symmem_cluster::{Cluster, ClusterError, Job, JobOutcome, Stream};
+
+/// The grace period of symmem's launcher: a job must be over this long after a kill.
+const GRACE: Duration = Duration::from_secs(5);
+
+fn cluster() -> Option<Cluster> {
+    match Cluster::up(2) {
+        Ok(cluster) => Some(cluster),
+        Err(e @ (ClusterError::NotRoot | ClusterError::ToolMissing { .. })) => {
+            eprintln!("SKIPPED: {e}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn script(cluster: &Cluster, name: &str, body: &str) -> PathBuf {
+    let path = cluster.shared_dir().join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// After the cluster is down: no process in any node's namespaces, the holders gone, no mount
+/// of the cluster's folder on this machine and the folder removed.
+fn assert_gone(namespaces: &[String], holders: &[u32], folder: &Path) {
+    for ns in namespaces {
+        let left: Vec<u32> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
+                    .is_ok_and(|l| l.to_string_lossy() == *ns)
+            })
+            .collect();
+        assert!(left.is_empty(), "processes left in {ns}: {left:?}");
+    }
+    for pid in holders {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "node holder {pid} still runs"
+        );
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let name = folder.to_string_lossy();
+    assert!(
+        !mounts.contains(name.as_ref()),
+        "a mount of {name} is left:\n{mounts}"
+    );
+    assert!(!folder.exists(), "{} is left", folder.display());
+}
+
+fn down(cluster: Cluster) {
+    let namespaces: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|n| n.mount_namespace().to_string())
+        .collect();
+    let holders: Vec<u32> = cluster.nodes().iter().map(|n| n.pid()).collect();
+    let folder = cluster.folder().to_path_buf();
+    let teardown = cluster.down();
+    assert!(
+        teardown.killed.is_empty(),
+        "still running at teardown: {:?}",
+        teardown.killed
+    );
+    assert_gone(&namespaces, &holders, &folder);
+}
+
+fn show(outcome: &JobOutcome) -> String {
+    let lines: Vec<String> = outcome.lines.iter().map(|l| l.to_string()).collect();
+    format!("{}\n{outcome}\n{}", outcome.command, lines.join("\n"))
+}
+
+#[test]
+fn ranks_run_on_both_nodes_each_with_its_own_folders() {
+    let Some(cluster) = cluster() else { return };
+    let program = script(
+        &cluster,
+        "where",
+        "echo \"$(hostname) $(getent hosts \"$(hostname)\" | cut -d' ' -f1)\"\n\
+         touch /tmp/mark-$OMPI_COMM_WORLD_RANK /dev/shm/mark-$OMPI_COMM_WORLD_RANK\n\
+         echo to-stderr >&2\n",
+    );
+    let job = Job::new(&program, 2).timeout(Duration::from_secs(60));
+    let outcome = cluster.mpirun(&job, &mut |_| {}).unwrap();
+    assert!(outcome.success(), "{}", show(&outcome));
+    for rank in 0..4 {
+        let node = if rank < 2 {
+            "node-a 127.0.0.2"
+        } else {
+            "node-b 127.0.0.3"
+        };
+        assert_eq!(
+            outcome.rank_lines(rank, Stream::Stdout),
+            [node],
+            "{}",
+            show(&outcome)
+        );
+        assert_eq!(outcome.rank_lines(rank, Stream::Stderr), ["to-stderr"]);
+    }
+    // Each node's /tmp and /dev/shm hold its own ranks' files only; this machine's neither.
+    for (node, mine) in cluster.nodes().iter().zip([[0, 1], [2, 3]]) {
+        for dir in ["/tmp", "/dev/shm"] {
+            for rank in 0..4 {
+                let seen = node.view(&format!("{dir}/mark-{rank}")).exists();
+                assert_eq!(
+                    seen,
+                    mine.contains(&rank),
+                    "{dir}/mark-{rank} on {}",
+                    node.name()
+                );
+            }
+        }
+    }
+    assert!(!Path::new("/tmp/mark-0").exists() && !Path::new("/dev/shm/mark-0").exists());
+    // The leftover finder sees what a node keeps in its /tmp, and only there.
+    std::fs::write(cluster.nodes()[1].view("/tmp/symmem-probe"), "").unwrap();
+    assert_eq!(
+        cluster.leftovers("/tmp", "symmem"),
+        [("node-b".to_string(), "/tmp/symmem-probe".to_string())]
+    );
+    down(cluster);
+}
+
+#[test]
+fn kill_9_of_a_rank_on_node_b_ends_the_job_and_names_it() {
+    let Some(cluster) = cluster() else { return };
+    let program = script(&cluster, "wait", "echo started\nexec sleep 600\n");
+    let job = Job::new(&program, 2)
+        .timeout(Duration::from_secs(60))
+        .grace(GRACE);
+    let mut started = 0;
+    let mut killed = None;
+    let outcome = cluster
+        .mpirun(&job, &mut |line| {
+            if line.rank.is_some() && line.text == "started" {
+                started += 1;
+                if started == 4 {
+                    let victim = cluster.signal_rank(3, libc::SIGKILL).unwrap();
+                    killed = Some((Instant::now(), victim));
+                }
+            }
+        })
+        .unwrap();
+    let (killed_at, (node, process)) = killed.unwrap_or_else(|| panic!("{}", show(&outcome)));
+    assert_eq!(node, "node-b", "rank 3 ran as {process}");
+    assert!(
+        !outcome.success() && !outcome.timed_out,
+        "{}",
+        show(&outcome)
+    );
+    let took = outcome.ended - killed_at;
+    assert!(
+        took <= GRACE,
+        "the job ended {took:?} after the kill, over the {GRACE:?} grace period\n{}",
+        show(&outcome)
+    );
+    let culprit = outcome
+        .culprit
+        .clone()
+        .unwrap_or_else(|| panic!("no culprit named\n{}", show(&outcome)));
+    assert_eq!(
+        (culprit.rank, culprit.node.as_deref()),
+        (3, Some("node-b")),
+        "{}",
+        show(&outcome)
+    );
+    assert!(culprit.how.contains("signal 9"), "{culprit}");
+    assert!(
+        outcome.left_behind.is_empty(),
+        "left behind: {:?}",
+        outcome.left_behind
+    );
+    for node in cluster.nodes() {
+        assert_eq!(cluster.processes(node), [], "on {}", node.name());
+    }
+    assert_eq!(cluster.leftovers("/tmp", "symmem"), []);
+    down(cluster);
+}
+
+/// A job that outlives its timeout, with ranks that ignore SIGTERM: stopped, and nothing of
+/// it is left on the nodes or, after teardown, on this machine.
+#[test]
+fn a_hung_job_is_stopped_and_leaves_nothing() {
+    let Some(cluster) = cluster() else { return };
+    let program = script(
+        &cluster,
+        "hang",
+        "trap '' TERM\necho started\nexec sleep 600\n",
+    );
+    let job = Job::new(&program, 1)
+        .timeout(Duration::from_secs(3))
+        .grace(Duration::from_secs(1));
+    let outcome = cluster.mpirun(&job, &mut |_| {}).unwrap();
+    assert!(
+        outcome.timed_out && !outcome.success(),
+        "{}",
+        show(&outcome)
+    );
+    for node in cluster.nodes() {
+        assert_eq!(cluster.processes(node), [], "on {}", node.name());
+    }
+    down(cluster);
+}
+
+#[test]
+fn what_the_nodes_cannot_see_or_run_is_refused() {
+    assert!(matches!(
+        Cluster::up(1),
+        Err(ClusterError::NodeCount { asked: 1 })
+    ));
+    let Some(cluster) = cluster() else { return };
+    let err = cluster
+        .mpirun(&Job::new("/tmp/some-program", 1), &mut |_| {})
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("is not visible on the nodes"),
+        "{err}"
+    );
+    let err = cluster
+        .mpirun(&Job::new("/bin/true", 0), &mut |_| {})
+        .unwrap_err();
+    assert!(matches!(err, ClusterError::NoRanks), "{err}");
+    down(cluster);
+}
