@@ -11,6 +11,7 @@ mod pins;
 mod project;
 mod runner;
 mod test;
+mod test_nodes;
 mod tools;
 
 use anyhow::Context as _;
