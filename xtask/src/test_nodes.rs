@@ -72,6 +72,24 @@ pub fn run(nodes: &NodeArgs, plan: &Plan) -> anyhow::Result<ExitCode> {
     matrix(&cluster, plan)
 }
 
+/// The checks whose subject is a peer on another node (the table entry of an unreachable
+/// peer; the order check of a collective whose ranks span nodes): across nodes they must pass,
+/// a skip there is a failure.
+pub const ACROSS_NODES: &[&str] = &["9", "10b"];
+
+/// A skip of an [`ACROSS_NODES`] check becomes a failure that says why.
+fn require_across_nodes(aggregate: &mut Aggregate) {
+    for v in &mut aggregate.verdicts {
+        if ACROSS_NODES.contains(&v.id) && v.status == Status::Skip {
+            v.status = Status::Fail;
+            v.detail = format!(
+                "skipped across nodes, where it must pass (it tests peers on other nodes): {}",
+                v.detail
+            );
+        }
+    }
+}
+
 /// One run of the matrix: ranks per node, the folded results, how mpirun ended.
 struct Run {
     per_node: usize,
@@ -119,7 +137,8 @@ fn matrix(cluster: &Cluster, plan: &Plan) -> anyhow::Result<ExitCode> {
             }
             eprintln!("  {line}");
         })?;
-        let aggregate = Aggregate::of(world, &plan.checks, &results);
+        let mut aggregate = Aggregate::of(world, &plan.checks, &results);
+        require_across_nodes(&mut aggregate);
         eprintln!(
             "  {} ({:.2} s)",
             if outcome.success() && aggregate.count(Status::Fail) == 0 {
@@ -288,4 +307,31 @@ fn kill_test(cluster: &Cluster, plan: &Plan) -> anyhow::Result<ExitCode> {
         println!("kill test FAILED: {p}");
     }
     Ok(ExitCode::FAILURE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn across_node_checks_exist_and_must_pass() {
+        for id in ACROSS_NODES {
+            symmem_conformance::check(id).unwrap();
+        }
+        let nine = symmem_conformance::check("9").unwrap();
+        let one = symmem_conformance::check("1").unwrap();
+        let skip = |check: &str| {
+            serde_json::json!({"check": check, "name": "n", "rank": 0, "world_size": 1,
+                "provider": "host", "status": "skip", "detail": "why", "micros": 1})
+        };
+        let results: Vec<CheckResult> = [skip("9"), skip("1")]
+            .iter()
+            .map(|v| CheckResult::parse(&v.to_string()).expect("a result line"))
+            .collect();
+        let mut aggregate = Aggregate::of(1, &[nine, one], &results);
+        require_across_nodes(&mut aggregate);
+        assert_eq!(aggregate.verdicts[0].status, Status::Fail);
+        assert!(aggregate.verdicts[0].detail.ends_with(": why"));
+        assert_eq!(aggregate.verdicts[1].status, Status::Skip);
+    }
 }
