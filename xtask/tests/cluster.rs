@@ -31,27 +31,48 @@ fn script(cluster: &Cluster, name: &str, body: &str) -> PathBuf {
     path
 }
 
-/// After the cluster is down: no process in any node's namespaces, the holders gone, no mount
-/// of the cluster's folder on this machine and the folder removed.
-fn assert_gone(namespaces: &[String], holders: &[u32], folder: &Path) {
-    for ns in namespaces {
-        let left: Vec<u32> = std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|pid| {
-                std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
-                    .is_ok_and(|l| l.to_string_lossy() == *ns)
-            })
-            .collect();
-        assert!(left.is_empty(), "processes left in {ns}: {left:?}");
-    }
-    for pid in holders {
-        assert!(
-            !Path::new(&format!("/proc/{pid}")).exists(),
-            "node holder {pid} still runs"
-        );
-    }
+/// State and start time of a process, from `/proc/PID/stat`.
+fn state_and_start(pid: u32) -> Option<(char, String)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    Some((fields.first()?.chars().next()?, fields.get(19)?.to_string()))
+}
+
+/// Every process on the nodes, holders included, as (pid, start time): taken while the
+/// nodes are up (their namespaces alive, so their names are theirs alone).
+fn snapshot(namespaces: &[String]) -> Vec<(u32, String)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
+                .is_ok_and(|l| namespaces.iter().any(|ns| l.to_string_lossy() == *ns))
+        })
+        .filter_map(|pid| Some((pid, state_and_start(pid)?.1)))
+        .collect()
+}
+
+/// After the cluster is down: none of the processes it had still runs (a zombie that this
+/// machine's init has not reaped yet does not run), no mount of the cluster's folder is on
+/// this machine and the folder is removed.
+fn assert_gone(before: &[(u32, String)], folder: &Path) {
+    assert!(
+        !before.is_empty(),
+        "the snapshot holds at least the holders"
+    );
+    let running: Vec<String> = before
+        .iter()
+        .filter(|(pid, start)| {
+            state_and_start(*pid).is_some_and(|(state, now)| now == *start && state != 'Z')
+        })
+        .map(|(pid, _)| {
+            std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                .unwrap_or_default()
+                .replace('\0', " ")
+        })
+        .collect();
+    assert!(running.is_empty(), "still running: {running:?}");
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let name = folder.to_string_lossy();
     assert!(
@@ -61,13 +82,16 @@ fn assert_gone(namespaces: &[String], holders: &[u32], folder: &Path) {
     assert!(!folder.exists(), "{} is left", folder.display());
 }
 
-fn down(cluster: Cluster) {
-    let namespaces: Vec<String> = cluster
+fn namespaces(cluster: &Cluster) -> Vec<String> {
+    cluster
         .nodes()
         .iter()
         .map(|n| n.mount_namespace().to_string())
-        .collect();
-    let holders: Vec<u32> = cluster.nodes().iter().map(|n| n.pid()).collect();
+        .collect()
+}
+
+fn down(cluster: Cluster) {
+    let before = snapshot(&namespaces(&cluster));
     let folder = cluster.folder().to_path_buf();
     let teardown = cluster.down();
     assert!(
@@ -75,7 +99,7 @@ fn down(cluster: Cluster) {
         "still running at teardown: {:?}",
         teardown.killed
     );
-    assert_gone(&namespaces, &holders, &folder);
+    assert_gone(&before, &folder);
 }
 
 fn show(outcome: &JobOutcome) -> String {
@@ -162,6 +186,7 @@ fn kill_9_of_a_rank_on_node_b_ends_the_job_and_names_it() {
         show(&outcome)
     );
     let took = outcome.ended - killed_at;
+    eprintln!("the job ended {took:?} after the kill; {outcome}");
     assert!(
         took <= GRACE,
         "the job ended {took:?} after the kill, over the {GRACE:?} grace period\n{}",
@@ -234,4 +259,90 @@ fn what_the_nodes_cannot_see_or_run_is_refused() {
         .unwrap_err();
     assert!(matches!(err, ClusterError::NoRanks), "{err}");
     down(cluster);
+}
+
+/// Set for the copy of this test binary that owns the cluster in
+/// `an_owner_killed_with_9_leaves_nothing`.
+const OWNER: &str = "CLUSTER_TEST_OWNER";
+
+/// The owner: brings the cluster up, runs a job whose ranks ignore SIGTERM, says where
+/// everything is, and waits to be killed.
+#[test]
+#[ignore = "the owner process of an_owner_killed_with_9_leaves_nothing, which runs it"]
+fn owner_of_a_cluster() {
+    assert!(
+        std::env::var_os(OWNER).is_some(),
+        "run by an_owner_killed_with_9_leaves_nothing"
+    );
+    let cluster = Cluster::up(2).unwrap();
+    let program = script(
+        &cluster,
+        "hang",
+        "trap '' TERM\necho started\nexec sleep 600\n",
+    );
+    let job = Job::new(&program, 1).timeout(Duration::from_secs(300));
+    let mut started = 0;
+    let report = || {
+        let ns: Vec<&str> = cluster
+            .nodes()
+            .iter()
+            .map(|n| n.mount_namespace())
+            .collect();
+        println!("ready {} {}", cluster.folder().display(), ns.join(" "));
+    };
+    let _ = cluster.mpirun(&job, &mut |line| {
+        if line.rank.is_some() && line.text == "started" {
+            started += 1;
+            if started == 2 {
+                report();
+            }
+        }
+    });
+    unreachable!("the job runs until this process is killed");
+}
+
+#[test]
+fn an_owner_killed_with_9_leaves_nothing() {
+    use std::io::BufRead;
+    if cluster().is_none() {
+        return;
+    }
+    let mut owner = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "owner_of_a_cluster",
+            "--include-ignored",
+            "--nocapture",
+        ])
+        .env(OWNER, "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(owner.stdout.take().unwrap());
+    // The owner prints its line once both ranks run (or ends, closing the pipe).
+    let ready = out
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("ready "));
+    let Some(ready) = ready else {
+        owner.kill().unwrap();
+        owner.wait().unwrap();
+        panic!("the owner never reported its cluster");
+    };
+    let mut words = ready.split_whitespace().skip(1);
+    let folder = PathBuf::from(words.next().unwrap());
+    let namespaces: Vec<String> = words.map(str::to_string).collect();
+    assert_eq!(namespaces.len(), 2, "{ready}");
+    // Holders, mpirun, orted and both ranks.
+    let before = snapshot(&namespaces);
+    assert!(before.len() >= 5, "{before:?}");
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    // The watchdog needs a moment; bounded.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while folder.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_gone(&before, &folder);
 }

@@ -14,14 +14,14 @@
 //!
 //! Everything is removed when the [`Cluster`] drops (also after an error half-way through
 //! [`Cluster::up`]): every process in a node's namespaces is killed, the holders exit (their
-//! namespaces and mounts go with them) and the cluster's own temp folder is removed. The
-//! holders and `mpirun` also get SIGKILL when the thread that started them ends
-//! (`PR_SET_PDEATHSIG`), so even a `kill -9` of the caller leaves no node behind.
+//! namespaces and mounts go with them) and the cluster's own temp folder is removed. Should
+//! the owner die without dropping it (`kill -9`), a watchdog process does the same.
 
 mod error;
 mod mpirun;
 mod procs;
 mod versions;
+mod watchdog;
 
 pub use error::ClusterError;
 pub use mpirun::{Culprit, Job, JobLine, JobOutcome, Stream};
@@ -31,7 +31,6 @@ pub use versions::{engine_version, launcher_version};
 use std::io::{BufRead, BufReader, Read};
 use std::net::Ipv4Addr;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -87,6 +86,7 @@ pub struct Cluster {
     nodes: Vec<Node>,
     mpirun: PathBuf,
     nsenter: PathBuf,
+    watchdog: Option<watchdog::Watchdog>,
 }
 
 /// What [`Cluster::down`] found and had to end.
@@ -144,7 +144,9 @@ impl Cluster {
             nodes: Vec::new(),
             mpirun,
             nsenter,
+            watchdog: None,
         };
+        cluster.watchdog = Some(watchdog::Watchdog::start(&cluster.root)?);
         // From here on, an error drops `cluster`, which removes what was made so far.
         std::fs::create_dir(cluster.shared_dir())
             .map_err(ClusterError::io("creating the cluster's shared folder"))?;
@@ -155,7 +157,11 @@ impl Cluster {
         write(&cluster.root.join("hosts"), &hosts, 0o644)?;
         for i in 0..nodes {
             let node = cluster.start_node(&unshare, i)?;
+            let (holder, ns) = (node.pid(), node.mount_ns.clone());
             cluster.nodes.push(node);
+            if let Some(watchdog) = &mut cluster.watchdog {
+                watchdog.watch(holder, &ns)?;
+            }
         }
         cluster.write_agent()?;
         Ok(cluster)
@@ -228,7 +234,6 @@ impl Cluster {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr);
-        die_with_parent(&mut command);
         let mut holder = command.spawn().map_err(|e| ClusterError::NodeStart {
             node: name.clone(),
             detail: format!("starting {}: {e}", unshare.display()),
@@ -360,29 +365,19 @@ impl Cluster {
     }
 
     fn teardown(&mut self) -> Teardown {
+        // Each holder lives until its node is empty, which keeps the node's namespaces, and so
+        // the names `processes` matches, from being freed and reused by someone else's.
         let killed = self.sweep(Duration::from_secs(5));
         for node in &mut self.nodes {
             let _ = node.holder.kill();
             let _ = node.holder.wait();
         }
-        // A node's namespaces, and so its mounts, end with its last process.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while self
-            .nodes
-            .iter()
-            .any(|n| !procs::in_mount_ns(&n.mount_ns).is_empty())
-            && Instant::now() < deadline
-        {
-            for node in &self.nodes {
-                for p in procs::in_mount_ns(&node.mount_ns) {
-                    // SAFETY: as in `sweep`.
-                    unsafe { libc::kill(p.pid as libc::pid_t, libc::SIGKILL) };
-                }
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        // The namespaces, and with them the nodes' mounts, end with their last process.
         self.nodes.clear();
         let _ = std::fs::remove_dir_all(&self.root);
+        if let Some(mut watchdog) = self.watchdog.take() {
+            watchdog.stand_down();
+        }
         Teardown { killed }
     }
 
@@ -442,17 +437,3 @@ fn fresh_dir() -> Result<PathBuf, ClusterError> {
 }
 
 use std::os::unix::fs::DirBuilderExt;
-
-/// SIGKILL for the child when the thread that started it ends.
-pub(crate) fn die_with_parent(command: &mut Command) {
-    // SAFETY: the closure runs between fork and exec and calls only prctl, which is
-    // async-signal-safe.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}

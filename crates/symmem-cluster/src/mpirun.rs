@@ -1,7 +1,7 @@
 //! Jobs across the nodes with Open MPI's `mpirun`.
 
 use crate::procs::{self, Process};
-use crate::{Cluster, ClusterError, die_with_parent};
+use crate::{Cluster, ClusterError};
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -291,7 +291,6 @@ impl Cluster {
                 .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
                 .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
         }
-        die_with_parent(&mut command);
         let started = Instant::now();
         let mut child = command
             .spawn()
