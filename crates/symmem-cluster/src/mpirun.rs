@@ -2,6 +2,7 @@
 
 use crate::procs::{self, Process};
 use crate::{Cluster, ClusterError};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -54,7 +55,7 @@ impl Job {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Stream {
     Stdout,
     Stderr,
@@ -68,33 +69,81 @@ pub struct JobLine {
     pub text: String,
 }
 
-impl JobLine {
-    /// `[1,3]<stdout>:text` as written by `mpirun --tag-output`, else a line of mpirun's.
-    fn parse(raw: &str, stream: Stream) -> Self {
-        let tagged = (|| {
-            let rest = raw.strip_prefix('[')?;
-            let (ids, rest) = rest.split_once(']')?;
-            let rank = ids.split_once(',')?.1.parse().ok()?;
-            let (tag, text) = rest.strip_prefix('<')?.split_once(">:")?;
-            let stream = match tag {
-                "stdout" => Stream::Stdout,
-                "stderr" => Stream::Stderr,
-                _ => return None,
-            };
-            Some((rank, stream, text))
-        })();
-        match tagged {
-            Some((rank, stream, text)) => Self {
+/// A tag of `mpirun --tag-output` at the start of `text`: `[1,3]<stdout>:` gives rank 3,
+/// its stream and the tag's length.
+fn tag_at(text: &str) -> Option<(usize, Stream, usize)> {
+    let rest = text.strip_prefix('[')?;
+    let (ids, rest) = rest.split_once(']')?;
+    let (job, rank) = ids.split_once(',')?;
+    if job.is_empty() || !job.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let rank = rank.parse().ok()?;
+    let (stream, name) = if rest.starts_with("<stdout>:") {
+        (Stream::Stdout, "<stdout>:")
+    } else if rest.starts_with("<stderr>:") {
+        (Stream::Stderr, "<stderr>:")
+    } else {
+        return None;
+    };
+    Some((rank, stream, 1 + ids.len() + 1 + name.len()))
+}
+
+/// Puts ranks' lines back together. `mpirun --tag-output` tags each piece a rank wrote, and
+/// a line written in several pieces (Rust's unbuffered stderr) reaches mpirun's output as
+/// tagged fragments, possibly amid another rank's: `[1,0]<stderr>:a: [1,1]<stderr>:b\n`
+/// is rank 1's line `b` and the start of rank 0's next line. A raw line is split at its tags;
+/// its end ends the line of its last fragment's rank.
+#[derive(Default)]
+struct Demux {
+    partial: BTreeMap<(usize, Stream), String>,
+}
+
+impl Demux {
+    /// The lines that `raw` (one line of mpirun's output on `pipe`) completes.
+    fn feed(&mut self, raw: &str, pipe: Stream) -> Vec<JobLine> {
+        let mut starts: Vec<(usize, usize, Stream, usize)> = Vec::new();
+        for (at, _) in raw.match_indices('[') {
+            if let Some((rank, stream, len)) = tag_at(&raw[at..]) {
+                starts.push((at, rank, stream, len));
+            }
+        }
+        let mut lines = Vec::new();
+        let own_end = starts.first().map_or(raw.len(), |s| s.0);
+        if starts.is_empty() || own_end > 0 {
+            lines.push(JobLine {
+                rank: None,
+                stream: pipe,
+                text: raw[..own_end].to_string(),
+            });
+        }
+        for (i, &(at, rank, stream, len)) in starts.iter().enumerate() {
+            let end = starts.get(i + 1).map_or(raw.len(), |next| next.0);
+            let buffer = self.partial.entry((rank, stream)).or_default();
+            buffer.push_str(&raw[at + len..end]);
+            if i + 1 == starts.len() {
+                let text = std::mem::take(buffer);
+                self.partial.remove(&(rank, stream));
+                lines.push(JobLine {
+                    rank: Some(rank),
+                    stream,
+                    text,
+                });
+            }
+        }
+        lines
+    }
+
+    /// What ranks wrote without ending the line, once the output has ended.
+    fn finish(self) -> Vec<JobLine> {
+        self.partial
+            .into_iter()
+            .map(|((rank, stream), text)| JobLine {
                 rank: Some(rank),
                 stream,
-                text: text.to_string(),
-            },
-            None => Self {
-                rank: None,
-                stream,
-                text: raw.to_string(),
-            },
-        }
+                text,
+            })
+            .collect()
     }
 }
 
@@ -311,10 +360,16 @@ impl Cluster {
         .map(|(pipe, stream)| {
             let tx = tx.clone();
             std::thread::spawn(move || {
+                let mut demux = Demux::default();
                 for raw in BufReader::new(pipe).lines().map_while(Result::ok) {
-                    if tx.send(JobLine::parse(&raw, stream)).is_err() {
-                        break;
+                    for line in demux.feed(&raw, stream) {
+                        if tx.send(line).is_err() {
+                            return;
+                        }
                     }
+                }
+                for line in demux.finish() {
+                    let _ = tx.send(line);
                 }
             })
         })
@@ -445,21 +500,52 @@ impl Cluster {
 mod tests {
     use super::*;
 
+    fn feed(demux: &mut Demux, raw: &str) -> Vec<(Option<usize>, Stream, String)> {
+        demux
+            .feed(raw, Stream::Stderr)
+            .into_iter()
+            .map(|l| (l.rank, l.stream, l.text))
+            .collect()
+    }
+
     #[test]
     fn tagged_lines() {
-        let l = JobLine::parse("[1,3]<stdout>:hello [x]", Stream::Stdout);
+        let mut d = Demux::default();
         assert_eq!(
-            (l.rank, l.stream, l.text.as_str()),
-            (Some(3), Stream::Stdout, "hello [x]")
+            feed(&mut d, "[1,3]<stdout>:hello [x] [2]<a>"),
+            [(Some(3), Stream::Stdout, "hello [x] [2]<a>".into())]
         );
-        let l = JobLine::parse("[1,0]<stderr>:", Stream::Stdout);
         assert_eq!(
-            (l.rank, l.stream, l.text.as_str()),
-            (Some(0), Stream::Stderr, "")
+            feed(&mut d, "[1,0]<stderr>:"),
+            [(Some(0), Stream::Stderr, "".into())]
         );
-        let l = JobLine::parse("[node-a:123] mpirun said", Stream::Stderr);
-        assert_eq!(l.rank, None);
-        assert_eq!(l.text, "[node-a:123] mpirun said");
+        assert_eq!(
+            feed(&mut d, "[node-a:123] mpirun said"),
+            [(None, Stream::Stderr, "[node-a:123] mpirun said".into())]
+        );
+    }
+
+    #[test]
+    fn fragments_of_a_line_are_put_back_together() {
+        let mut d = Demux::default();
+        // Rank 0's line starts, rank 1's whole line follows on the same raw line.
+        assert_eq!(
+            feed(&mut d, "[1,0]<stderr>:prog: [1,1]<stderr>:prog: failed"),
+            [(Some(1), Stream::Stderr, "prog: failed".into())]
+        );
+        // Rank 2's line in pieces, then rank 0's line ends.
+        assert_eq!(
+            feed(&mut d, "[1,2]<stderr>:a[1,2]<stderr>:: [1,2]<stderr>:b"),
+            [(Some(2), Stream::Stderr, "a: b".into())]
+        );
+        assert_eq!(
+            feed(&mut d, "[1,0]<stderr>:failed too"),
+            [(Some(0), Stream::Stderr, "prog: failed too".into())]
+        );
+        // A piece never ended comes out at the end.
+        assert!(feed(&mut d, "[1,1]<stdout>:x[1,2]<stderr>:y").len() == 1);
+        let rest: Vec<_> = d.finish().into_iter().map(|l| (l.rank, l.text)).collect();
+        assert_eq!(rest, [(Some(1), "x".into())]);
     }
 
     #[test]
