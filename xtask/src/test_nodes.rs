@@ -181,7 +181,10 @@ fn print_matrix(nodes: usize, runs: &[Run], checks: &[&CheckInfo]) {
         out.push_str(&format!("{:<4}{:<NAME$}", info.id, info.name));
         for run in runs {
             let v = &run.aggregate.verdicts[i];
-            out.push_str(&format!("{:>14}", format!("{} {}us", v.status, v.micros)));
+            out.push_str(&format!(
+                "{:>14}",
+                format!("{} {}", v.status, micros(v.micros))
+            ));
         }
         out.push('\n');
     }
@@ -211,6 +214,17 @@ fn print_matrix(nodes: usize, runs: &[Run], checks: &[&CheckInfo]) {
         }
     }
     println!("{out}");
+}
+
+/// `850us`, `12ms`, `1.5s`.
+fn micros(us: u64) -> String {
+    if us < 1_000 {
+        format!("{us}us")
+    } else if us < 1_000_000 {
+        format!("{}ms", us / 1_000)
+    } else {
+        format!("{:.1}s", us as f64 / 1e6)
+    }
 }
 
 /// The kill test: rank 0 hangs in the second check (an injected fault), so the job is surely
@@ -312,6 +326,36 @@ fn kill_test(cluster: &Cluster, plan: &Plan) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        nodes: NodeArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<NodeArgs, String> {
+        use clap::Parser;
+        Wrapper::try_parse_from(std::iter::once("test").chain(args.iter().copied()))
+            .map(|w| w.nodes)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn node_options() {
+        assert!(!parse(&[]).unwrap().asked());
+        assert!(!parse(&["--nodes", "1"]).unwrap().asked());
+        assert!(parse(&["--nodes", "2"]).unwrap().asked());
+        assert!(parse(&["--kill-test"]).unwrap().asked());
+        assert!(
+            parse(&["--nodes", "9"])
+                .unwrap_err()
+                .contains("9 is not in 1..=8")
+        );
+        assert!(parse(&["--nodes", "0"]).is_err());
+        assert_eq!(micros(850), "850us");
+        assert_eq!(micros(12_345), "12ms");
+        assert_eq!(micros(1_500_000), "1.5s");
+    }
 
     #[test]
     fn across_node_checks_exist_and_must_pass() {
