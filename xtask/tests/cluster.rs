@@ -346,3 +346,93 @@ fn an_owner_killed_with_9_leaves_nothing() {
     }
     assert_gone(&before, &folder);
 }
+
+/// Set for a copy of this test binary that only tries `Cluster::up` and prints the error.
+const TRY_UP: &str = "CLUSTER_TEST_TRY_UP";
+
+#[test]
+#[ignore = "run by what_is_missing_is_named, as another user or with another PATH"]
+fn try_up() {
+    assert!(
+        std::env::var_os(TRY_UP).is_some(),
+        "run by what_is_missing_is_named"
+    );
+    match Cluster::up(2) {
+        Ok(cluster) => panic!("the cluster came up: {:?}", cluster.folder()),
+        Err(e) => println!("error: {e}"),
+    }
+}
+
+/// `try_up` in a copy of this binary, first words of the command from `wrapper`.
+fn try_up_with(wrapper: &[&str], path: &str) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let mut command = match wrapper.split_first() {
+        Some((first, rest)) => {
+            let mut c = std::process::Command::new(first);
+            c.args(rest).arg(&exe);
+            c
+        }
+        None => std::process::Command::new(&exe),
+    };
+    let out = command
+        .args(["--exact", "try_up", "--include-ignored", "--nocapture"])
+        .env(TRY_UP, "1")
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+#[test]
+fn what_is_missing_is_named() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(matches!(Cluster::up(2), Err(ClusterError::NotRoot)));
+        eprintln!("SKIPPED (in part): not root, so the missing tools cannot be reached");
+        return;
+    }
+    let Some(setpriv) = ["/usr/bin/setpriv", "/bin/setpriv"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+    else {
+        eprintln!("SKIPPED: no setpriv (util-linux) to run a copy of this test as another user");
+        return;
+    };
+    let path = std::env::var("PATH").unwrap();
+    // Not root: the error says so first, and how to run it.
+    let nobody = try_up_with(
+        &[setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"],
+        &path,
+    );
+    assert!(
+        nobody.contains("error: an emulated cluster needs root"),
+        "{nobody}"
+    );
+    assert!(nobody.contains("sudo"), "{nobody}");
+    // Root without util-linux's tools, then without mpirun.
+    let none = try_up_with(&[], "/nonexistent");
+    assert!(
+        none.contains("`unshare` was not found") && none.contains("util-linux"),
+        "{none}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for tool in ["unshare", "nsenter"] {
+        let real = std::env::split_paths(&path)
+            .map(|d| d.join(tool))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("{tool} is on PATH (the cluster tests got this far)"));
+        std::os::unix::fs::symlink(real, dir.path().join(tool)).unwrap();
+    }
+    let no_mpirun = try_up_with(&[], &dir.path().to_string_lossy());
+    assert!(
+        no_mpirun.contains("`mpirun` was not found")
+            && no_mpirun.contains("openmpi-bin libopenmpi-dev libpmix-dev"),
+        "{no_mpirun}"
+    );
+}
