@@ -467,7 +467,10 @@ fn alternate_installs(root: &Path, repo: &Path, pins: &Path, a: &Path) {
         let said = format!("(prefix {}", install.display());
         assert!(t.contains(&said), "`{said}` not in:\n{t}");
         let library = shim_out.join("lib/libsymmem_shim_rocshmem.so");
-        let symbols = stdout(&output(std::path::Path::new("nm"), &[library.to_str().unwrap()]));
+        let symbols = stdout(&output(
+            std::path::Path::new("nm"),
+            &[library.to_str().unwrap()],
+        ));
         let has = |n: &str| {
             symbols
                 .lines()

@@ -7,6 +7,7 @@
 mod bench;
 mod programs;
 mod test;
+mod test_nodes;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -74,6 +74,8 @@ pub struct TestArgs {
     /// them with commas). Each runs alone with the allocations it needs; default: every check.
     #[arg(long = "check", value_name = "ID", value_delimiter = ',', value_parser = parse_check)]
     checks: Vec<&'static CheckInfo>,
+    #[command(flatten)]
+    nodes: crate::test_nodes::NodeArgs,
 }
 
 fn parse_check(id: &str) -> Result<&'static CheckInfo, String> {
@@ -129,6 +131,18 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         None
     };
     let checks = selected(&args.checks);
+    if args.nodes.asked() {
+        let plan = crate::test_nodes::Plan {
+            ranks_per_node: &args.ranks.0,
+            provider,
+            timeout: args.timeout,
+            grace: args.grace,
+            checks,
+            chosen: !args.checks.is_empty(),
+            binary: &binary,
+        };
+        return crate::test_nodes::run(&args.nodes, &plan);
+    }
     let started = Instant::now();
     let mut runs = Vec::new();
     for (i, &ranks) in args.ranks.0.iter().enumerate() {

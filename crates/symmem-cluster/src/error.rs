@@ -1,0 +1,44 @@
+use std::path::PathBuf;
+
+/// Why the emulated cluster could not be built, or a job on it could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(
+        "an emulated cluster needs root (its nodes are namespaces with their own mounts); run \
+         as root, e.g. `sudo -E cargo xtask test --nodes 2`, or in CI's root container"
+    )]
+    NotRoot,
+    #[error("`{tool}` was not found on PATH; install it: {fix}")]
+    ToolMissing {
+        tool: &'static str,
+        fix: &'static str,
+    },
+    #[error("a cluster needs 2 to {max} nodes, not {asked}", max = crate::MAX_NODES)]
+    NodeCount { asked: usize },
+    #[error("a job needs at least 1 rank per node")]
+    NoRanks,
+    #[error(
+        "node {node} did not start: {detail}. The machine must allow `unshare --uts --mount \
+         --ipc` (a container needs --privileged or CAP_SYS_ADMIN)"
+    )]
+    NodeStart { node: String, detail: String },
+    #[error(
+        "{} is not visible on the nodes (each has its own /tmp, /run and /dev/shm): put the \
+         program elsewhere, e.g. under Cluster::shared_dir()",
+        .0.display()
+    )]
+    HiddenOnNodes(PathBuf),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ClusterError {
+    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+        let what = what.into();
+        move |source| Self::Io { what, source }
+    }
+}

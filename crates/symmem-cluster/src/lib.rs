@@ -1,0 +1,439 @@
+//! An emulated cluster on one Linux machine, for testing jobs that span nodes.
+//!
+//! A node is a holder process in its own UTS, mount and IPC namespaces: its own hostname
+//! (`node-a`, `node-b`, ...), an `/etc/hosts` that maps every node to its own loopback address
+//! (127.0.0.2, 127.0.0.3, ...), and private tmpfs mounts on `/tmp`, `/run` and `/dev/shm`, so
+//! that what one node leaves in them is invisible to the others, as on separate hosts. The
+//! network is the machine's loopback: nothing else is touched.
+//!
+//! Jobs run with Open MPI's `mpirun`, started inside the first node; its rsh launcher reaches
+//! the other nodes through an agent script that enters their namespaces (`nsenter`) where it
+//! would use ssh. There is no private PID namespace: the agent, inside the first node, must
+//! reach the other nodes' holders, and a process cannot enter a sibling PID namespace.
+//! A node's processes are therefore those in its mount namespace.
+//!
+//! Everything is removed when the [`Cluster`] drops (also after an error half-way through
+//! [`Cluster::up`]): every process in a node's namespaces is killed, the holders exit (their
+//! namespaces and mounts go with them) and the cluster's own temp folder is removed. Should
+//! the owner die without dropping it (`kill -9`), a watchdog process does the same.
+
+mod error;
+mod mpirun;
+mod procs;
+mod versions;
+mod watchdog;
+
+pub use error::ClusterError;
+pub use mpirun::{Culprit, Job, JobLine, JobOutcome, Stream};
+pub use procs::Process;
+pub use versions::{engine_version, launcher_version};
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::Ipv4Addr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// The most nodes a cluster has (names `node-a` .. `node-h`).
+pub const MAX_NODES: usize = 8;
+
+/// Where a node sees the cluster's folder (the agent script, [`Cluster::shared_dir`]).
+pub const NODE_VIEW: &str = "/run/symmem-cluster";
+
+/// How to install what a cluster job needs (Debian / Ubuntu).
+pub const OPEN_MPI_FIX: &str =
+    "apt-get install openmpi-bin libopenmpi-dev libpmix-dev (Debian / Ubuntu)";
+
+/// One emulated node.
+#[derive(Debug)]
+pub struct Node {
+    name: String,
+    address: Ipv4Addr,
+    holder: Child,
+    /// `/proc/<holder>/ns/mnt` as the kernel names it (`mnt:[4026532...]`).
+    mount_ns: String,
+}
+
+impl Node {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn address(&self) -> Ipv4Addr {
+        self.address
+    }
+    /// The holder's pid: `nsenter -t PID -u -m -i` enters this node.
+    pub fn pid(&self) -> u32 {
+        self.holder.id()
+    }
+    /// Its mount namespace as `readlink /proc/PID/ns/mnt` names it: a process is on this
+    /// node when it is in this namespace.
+    pub fn mount_namespace(&self) -> &str {
+        &self.mount_ns
+    }
+    /// A path as this node sees it, from outside (`/proc/<holder>/root/...`).
+    pub fn view(&self, path_on_node: &str) -> PathBuf {
+        Path::new(&format!("/proc/{}/root", self.pid())).join(path_on_node.trim_start_matches('/'))
+    }
+}
+
+/// Nodes on this machine; see the crate docs. Drop tears everything down.
+#[derive(Debug)]
+pub struct Cluster {
+    /// Own temp folder: hosts file, agent script, shared folder, holders' stderr.
+    root: PathBuf,
+    nodes: Vec<Node>,
+    mpirun: PathBuf,
+    nsenter: PathBuf,
+    watchdog: Option<watchdog::Watchdog>,
+}
+
+/// What [`Cluster::down`] found and had to end.
+#[derive(Debug, Default)]
+pub struct Teardown {
+    /// Processes still in a node's namespaces (besides its holder), killed.
+    pub killed: Vec<(String, Process)>,
+}
+
+/// Programs the nodes need, found on PATH.
+fn tool(name: &'static str, fix: &'static str) -> Result<PathBuf, ClusterError> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .ok_or(ClusterError::ToolMissing { tool: name, fix })
+}
+
+/// The program `mpirun` of this machine, or the error naming the packages.
+pub fn find_mpirun() -> Result<PathBuf, ClusterError> {
+    tool("mpirun", OPEN_MPI_FIX)
+}
+
+/// Names `node-a`, `node-b`, ...
+pub fn node_name(index: usize) -> String {
+    format!("node-{}", (b'a' + index as u8) as char)
+}
+
+/// Single-quotes `text` for /bin/sh.
+pub(crate) fn sh_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+impl Cluster {
+    /// Starts `nodes` nodes (2 ..= [`MAX_NODES`]). Needs root, util-linux's `unshare` and
+    /// `nsenter`, and Open MPI's `mpirun`; each missing piece is an error naming the fix.
+    pub fn up(nodes: usize) -> Result<Self, ClusterError> {
+        if !(2..=MAX_NODES).contains(&nodes) {
+            return Err(ClusterError::NodeCount { asked: nodes });
+        }
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(ClusterError::NotRoot);
+        }
+        const UTIL_LINUX: &str = "apt-get install util-linux (Debian / Ubuntu)";
+        let unshare = tool("unshare", UTIL_LINUX)?;
+        let nsenter = tool("nsenter", UTIL_LINUX)?;
+        let mpirun = find_mpirun()?;
+        let root = fresh_dir()?;
+        let mut cluster = Cluster {
+            root,
+            nodes: Vec::new(),
+            mpirun,
+            nsenter,
+            watchdog: None,
+        };
+        cluster.watchdog = Some(watchdog::Watchdog::start(&cluster.root)?);
+        // From here on, an error drops `cluster`, which removes what was made so far.
+        std::fs::create_dir(cluster.shared_dir())
+            .map_err(ClusterError::io("creating the cluster's shared folder"))?;
+        let mut hosts = String::from("127.0.0.1 localhost\n");
+        for i in 0..nodes {
+            hosts.push_str(&format!("{} {}\n", address(i), node_name(i)));
+        }
+        write(&cluster.root.join("hosts"), &hosts, 0o644)?;
+        for i in 0..nodes {
+            let node = cluster.start_node(&unshare, i)?;
+            let (holder, ns) = (node.pid(), node.mount_ns.clone());
+            cluster.nodes.push(node);
+            if let Some(watchdog) = &mut cluster.watchdog {
+                watchdog.watch(holder, &ns)?;
+            }
+        }
+        cluster.write_agent()?;
+        Ok(cluster)
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// A folder every node sees, at `NODE_VIEW/shared` (see [`Cluster::on_nodes`]); the
+    /// place for programs and files of a test (the nodes' /tmp is their own).
+    pub fn shared_dir(&self) -> PathBuf {
+        self.root.join("shared")
+    }
+
+    /// Where the nodes see `path` (a path on this machine): itself, or under [`NODE_VIEW`]
+    /// when it is in the cluster's folder. Paths the nodes cannot see (under /tmp, /run or
+    /// /dev/shm) are an error naming the fix.
+    pub fn on_nodes(&self, path: &Path) -> Result<PathBuf, ClusterError> {
+        let path = std::path::absolute(path).map_err(ClusterError::io("resolving a path"))?;
+        if let Ok(rest) = path.strip_prefix(&self.root) {
+            return Ok(Path::new(NODE_VIEW).join(rest));
+        }
+        if ["/tmp", "/run", "/dev/shm"]
+            .iter()
+            .any(|private| path.starts_with(private))
+        {
+            return Err(ClusterError::HiddenOnNodes(path));
+        }
+        Ok(path)
+    }
+
+    fn start_node(&self, unshare: &Path, index: usize) -> Result<Node, ClusterError> {
+        let name = node_name(index);
+        let root = self.root.to_str().ok_or_else(|| ClusterError::NodeStart {
+            node: name.clone(),
+            detail: format!("the temp folder {} is not UTF-8", self.root.display()),
+        })?;
+        // The cluster's folder is bound into the node's /run before /tmp (where it may live)
+        // is covered by the node's own tmpfs.
+        let script = format!(
+            "set -e\n\
+             hostname {name}\n\
+             mount --bind {hosts} /etc/hosts\n\
+             mount -t tmpfs -o mode=0755,size=64m symmem-cluster-run /run\n\
+             mkdir {view}\n\
+             mount --bind {root} {view}\n\
+             mount -t tmpfs -o mode=1777 symmem-cluster-tmp /tmp\n\
+             mount -t tmpfs -o mode=1777 symmem-cluster-shm /dev/shm\n\
+             echo ready\n\
+             exec sleep infinity\n",
+            hosts = sh_quote(&format!("{root}/hosts")),
+            view = NODE_VIEW,
+            root = sh_quote(root),
+        );
+        let stderr_path = self.root.join(format!("{name}.stderr"));
+        let stderr = std::fs::File::create(&stderr_path)
+            .map_err(ClusterError::io("creating a node's log"))?;
+        let mut command = Command::new(unshare);
+        command
+            .args([
+                "--uts",
+                "--mount",
+                "--ipc",
+                "--propagation",
+                "private",
+                "--",
+            ])
+            .args(["/bin/sh", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr);
+        let mut holder = command.spawn().map_err(|e| ClusterError::NodeStart {
+            node: name.clone(),
+            detail: format!("starting {}: {e}", unshare.display()),
+        })?;
+        let mut line = String::new();
+        let read = holder
+            .stdout
+            .take()
+            .map(|out| BufReader::new(out).read_line(&mut line));
+        let started = matches!(read, Some(Ok(_))) && line.trim() == "ready";
+        if !started {
+            let _ = holder.kill();
+            let _ = holder.wait();
+            let mut log = String::new();
+            let _ = std::fs::File::open(&stderr_path).and_then(|mut f| f.read_to_string(&mut log));
+            return Err(ClusterError::NodeStart {
+                node: name,
+                detail: format!("its set-up failed: {}", log.trim()),
+            });
+        }
+        let mount_ns = std::fs::read_link(format!("/proc/{}/ns/mnt", holder.id()))
+            .map_err(ClusterError::io("reading a node's mount namespace"))?
+            .to_string_lossy()
+            .into_owned();
+        Ok(Node {
+            name,
+            address: address(index),
+            holder,
+            mount_ns,
+        })
+    }
+
+    /// The rsh agent: `agent HOST CMD...` runs CMD in HOST's namespaces, as ssh would.
+    fn write_agent(&self) -> Result<(), ClusterError> {
+        let mut cases = String::new();
+        for node in &self.nodes {
+            cases.push_str(&format!(
+                "  {}|{}) pid={} ;;\n",
+                node.name,
+                node.address,
+                node.pid()
+            ));
+        }
+        let agent = format!(
+            "#!/bin/sh\n\
+             # mpirun's rsh agent for the emulated cluster: enters the node's namespaces.\n\
+             host=$1\n\
+             shift\n\
+             case \"$host\" in\n\
+             {cases}\
+             \x20 *) echo \"symmem-cluster agent: no node named $host (nodes: {names})\" >&2; exit 255 ;;\n\
+             esac\n\
+             exec {nsenter} -t \"$pid\" -u -m -i -- /bin/sh -c \"$*\"\n",
+            names = self
+                .nodes
+                .iter()
+                .map(|n| n.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
+            nsenter = sh_quote(&self.nsenter.to_string_lossy()),
+        );
+        write(&self.root.join("agent"), &agent, 0o755)
+    }
+
+    /// The agent's path as the nodes see it.
+    pub(crate) fn agent_on_nodes(&self) -> String {
+        format!("{NODE_VIEW}/agent")
+    }
+
+    /// Processes in `node`'s namespaces other than its holder.
+    pub fn processes(&self, node: &Node) -> Vec<Process> {
+        procs::in_mount_ns(&node.mount_ns)
+            .into_iter()
+            .filter(|p| p.pid != node.pid())
+            .collect()
+    }
+
+    /// Entries under `dir` on every node (e.g. "/tmp") whose name starts with `prefix`, as
+    /// `(node, path on the node)`.
+    pub fn leftovers(&self, dir: &str, prefix: &str) -> Vec<(String, String)> {
+        let mut found = Vec::new();
+        for node in &self.nodes {
+            let Ok(entries) = std::fs::read_dir(node.view(dir)) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with(prefix) {
+                    found.push((
+                        node.name.clone(),
+                        format!("{}/{name}", dir.trim_end_matches('/')),
+                    ));
+                }
+            }
+        }
+        found
+    }
+
+    /// Kills every process in the nodes' namespaces but the holders, and waits (at most
+    /// `within`) until they are gone. Returns them.
+    pub fn sweep(&self, within: Duration) -> Vec<(String, Process)> {
+        let mut killed = Vec::new();
+        let deadline = Instant::now() + within;
+        loop {
+            let mut any = false;
+            for node in &self.nodes {
+                for p in self.processes(node) {
+                    any = true;
+                    // SAFETY: kill has no memory preconditions; the pid was read just now.
+                    unsafe { libc::kill(p.pid as libc::pid_t, libc::SIGKILL) };
+                    if !killed
+                        .iter()
+                        .any(|(_, k): &(String, Process)| k.pid == p.pid)
+                    {
+                        killed.push((node.name.clone(), p));
+                    }
+                }
+            }
+            if !any || Instant::now() >= deadline {
+                return killed;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Tears the cluster down and says what was still running on its nodes.
+    pub fn down(mut self) -> Teardown {
+        self.teardown()
+    }
+
+    fn teardown(&mut self) -> Teardown {
+        // Each holder lives until its node is empty, which keeps the node's namespaces, and so
+        // the names `processes` matches, from being freed and reused by someone else's.
+        let killed = self.sweep(Duration::from_secs(5));
+        for node in &mut self.nodes {
+            let _ = node.holder.kill();
+            let _ = node.holder.wait();
+        }
+        // The namespaces, and with them the nodes' mounts, end with their last process.
+        self.nodes.clear();
+        let _ = std::fs::remove_dir_all(&self.root);
+        if let Some(mut watchdog) = self.watchdog.take() {
+            watchdog.stand_down();
+        }
+        Teardown { killed }
+    }
+
+    pub(crate) fn first_node(&self) -> &Node {
+        &self.nodes[0]
+    }
+    pub(crate) fn mpirun_path(&self) -> &Path {
+        &self.mpirun
+    }
+    pub(crate) fn nsenter_path(&self) -> &Path {
+        &self.nsenter
+    }
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}
+
+fn address(index: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, 2 + index as u8)
+}
+
+fn write(path: &Path, text: &str, mode: u32) -> Result<(), ClusterError> {
+    std::fs::write(path, text)
+        .and_then(|()| std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)))
+        .map_err(ClusterError::io(format!("writing {}", path.display())))
+}
+
+/// A new private folder under the temp folder.
+fn fresh_dir() -> Result<PathBuf, ClusterError> {
+    static COUNT: AtomicUsize = AtomicUsize::new(0);
+    let base = std::env::temp_dir();
+    for _ in 0..100 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir = base.join(format!(
+            "symmem-cluster-{}-{}-{nanos:08x}",
+            std::process::id(),
+            COUNT.fetch_add(1, Ordering::Relaxed)
+        ));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(ClusterError::io("creating the cluster's temp folder")(e)),
+        }
+    }
+    Err(ClusterError::io("creating the cluster's temp folder")(
+        std::io::ErrorKind::AlreadyExists.into(),
+    ))
+}
+
+use std::os::unix::fs::DirBuilderExt;
