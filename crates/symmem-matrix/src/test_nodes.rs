@@ -5,7 +5,7 @@
 //! Self-contained: `test.rs` hands over the options it parsed and calls [`run`].
 
 use anyhow::{Context, bail};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use symmem::{ProviderKind, count_ranks};
@@ -66,10 +66,31 @@ pub fn run(nodes: &NodeArgs, plan: &Plan) -> anyhow::Result<ExitCode> {
     println!("cluster: {} nodes ({})", names.len(), names.join(", "));
     println!("launcher: {}", symmem_cluster::launcher_version());
     println!("engine: {}", symmem_cluster::engine_version());
+    let program = visible_program(&cluster, plan.binary)?;
     if nodes.kill_test {
-        return kill_test(&cluster, plan);
+        return kill_test(&cluster, plan, &program);
     }
-    matrix(&cluster, plan)
+    matrix(&cluster, plan, &program)
+}
+
+/// The rank binary as every node can run it: itself, or a copy in the cluster's shared folder
+/// when it lies where each node has its own folder (a checkout under /tmp, say).
+fn visible_program(cluster: &Cluster, binary: &Path) -> anyhow::Result<PathBuf> {
+    if cluster.on_nodes(binary).is_ok() {
+        return Ok(binary.to_path_buf());
+    }
+    let name = binary
+        .file_name()
+        .with_context(|| format!("{} names no file", binary.display()))?;
+    let staged = cluster.shared_dir().join(name);
+    std::fs::copy(binary, &staged).with_context(|| {
+        format!(
+            "copying {} into the cluster's shared folder {} (the nodes have their own /tmp)",
+            binary.display(),
+            staged.display()
+        )
+    })?;
+    Ok(staged)
 }
 
 /// The checks whose subject is a peer on another node (the table entry of an unreachable
@@ -97,8 +118,8 @@ struct Run {
     outcome: JobOutcome,
 }
 
-fn job(plan: &Plan, per_node: usize) -> Job {
-    let mut job = Job::new(plan.binary, per_node)
+fn job(plan: &Plan, program: &Path, per_node: usize) -> Job {
+    let mut job = Job::new(program, per_node)
         .args(["--provider", plan.provider.name()])
         .timeout(plan.timeout)
         .grace(plan.grace);
@@ -113,7 +134,7 @@ fn label(nodes: usize, per_node: usize) -> String {
     format!("{nodes}x{per_node}")
 }
 
-fn matrix(cluster: &Cluster, plan: &Plan) -> anyhow::Result<ExitCode> {
+fn matrix(cluster: &Cluster, plan: &Plan, program: &Path) -> anyhow::Result<ExitCode> {
     let nodes = cluster.nodes().len();
     let started = Instant::now();
     let mut runs = Vec::new();
@@ -127,7 +148,7 @@ fn matrix(cluster: &Cluster, plan: &Plan) -> anyhow::Result<ExitCode> {
             count_ranks(world)
         );
         let mut results = Vec::new();
-        let outcome = cluster.mpirun(&job(plan, per_node), &mut |line: &JobLine| {
+        let outcome = cluster.mpirun(&job(plan, program, per_node), &mut |line: &JobLine| {
             if line.rank.is_some()
                 && line.stream == Stream::Stdout
                 && let Some(result) = CheckResult::parse(&line.text)
@@ -230,7 +251,7 @@ fn micros(us: u64) -> String {
 /// The kill test: rank 0 hangs in the second check (an injected fault), so the job is surely
 /// mid-run once every rank reported the first; then the last rank, on the last node, gets
 /// SIGKILL.
-fn kill_test(cluster: &Cluster, plan: &Plan) -> anyhow::Result<ExitCode> {
+fn kill_test(cluster: &Cluster, plan: &Plan, program: &Path) -> anyhow::Result<ExitCode> {
     let nodes = cluster.nodes().len();
     let per_node = plan.ranks_per_node[0];
     let world = nodes * per_node;
@@ -244,7 +265,7 @@ fn kill_test(cluster: &Cluster, plan: &Plan) -> anyhow::Result<ExitCode> {
         second.id,
         first.id
     );
-    let job = Job::new(plan.binary, per_node)
+    let job = Job::new(program, per_node)
         .args(["--provider", plan.provider.name()])
         .args(["--check".to_string(), format!("{},{}", first.id, second.id)])
         .env(CONFORMANCE_FAULT.name, format!("hang@0:{}", second.id))

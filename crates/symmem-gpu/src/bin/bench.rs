@@ -30,7 +30,7 @@
 #![deny(unsafe_code)]
 
 use std::time::{Duration, Instant};
-use symmem::{Context, Error, ProviderKind, SymmetricProvider};
+use symmem::{Context, Error, PeerTable, ProviderKind, SymmetricProvider};
 use symmem_gpu::{EnvironmentAccess, Gpu, GpuConfig, GpuProvider};
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -112,80 +112,127 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     if copy && world >= 2 {
-        const MAX: usize = 4 << 30;
-        let (src, table) = ctx.allocate_symmetric::<u8>(MAX)?;
-        let (dst, _) = ctx.allocate_symmetric::<u8>(MAX)?;
-        ctx.barrier()?;
-        if rank == 0 {
-            let gpu = ctx.provider().gpu();
-            let (s, d) = (src.addr(), dst.addr());
-            let mut size = 64u64 << 20;
-            while size <= MAX as u64 {
-                let reps = ((16u64 << 30) / size).clamp(3, 64) as usize;
-                let translated = timed(gpu, reps, |g| g.copy(&table, s, 0, d, 1, size))?;
-                let untranslated =
-                    timed(gpu, reps, |g| g.copy_untranslated(&table, s, d, 1, size))?;
-                // A runtime that refuses the peer copy (of memory the SHMEM library mapped)
-                // loses that baseline only: it is reported, the other figures go on.
-                let peer_runtime = timed(gpu, reps, |g| g.copy_peer_runtime(&table, s, d, 1, size))
-                    .map(|took| gbps(size, took));
-                let runtime = timed(gpu, reps, |g| g.copy_runtime(s, d, size))?;
-                let (t, u, r) = (
-                    gbps(size, translated),
-                    gbps(size, untranslated),
-                    gbps(size, runtime),
-                );
-                let mut figure = serde_json::json!({
-                    "figure": "copy", "bytes": size, "reps": reps, "timing": "gpu events, median",
-                    "gpus": gpus, "placement": where_,
-                    "translated_kernel_gbps": t, "untranslated_kernel_gbps": u,
-                    "runtime_d2d_gbps": r,
-                    "translated_over_runtime": t / r, "untranslated_over_runtime": u / r,
-                    "translated_over_untranslated": t / u, "ratio": t / r,
-                });
-                match peer_runtime {
-                    Ok(p) => {
-                        figure["runtime_peer_gbps"] = p.into();
-                        figure["translated_over_peer_runtime"] = (t / p).into();
-                    }
-                    Err(e) => figure["runtime_peer_error"] = e.to_string().into(),
-                }
-                emit(figure);
-                size *= 2;
-            }
-            let count = (1u64 << 30) / 8;
-            let reps = 20;
-            let peer = timed(gpu, reps, |g| g.fill_u64(Some(&table), d, 1, 7, count))?;
-            let local = timed(gpu, reps, |g| g.fill_u64(None, d, 0, 7, count))?;
-            let (p, l) = (gbps(count * 8, peer), gbps(count * 8, local));
-            emit(serde_json::json!({
-                "figure": "store_1GiB", "timing": "gpu events, median", "gpus": gpus,
-                "placement": where_, "translated_to_peer_gbps": p, "plain_local_gbps": l,
-                "ratio": p / l,
-            }));
-        }
-        ctx.barrier()?;
-        ctx.free(dst)?;
-        ctx.free(src)?;
+        copy_figures(&mut ctx, gpus, &where_)?;
     }
     ctx.finalize()?;
     if !copy {
-        // What finalize gave back (the library's heap goes with the library), once the
-        // figure settles: it is device-wide, and peers on this GPU finalise at their own pace.
-        let after = settled_free_memory(ctx.provider().gpu());
-        if rank == 0 {
-            let mut figure = serde_json::json!({
-                "figure": "memory_after_finalize", "ranks": world, "gpus": gpus,
-                "placement": where_,
-            });
-            match after {
-                Ok(free) => figure["free_gib"] = gib(free).into(),
-                Err(e) => figure["error"] = e.to_string().into(),
-            }
-            emit(figure);
-        }
+        memory_after_finalize(&ctx, rank, world, gpus, &where_);
     }
     Ok(())
+}
+
+/// With `--copy`: rank 0 measures the copies and the 1 GiB store into rank 1 over two
+/// symmetric buffers of 4 GiB; every rank takes part in the allocation and the barriers.
+fn copy_figures(
+    ctx: &mut Context<GpuProvider>,
+    gpus: usize,
+    where_: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    const MAX: usize = 4 << 30;
+    let (src, table) = ctx.allocate_symmetric::<u8>(MAX)?;
+    let (dst, _) = ctx.allocate_symmetric::<u8>(MAX)?;
+    ctx.barrier()?;
+    if ctx.rank() == 0 {
+        let gpu = ctx.provider().gpu();
+        let (s, d) = (src.addr(), dst.addr());
+        let mut size = 64u64 << 20;
+        while size <= MAX as u64 {
+            copy_figure(gpu, &table, s, d, size, gpus, where_)?;
+            size *= 2;
+        }
+        store_figure(gpu, &table, d, gpus, where_)?;
+    }
+    ctx.barrier()?;
+    ctx.free(dst)?;
+    ctx.free(src)?;
+    Ok(())
+}
+
+/// The `copy` figure for one size: from `s` on rank 0 into `d` on rank 1, the four ways.
+fn copy_figure(
+    gpu: &Gpu,
+    table: &PeerTable,
+    s: u64,
+    d: u64,
+    size: u64,
+    gpus: usize,
+    where_: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let reps = ((16u64 << 30) / size).clamp(3, 64) as usize;
+    let translated = timed(gpu, reps, |g| g.copy(table, s, 0, d, 1, size))?;
+    let untranslated = timed(gpu, reps, |g| g.copy_untranslated(table, s, d, 1, size))?;
+    // A runtime that refuses the peer copy (of memory the SHMEM library mapped)
+    // loses that baseline only: it is reported, the other figures go on.
+    let peer_runtime = timed(gpu, reps, |g| g.copy_peer_runtime(table, s, d, 1, size))
+        .map(|took| gbps(size, took));
+    let runtime = timed(gpu, reps, |g| g.copy_runtime(s, d, size))?;
+    let (t, u, r) = (
+        gbps(size, translated),
+        gbps(size, untranslated),
+        gbps(size, runtime),
+    );
+    let mut figure = serde_json::json!({
+        "figure": "copy", "bytes": size, "reps": reps, "timing": "gpu events, median",
+        "gpus": gpus, "placement": where_,
+        "translated_kernel_gbps": t, "untranslated_kernel_gbps": u,
+        "runtime_d2d_gbps": r,
+        "translated_over_runtime": t / r, "untranslated_over_runtime": u / r,
+        "translated_over_untranslated": t / u, "ratio": t / r,
+    });
+    match peer_runtime {
+        Ok(p) => {
+            figure["runtime_peer_gbps"] = p.into();
+            figure["translated_over_peer_runtime"] = (t / p).into();
+        }
+        Err(e) => figure["runtime_peer_error"] = e.to_string().into(),
+    }
+    emit(figure);
+    Ok(())
+}
+
+/// The `store_1GiB` figure: the translated fill kernel into rank 1 against plain local stores.
+fn store_figure(
+    gpu: &Gpu,
+    table: &PeerTable,
+    d: u64,
+    gpus: usize,
+    where_: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let count = (1u64 << 30) / 8;
+    let reps = 20;
+    let peer = timed(gpu, reps, |g| g.fill_u64(Some(table), d, 1, 7, count))?;
+    let local = timed(gpu, reps, |g| g.fill_u64(None, d, 0, 7, count))?;
+    let (p, l) = (gbps(count * 8, peer), gbps(count * 8, local));
+    emit(serde_json::json!({
+        "figure": "store_1GiB", "timing": "gpu events, median", "gpus": gpus,
+        "placement": where_, "translated_to_peer_gbps": p, "plain_local_gbps": l,
+        "ratio": p / l,
+    }));
+    Ok(())
+}
+
+/// What finalize gave back (the library's heap goes with the library), once the figure
+/// settles: it is device-wide, and peers on this GPU finalise at their own pace. Every rank
+/// waits for it; rank 0 reports it.
+fn memory_after_finalize(
+    ctx: &Context<GpuProvider>,
+    rank: usize,
+    world: usize,
+    gpus: usize,
+    where_: &str,
+) {
+    let after = settled_free_memory(ctx.provider().gpu());
+    if rank == 0 {
+        let mut figure = serde_json::json!({
+            "figure": "memory_after_finalize", "ranks": world, "gpus": gpus,
+            "placement": where_,
+        });
+        match after {
+            Ok(free) => figure["free_gib"] = gib(free).into(),
+            Err(e) => figure["error"] = e.to_string().into(),
+        }
+        emit(figure);
+    }
 }
 
 /// The GPU's free memory once it has not risen for 200 ms (at most 5 s of polling).
