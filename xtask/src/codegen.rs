@@ -37,14 +37,7 @@ pub struct Args {
 /// The command that refreshes every generated file.
 pub const REFRESH: &str = "cargo xtask codegen";
 
-/// One generated file: where it goes, what it is made from, and its contents.
-pub struct Generated {
-    /// Relative to the repository root.
-    pub path: String,
-    /// What it is generated from, for the message when it is stale.
-    pub from: &'static str,
-    pub contents: String,
-}
+pub use crate::generated::Generated;
 
 pub fn run(sh: &xshell::Shell, args: Args) -> anyhow::Result<()> {
     let root = project_root();

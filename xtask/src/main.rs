@@ -4,6 +4,7 @@ mod build_rocshmem;
 mod build_shim;
 mod codegen;
 mod container;
+mod generated;
 mod images;
 mod matrix;
 mod project;

@@ -8,7 +8,7 @@
 //! `<!-- codegen:NAME:end -->`; `cargo xtask codegen` rewrites what is between them, and
 //! `codegen --check` fails when it is stale. The rest of README is prose, never touched.
 
-use crate::codegen::Generated;
+use crate::generated::Generated;
 use anyhow::{Context, bail};
 use std::path::Path;
 use symmem::settings::{Audience, markdown_table};

@@ -124,6 +124,13 @@ fn ask_who_listens(
     }
 }
 
+/// A rank's `Hello`, as rank 0 received it.
+struct PeerHello {
+    rank: usize,
+    world_size: usize,
+    job: Vec<(String, String)>,
+}
+
 fn accept_on(
     listener: &UnixListener,
     folder: &Folder,
@@ -140,100 +147,144 @@ fn accept_on(
     let ours = describe_job(world_size, job);
     let mut slots: Vec<Option<UnixStream>> = (1..world_size).map(|_| None).collect();
     while slots.iter().any(Option::is_none) {
-        let stream = match listener.accept() {
-            Ok((stream, _)) => stream,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    let missing = (1..world_size).filter(|r| slots[r - 1].is_none()).collect();
-                    return Err(BootstrapError::AcceptTimeout {
-                        missing,
-                        path,
-                        waited: timeout,
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(2));
-                continue;
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => return Err(BootstrapError::io("accepting a rank", e)),
+        let Some(stream) = accept_next(listener, deadline)? else {
+            let missing = (1..world_size).filter(|r| slots[r - 1].is_none()).collect();
+            return Err(BootstrapError::AcceptTimeout {
+                missing,
+                path,
+                waited: timeout,
+            });
         };
-        stream
-            .set_nonblocking(false)
-            .map_err(|e| BootstrapError::io("configuring a rank's socket", e))?;
-        let creds = getsockopt(&stream, PeerCredentials)
-            .map_err(|e| BootstrapError::io("reading a peer's credentials", e))?;
-        if creds.uid() != me {
-            let reason = format!(
-                "rank 0 runs as uid {me}, this process as uid {}; run every rank of a job as \
-                 the same user",
-                creds.uid()
-            );
-            tracing::warn!(
-                uid = creds.uid(),
-                pid = creds.pid(),
-                "refused a rendezvous peer of another user"
-            );
-            let _ = wire::send(&stream, &Message::Reject { reason }, None);
+        if !same_user(&stream, me)? {
             continue;
         }
-        // A connection that says nothing is not one of ours; it may not hold up the others.
-        let hello_deadline = deadline_in(Duration::from_secs(2).min(timeout)).min(deadline);
-        let (rank, their_world, their_job) = match wire::recv(&stream, hello_deadline) {
-            Ok(Received::Frame(
-                Message::Hello {
-                    rank,
-                    world_size,
-                    job,
-                },
-                None,
-            )) => (rank, world_size, job),
-            _ => continue, // not one of ours, or gave up: keep waiting for the real ranks
+        let Some(hello) = read_hello(&stream, deadline, timeout) else {
+            continue; // not one of ours, or gave up: keep waiting for the real ranks
         };
-        let theirs = describe_job(their_world, &their_job);
-        let shared = format!(
-            "two jobs share the rendezvous folder {}: rank 0 there is of job {ours}, this \
-             process (rank {rank}) of job {theirs}; give each job its own folder with {}",
-            folder.path().display(),
-            RENDEZVOUS.name
-        );
-        let reject = if their_world != world_size || their_job != job {
-            Some(shared)
-        } else if rank == 0 {
-            Some(format!(
-                "rank 0 of job {ours} already listens in {}: two processes claim rank 0; \
-                 either two jobs that carry the same launcher variables share this folder \
-                 (give each its own {}), or RANK is wrong",
-                folder.path().display(),
-                RENDEZVOUS.name
-            ))
-        } else if rank >= world_size {
-            Some(format!(
-                "rank {rank} is not valid in a world of {}; check the launcher's RANK",
-                symmem::count_ranks(world_size)
-            ))
-        } else if slots[rank - 1].is_some() {
-            Some(format!(
-                "rank {rank} of job {ours} already joined: two processes claim rank {rank}; \
-                 either two jobs that carry the same launcher variables share the folder {} \
-                 (give each its own {}), or RANK is wrong",
-                folder.path().display(),
-                RENDEZVOUS.name
-            ))
-        } else {
-            None
-        };
-        match reject {
+        match rejection(folder, world_size, job, &ours, &hello, &slots) {
             Some(reason) => {
-                tracing::warn!(rank, %reason, "refused a rendezvous peer");
+                tracing::warn!(rank = hello.rank, %reason, "refused a rendezvous peer");
                 let _ = wire::send(&stream, &Message::Reject { reason }, None);
             }
             None => {
                 wire::send(&stream, &Message::Welcome, None)?;
-                slots[rank - 1] = Some(stream);
+                slots[hello.rank - 1] = Some(stream);
             }
         }
     }
     Ok(slots.into_iter().flatten().collect())
+}
+
+/// The next connection on the (non-blocking) listener; `None` once `deadline` has passed
+/// with none waiting.
+fn accept_next(
+    listener: &UnixListener,
+    deadline: Instant,
+) -> Result<Option<UnixStream>, BootstrapError> {
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => return Ok(Some(stream)),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    return Ok(None);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(BootstrapError::io("accepting a rank", e)),
+        }
+    }
+}
+
+/// Makes the stream blocking and checks that its peer runs as uid `me`; a peer of another
+/// user is sent a `Reject` and `false` is returned.
+fn same_user(stream: &UnixStream, me: u32) -> Result<bool, BootstrapError> {
+    stream
+        .set_nonblocking(false)
+        .map_err(|e| BootstrapError::io("configuring a rank's socket", e))?;
+    let creds = getsockopt(stream, PeerCredentials)
+        .map_err(|e| BootstrapError::io("reading a peer's credentials", e))?;
+    if creds.uid() == me {
+        return Ok(true);
+    }
+    let reason = format!(
+        "rank 0 runs as uid {me}, this process as uid {}; run every rank of a job as \
+         the same user",
+        creds.uid()
+    );
+    tracing::warn!(
+        uid = creds.uid(),
+        pid = creds.pid(),
+        "refused a rendezvous peer of another user"
+    );
+    let _ = wire::send(stream, &Message::Reject { reason }, None);
+    Ok(false)
+}
+
+/// The peer's `Hello`, or `None` when it sends something else or nothing in time.
+fn read_hello(stream: &UnixStream, deadline: Instant, timeout: Duration) -> Option<PeerHello> {
+    // A connection that says nothing is not one of ours; it may not hold up the others.
+    let hello_deadline = deadline_in(Duration::from_secs(2).min(timeout)).min(deadline);
+    match wire::recv(stream, hello_deadline) {
+        Ok(Received::Frame(
+            Message::Hello {
+                rank,
+                world_size,
+                job,
+            },
+            None,
+        )) => Some(PeerHello {
+            rank,
+            world_size,
+            job,
+        }),
+        _ => None,
+    }
+}
+
+/// Why rank 0 (of job `ours`: `world_size`, `job`) refuses this `Hello`; `None` to welcome it.
+fn rejection(
+    folder: &Folder,
+    world_size: usize,
+    job: &[(String, String)],
+    ours: &str,
+    hello: &PeerHello,
+    slots: &[Option<UnixStream>],
+) -> Option<String> {
+    let rank = hello.rank;
+    let theirs = describe_job(hello.world_size, &hello.job);
+    let shared = format!(
+        "two jobs share the rendezvous folder {}: rank 0 there is of job {ours}, this \
+         process (rank {rank}) of job {theirs}; give each job its own folder with {}",
+        folder.path().display(),
+        RENDEZVOUS.name
+    );
+    if hello.world_size != world_size || hello.job != job {
+        Some(shared)
+    } else if rank == 0 {
+        Some(format!(
+            "rank 0 of job {ours} already listens in {}: two processes claim rank 0; \
+             either two jobs that carry the same launcher variables share this folder \
+             (give each its own {}), or RANK is wrong",
+            folder.path().display(),
+            RENDEZVOUS.name
+        ))
+    } else if rank >= world_size {
+        Some(format!(
+            "rank {rank} is not valid in a world of {}; check the launcher's RANK",
+            symmem::count_ranks(world_size)
+        ))
+    } else if slots[rank - 1].is_some() {
+        Some(format!(
+            "rank {rank} of job {ours} already joined: two processes claim rank {rank}; \
+             either two jobs that carry the same launcher variables share the folder {} \
+             (give each its own {}), or RANK is wrong",
+            folder.path().display(),
+            RENDEZVOUS.name
+        ))
+    } else {
+        None
+    }
 }
 
 pub(crate) fn connect_root(

@@ -12,6 +12,7 @@
 //! Every `SYMMEM_*` environment variable is declared in [`settings`]. What happens when a rank
 //! fails is the failure policy in the repository's ARCHITECTURE.md.
 
+mod bootstrap_choice;
 mod collective;
 mod context;
 mod engine;

@@ -16,7 +16,7 @@
 //! in the crate that reads it, with [`Audience::Development`]; README's second table shows its
 //! [`markdown_row`] (the tidy test checks that README names it).
 
-use crate::engine::BootstrapChoice;
+use crate::bootstrap_choice::BootstrapChoice;
 use crate::launcher::Launcher;
 use crate::provider_kind::ProviderKind;
 use crate::units::{format_bytes, format_duration, parse_bytes, parse_timeout};
