@@ -290,6 +290,48 @@ impl Cluster {
             return Err(ClusterError::NoRanks);
         }
         let program = self.on_nodes(&job.program)?;
+        let words = self.mpirun_words(job, &program);
+        let shown = words.join(" ");
+        let mut command = self.mpirun_command(job, &words);
+        let started = Instant::now();
+        let mut child = command
+            .spawn()
+            .map_err(ClusterError::io(format!("starting {shown}")))?;
+        let (rx, readers) = spawn_readers(&mut child);
+
+        let mut lines = Vec::new();
+        let deadline = started + job.timeout;
+        let (status, timed_out) =
+            wait_for_exit(&mut child, &rx, deadline, job.grace, on_line, &mut lines)?;
+        let ended = Instant::now();
+        let elapsed = ended - started;
+        let left_behind = self.settle_and_sweep(job.grace);
+        drain_lines(&rx, on_line, &mut lines);
+        for reader in readers {
+            if reader.is_finished() {
+                let _ = reader.join();
+            }
+        }
+        let own: Vec<&str> = lines
+            .iter()
+            .filter(|l| l.rank.is_none())
+            .map(|l| l.text.as_str())
+            .collect();
+        let culprit = Culprit::from_mpirun(&own);
+        Ok(JobOutcome {
+            status,
+            lines,
+            culprit,
+            timed_out,
+            elapsed,
+            ended,
+            left_behind,
+            command: shown,
+        })
+    }
+
+    /// The command line of `mpirun` for `job`, whose program is at `program` on the nodes.
+    fn mpirun_words(&self, job: &Job, program: &std::path::Path) -> Vec<String> {
         let hosts: Vec<String> = self
             .nodes()
             .iter()
@@ -317,14 +359,17 @@ impl Cluster {
         }
         words.push(program.to_string_lossy().into_owned());
         words.extend(job.args.iter().cloned());
-        let shown = words.join(" ");
+        words
+    }
 
+    /// `words` run inside the first node's namespaces, with the job's environment.
+    fn mpirun_command(&self, job: &Job, words: &[String]) -> Command {
         let mut command = Command::new(self.nsenter_path());
         command
             .arg("-t")
             .arg(self.first_node().pid().to_string())
             .args(["-u", "-m", "-i", "--"])
-            .args(&words)
+            .args(words)
             .current_dir("/")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -340,113 +385,18 @@ impl Cluster {
                 .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
                 .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
         }
-        let started = Instant::now();
-        let mut child = command
-            .spawn()
-            .map_err(ClusterError::io(format!("starting {shown}")))?;
-        let (tx, rx) = mpsc::channel::<JobLine>();
-        let readers: Vec<_> = [
-            child
-                .stdout
-                .take()
-                .map(|p| (Box::new(p) as Box<dyn Read + Send>, Stream::Stdout)),
-            child
-                .stderr
-                .take()
-                .map(|p| (Box::new(p) as Box<dyn Read + Send>, Stream::Stderr)),
-        ]
-        .into_iter()
-        .flatten()
-        .map(|(pipe, stream)| {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                let mut demux = Demux::default();
-                for raw in BufReader::new(pipe).lines().map_while(Result::ok) {
-                    for line in demux.feed(&raw, stream) {
-                        if tx.send(line).is_err() {
-                            return;
-                        }
-                    }
-                }
-                for line in demux.finish() {
-                    let _ = tx.send(line);
-                }
-            })
-        })
-        .collect();
-        drop(tx);
+        command
+    }
 
-        let mut lines = Vec::new();
-        let mut take = |line: JobLine, lines: &mut Vec<JobLine>| {
-            on_line(&line);
-            lines.push(line);
-        };
-        let deadline = started + job.timeout;
-        let mut timed_out = false;
-        let mut term_sent: Option<Instant> = None;
-        let status = loop {
-            while let Ok(line) = rx.try_recv() {
-                take(line, &mut lines);
-            }
-            if let Some(status) = child
-                .try_wait()
-                .map_err(ClusterError::io("waiting for mpirun"))?
-            {
-                break status;
-            }
-            let now = Instant::now();
-            match term_sent {
-                None if now >= deadline => {
-                    timed_out = true;
-                    // SAFETY: kill has no memory preconditions; the child is not reaped yet.
-                    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-                    term_sent = Some(now);
-                }
-                Some(at) if now >= at + job.grace => {
-                    let _ = child.kill();
-                }
-                _ => {}
-            }
-            if let Ok(line) = rx.recv_timeout(Duration::from_millis(10)) {
-                take(line, &mut lines);
-            }
-        };
-        let ended = Instant::now();
-        let elapsed = ended - started;
-        // What the ranks and daemons still run gets the grace period to end by itself.
-        let settle = Instant::now() + job.grace;
+    /// Gives what the ranks and daemons still run the grace period to end by itself, then
+    /// kills and returns what is left.
+    fn settle_and_sweep(&self, grace: Duration) -> Vec<(String, Process)> {
+        let settle = Instant::now() + grace;
         while self.nodes().iter().any(|n| !self.processes(n).is_empty()) && Instant::now() < settle
         {
             std::thread::sleep(Duration::from_millis(10));
         }
-        let left_behind = self.sweep(Duration::from_secs(5));
-        // The pipes close once every process holding them is gone.
-        let drain_until = Instant::now() + Duration::from_secs(2);
-        while let Ok(line) = rx.recv_timeout(drain_until.saturating_duration_since(Instant::now()))
-        {
-            take(line, &mut lines);
-        }
-        for reader in readers {
-            if reader.is_finished() {
-                let _ = reader.join();
-            }
-        }
-        let own: Vec<&str> = lines
-            .iter()
-            .filter(|l| l.rank.is_none())
-            .map(|l| l.text.as_str())
-            .collect();
-        let culprit = Culprit::from_mpirun(&own);
-        Ok(JobOutcome {
-            status,
-            lines,
-            culprit,
-            timed_out,
-            elapsed,
-            ended,
-            left_behind,
-            command: shown,
-        })
+        self.sweep(Duration::from_secs(5))
     }
 
     /// The process of rank `rank` of the running job and its node: the outermost process on
@@ -493,6 +443,106 @@ impl Cluster {
     /// The temp folder of the cluster (for reports).
     pub fn folder(&self) -> &std::path::Path {
         self.root()
+    }
+}
+
+/// Hands `line` to `on_line` and keeps it.
+fn take_line(line: JobLine, on_line: &mut dyn FnMut(&JobLine), lines: &mut Vec<JobLine>) {
+    on_line(&line);
+    lines.push(line);
+}
+
+/// Threads that read the child's stdout and stderr, put their lines back together and send
+/// them on the returned channel.
+fn spawn_readers(
+    child: &mut std::process::Child,
+) -> (mpsc::Receiver<JobLine>, Vec<std::thread::JoinHandle<()>>) {
+    let (tx, rx) = mpsc::channel::<JobLine>();
+    let readers: Vec<_> = [
+        child
+            .stdout
+            .take()
+            .map(|p| (Box::new(p) as Box<dyn Read + Send>, Stream::Stdout)),
+        child
+            .stderr
+            .take()
+            .map(|p| (Box::new(p) as Box<dyn Read + Send>, Stream::Stderr)),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|(pipe, stream)| {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut demux = Demux::default();
+            for raw in BufReader::new(pipe).lines().map_while(Result::ok) {
+                for line in demux.feed(&raw, stream) {
+                    if tx.send(line).is_err() {
+                        return;
+                    }
+                }
+            }
+            for line in demux.finish() {
+                let _ = tx.send(line);
+            }
+        })
+    })
+    .collect();
+    drop(tx);
+    (rx, readers)
+}
+
+/// Takes lines until `child` exits: SIGTERM at `deadline`, SIGKILL `grace` later. Returns its
+/// status and whether it timed out.
+fn wait_for_exit(
+    child: &mut std::process::Child,
+    rx: &mpsc::Receiver<JobLine>,
+    deadline: Instant,
+    grace: Duration,
+    on_line: &mut dyn FnMut(&JobLine),
+    lines: &mut Vec<JobLine>,
+) -> Result<(ExitStatus, bool), ClusterError> {
+    let mut timed_out = false;
+    let mut term_sent: Option<Instant> = None;
+    let status = loop {
+        while let Ok(line) = rx.try_recv() {
+            take_line(line, on_line, lines);
+        }
+        if let Some(status) = child
+            .try_wait()
+            .map_err(ClusterError::io("waiting for mpirun"))?
+        {
+            break status;
+        }
+        let now = Instant::now();
+        match term_sent {
+            None if now >= deadline => {
+                timed_out = true;
+                // SAFETY: kill has no memory preconditions; the child is not reaped yet.
+                unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+                term_sent = Some(now);
+            }
+            Some(at) if now >= at + grace => {
+                let _ = child.kill();
+            }
+            _ => {}
+        }
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(10)) {
+            take_line(line, on_line, lines);
+        }
+    };
+    Ok((status, timed_out))
+}
+
+/// Takes the lines still coming, for up to 2 s: the pipes close once every process holding
+/// them is gone.
+fn drain_lines(
+    rx: &mpsc::Receiver<JobLine>,
+    on_line: &mut dyn FnMut(&JobLine),
+    lines: &mut Vec<JobLine>,
+) {
+    let drain_until = Instant::now() + Duration::from_secs(2);
+    while let Ok(line) = rx.recv_timeout(drain_until.saturating_duration_since(Instant::now())) {
+        take_line(line, on_line, lines);
     }
 }
 
