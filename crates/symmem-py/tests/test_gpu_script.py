@@ -51,6 +51,8 @@ def test_the_mps_probe_of_nvshmem_prints_no_io_error(tmp_path):
     script = bundle / "run-python.sh"
     script.write_text((REPO / "scripts/gpu/run-python.sh").read_text())
     script.chmod(0o755)
+    # The bundle carries the NVSHMEM environment helper the script sources (bundle-python.sh).
+    (bundle / "env.sh").write_text((REPO / "scripts/gpu/env.sh").read_text())
     with zipfile.ZipFile(bundle / "symmem-0.0.0-cp39-abi3-linux_x86_64.whl", "w") as wheel:
         wheel.writestr("symmem_stand_in.txt", "not a real wheel: pip refuses it, zipfile unpacks it")
     executable(bundle / "symmem-run", LAUNCHER)
