@@ -112,7 +112,7 @@ pub fn exec(program: &Path, args: &[String]) -> anyhow::Error {
 
 /// Where `cargo xtask build-shim --backend BACKEND` builds and installs the shim.
 pub fn shim_dir(backend: ProviderKind) -> PathBuf {
-    target_dir().join("shim").join(backend.name())
+    symmem_build::shim::default_out(&target_dir(), backend)
 }
 
 /// The library `cargo xtask build-shim` installs for `backend` (in [`shim_dir`]); `None` for

@@ -489,6 +489,12 @@ fn rocshmem_setup(
     Ok(library)
 }
 
+/// Where the shim for `backend` is built and installed unless `--out-dir` says otherwise
+/// (`<target>/shim/<backend>`; the library lands in its `lib/`).
+pub fn default_out(target: &Path, backend: ProviderKind) -> PathBuf {
+    target.join("shim").join(backend.name())
+}
+
 /// Checks the inputs and decides the defines; no tool runs yet.
 fn setup(sh: &Shell, ws: &Workspace, args: &Args) -> anyhow::Result<Setup> {
     let backend = args.backend;
@@ -496,7 +502,7 @@ fn setup(sh: &Shell, ws: &Workspace, args: &Args) -> anyhow::Result<Setup> {
     let out = std::path::absolute(
         args.out_dir
             .clone()
-            .unwrap_or_else(|| ws.target.join("shim").join(backend.name())),
+            .unwrap_or_else(|| default_out(&ws.target, backend)),
     )?;
     let mut defines: Vec<(String, String)> = vec![
         ("CMAKE_BUILD_TYPE".into(), "Release".into()),
