@@ -366,7 +366,6 @@ fn ensure_sif(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     fn model() -> Model {
         images::load_model(&project_root(), Base::Amd).unwrap()
@@ -384,16 +383,13 @@ mod tests {
     fn fake(dir: &Path, program: &str, arms: &str) -> PathBuf {
         let log = dir.join("log");
         let exe = dir.join("bin").join(program);
-        std::fs::create_dir_all(exe.parent().unwrap()).unwrap();
-        std::fs::write(
+        symmem_test_support::command::write_script(
             &exe,
-            format!(
+            &format!(
                 "#!/bin/sh\necho \"$*\" >> '{}'\ncase \"$*\" in\n{arms}\n*) exit 0 ;;\nesac\n",
                 log.display()
             ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        );
         log
     }
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::{copy_dir, git, which};
+use symmem_test_support::command::write_script;
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -65,20 +66,15 @@ fn fixture() -> Option<Fixture> {
     std::fs::create_dir_all(rocm.join("llvm/bin")).unwrap();
     for tool in ["clang++", "llvm-link", "opt"] {
         let path = rocm.join("llvm/bin").join(tool);
-        std::fs::write(&path, "#!/bin/sh\nexit 0\n").unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        write_script(&path, "#!/bin/sh\nexit 0\n");
     }
     let hipcc = rocm.join("bin/hipcc");
-    std::fs::write(
+    write_script(
         &hipcc,
         "#!/bin/sh\n# Stand-in for hipcc: the host C++ compiler, or a failure on request.\n\
          if [ -n \"$FAKE_HIPCC_FAIL\" ]; then echo 'fake hipcc: failing on purpose' >&2; exit 1; fi\n\
          exec c++ \"$@\"\n",
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&hipcc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     write_pins(&root, &format!("file://{}", repo.display()), &commit);
     Some(Fixture {
         _dir: dir,

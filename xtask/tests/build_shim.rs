@@ -3,12 +3,12 @@
 //! Needs CMake and a C++ compiler, not a GPU toolchain: the CUDA compiler it is given is a
 //! script that fails, so CMake's configure step fails the way a wrong -D makes it fail.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
 mod common;
 use common::which;
+use symmem_test_support::command::write_script;
 
 fn xtask(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_xtask"))
@@ -61,13 +61,10 @@ fn a_failed_configure_is_a_clean_error() {
     }
     let dir = tempfile::tempdir().unwrap();
     let nvcc = dir.path().join("cuda/bin/nvcc");
-    std::fs::create_dir_all(nvcc.parent().unwrap()).unwrap();
-    std::fs::write(
+    write_script(
         &nvcc,
         "#!/bin/sh\necho 'not a CUDA compiler: a test stand-in that fails' >&2\nexit 1\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&nvcc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let home = dir.path().join("nvshmem");
     std::fs::create_dir_all(home.join("include")).unwrap();
     std::fs::write(home.join("include/nvshmem.h"), "").unwrap();
@@ -161,8 +158,7 @@ fn each_build_uses_the_rocshmem_it_was_given() {
     let bin = dir.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let cmake = bin.join("cmake");
-    std::fs::write(&cmake, CACHING_CMAKE).unwrap();
-    std::fs::set_permissions(&cmake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_script(&cmake, CACHING_CMAKE);
     let rocm = dir.path().join("rocm");
     std::fs::create_dir_all(&rocm).unwrap();
     let (a, b) = (dir.path().join("rocshmem-a"), dir.path().join("rocshmem-b"));

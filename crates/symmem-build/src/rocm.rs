@@ -527,18 +527,7 @@ mod tests {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
 
-    /// An executable script that is run. Written by a child `sh`, so no thread of this
-    /// test process holds it open for writing when another test forks ("Text file busy").
-    fn script(path: &Path, body: &str) {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        let sh = Shell::new().unwrap();
-        let write = "cat > \"$1\" && chmod 755 \"$1\"";
-        cmd!(sh, "sh -c {write} sh {path}")
-            .quiet()
-            .stdin(body)
-            .run()
-            .unwrap();
-    }
+    use symmem_test_support::command::write_script as script;
 
     /// A hipconfig stand-in answering --rocmpath and --hipclangpath (without a newline, as
     /// hipcc 7's does).

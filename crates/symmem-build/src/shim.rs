@@ -810,22 +810,14 @@ mod tests {
         std::fs::set_permissions(&clang, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
         let hipconfig = dir.path().join("bin/hipconfig");
-        std::fs::create_dir_all(hipconfig.parent().unwrap()).unwrap();
         let body = format!(
             "#!/bin/sh\ncase \"$1\" in\n  --rocmpath) printf %s '{}' ;;\n  \
              --hipclangpath) printf %s '{}' ;;\n  *) exit 2 ;;\nesac\n",
             root.display(),
             clang.parent().unwrap().display()
         );
-        // Written by a child, so no thread of this process holds it open when another test
-        // forks ("Text file busy").
+        symmem_test_support::command::write_script(&hipconfig, &body);
         let sh = Shell::new().unwrap();
-        let write = "cat > \"$1\" && chmod 755 \"$1\"";
-        xshell::cmd!(sh, "sh -c {write} sh {hipconfig}")
-            .quiet()
-            .stdin(body)
-            .run()
-            .unwrap();
         let search = |path: Vec<PathBuf>| rocm::Search {
             rocm_path_env: None,
             hipcc_env: None,

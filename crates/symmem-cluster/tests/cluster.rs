@@ -5,7 +5,6 @@
 //! Needs root and Open MPI (`.ci/cluster` installs it); elsewhere each test prints
 //! "SKIPPED: ..." with the reason.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use symmem_cluster::{Cluster, ClusterError, Job, JobOutcome, Stream};
@@ -26,8 +25,7 @@ fn cluster() -> Option<Cluster> {
 
 fn script(cluster: &Cluster, name: &str, body: &str) -> PathBuf {
     let path = cluster.shared_dir().join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    symmem_test_support::command::write_script(&path, &format!("#!/bin/sh\n{body}"));
     path
 }
 

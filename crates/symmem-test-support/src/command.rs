@@ -56,6 +56,37 @@ pub fn exit_codes_in_help(help: &str) -> (Vec<&str>, &str) {
     (codes, section)
 }
 
+/// Writes `body` to `path` as an executable script (mode 0755), making its folder.
+///
+/// A child `sh` writes it, not this process: a file this process had open for writing would be
+/// inherited by a child that another test thread forks at that moment, and until that child
+/// execs, running the script fails with "Text file busy" (ETXTBSY).
+pub fn write_script(path: &std::path::Path, body: &str) {
+    use std::io::Write as _;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", parent.display()));
+    }
+    let mut child = Command::new("sh")
+        .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting sh to write a script");
+    child
+        .stdin
+        .take()
+        .expect("its stdin")
+        .write_all(body.as_bytes())
+        .expect("writing the script to sh");
+    let status = child.wait().expect("waiting for sh");
+    assert!(
+        status.success(),
+        "writing {} failed: {status}",
+        path.display()
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,5 +136,35 @@ mod tests {
         let (codes, section) = exit_codes_in_help(help);
         assert_eq!(codes, ["0", "75", "130"], "{section}");
         assert!(section.ends_with("130  interrupted"), "{section:?}");
+    }
+
+    /// Scripts written while another thread keeps forking run every time. Written by this
+    /// process instead (`std::fs::write`), the loop met "Text file busy" in two of three runs.
+    #[test]
+    fn a_written_script_runs_while_other_threads_fork() {
+        let dir = tempfile::tempdir().unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let forker = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    Command::new("true").status().unwrap();
+                }
+            })
+        };
+        let started = Instant::now();
+        for i in 0..200 {
+            if started.elapsed() > Duration::from_secs(20) {
+                break;
+            }
+            let path = dir.path().join(format!("bin/s{i}"));
+            write_script(&path, &format!("#!/bin/sh\necho {i}\n"));
+            let out = Command::new(&path)
+                .output()
+                .unwrap_or_else(|e| panic!("run {i}: {e}"));
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), i.to_string());
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        forker.join().unwrap();
     }
 }

@@ -2,7 +2,8 @@
 //! `cargo-test-support`). A dev-dependency only: never published, never in a library.
 //!
 //! - [`process`]: whether processes and process groups are gone, read from `/proc`.
-//! - [`command`]: commands that start with default signal dispositions, and waiting for them.
+//! - [`command`]: commands that start with default signal dispositions, waiting for them, and
+//!   stand-in scripts written so that running them never meets "Text file busy".
 //! - [`ranks`]: ranks as threads of the test process, or as processes of the test binary.
 //! - [`launch`]: runs through `symmem_launch`, and assertions on their reports.
 
