@@ -513,6 +513,7 @@ mod tests {
         let gpu = run_arguments(&sh(), Engine::Docker, exe, "img", true, &[], &[]);
         for argv in [&host, &gpu] {
             assert!(argv.contains(&"--ipc=host".to_string()));
+            assert!(argv.contains(&"--network=host".to_string()));
             assert!(
                 !argv.iter().any(|a| a.starts_with("--shm-size")),
                 "{argv:?}"
@@ -678,7 +679,7 @@ mod tests {
             lines[3],
             format!(
                 "run --rm --init --security-opt=seccomp=unconfined --cap-add=SYS_PTRACE \
-                 --ipc=host --device=/dev/kfd --device=/dev/dri --group-add=video \
+                 --ipc=host --network=host --device=/dev/kfd --device=/dev/dri --group-add=video \
                  --ulimit=memlock=-1 {image} symmem-matrix test --provider rocshmem --ranks 1,8 \
                  --timeout 120s --grace 1500ms"
             )

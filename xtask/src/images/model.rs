@@ -196,12 +196,16 @@ pub const PACKAGES: &[&str] = &[
 
 /// `docker run` flags for every provider: an init process that forwards signals and reaps the
 /// ranks, the host's IPC namespace (its /dev/shm, so no `--shm-size`: Podman refuses the two
-/// together), ptrace for cross-memory attach.
+/// together), ptrace for cross-memory attach, and the host's network: the ranks of a node meet
+/// over Unix sockets in a folder, ranks on other nodes over the host's network, and Docker's
+/// default bridge (a veth pair and firewall rules made and removed per run) was about 0.25 s
+/// of every run's start and exit here (docs/benchmarks.md).
 pub const DOCKER_RUN_FLAGS: &[&str] = &[
     "--init",
     "--security-opt=seccomp=unconfined",
     "--cap-add=SYS_PTRACE",
     "--ipc=host",
+    "--network=host",
 ];
 
 /// `docker run` flags added for GPU providers: the ROCm KFD and DRI devices, the video group,
