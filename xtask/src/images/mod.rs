@@ -636,10 +636,18 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
             // The programs are installed from the workspace build, on PATH.
             for program in model::INSTALLED {
                 assert!(
-                    dockerfile.contains(&format!("/opt/symmem/target/debug/{program}")),
-                    "{program}"
+                    dockerfile.contains(&format!("/opt/symmem/target/release/{}", program.bin)),
+                    "{program:?}"
+                );
+                assert!(
+                    dockerfile.contains(&format!(
+                        "--package {} --bin {}",
+                        program.package, program.bin
+                    )),
+                    "{program:?}"
                 );
             }
+            assert!(dockerfile.contains("rm -rf /opt/symmem/target/release"));
             assert!(dockerfile.contains("/usr/local/bin/"), "{dockerfile}");
         }
         // The AMD image's rank binary finds the installed shim through the setting.
