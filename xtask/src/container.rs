@@ -160,7 +160,7 @@ pub fn execute(
 
 /// Whether the `docker` CLI is Podman's (podman-docker), which refuses some of Docker's flag
 /// combinations.
-fn is_podman(sh: &Shell, exe: &Path) -> bool {
+pub(crate) fn is_podman(sh: &Shell, exe: &Path) -> bool {
     let real = std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf());
     if real.file_name().is_some_and(|n| n == "podman") {
         return true;

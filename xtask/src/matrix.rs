@@ -13,11 +13,11 @@ use std::process::ExitCode;
 use symmem::ProviderKind;
 use symmem::settings::SHIM_LIB;
 
-const MATRIX: Binary = Binary {
+pub(crate) const MATRIX: Binary = Binary {
     package: "symmem-matrix",
     bin: "symmem-matrix",
 };
-const RANK: Binary = Binary {
+pub(crate) const RANK: Binary = Binary {
     package: "symmem-conformance",
     bin: "symmem-conformance",
 };

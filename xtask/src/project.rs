@@ -28,17 +28,34 @@ pub struct Binary {
     pub bin: &'static str,
 }
 
+/// The cargo profile a build uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Profile {
+    Dev,
+    Release,
+}
+
 /// Builds `binaries` with one cargo run and returns their paths, in order, as cargo reports
 /// them.
 pub fn build_binaries(sh: &Shell, binaries: &[Binary]) -> anyhow::Result<Vec<PathBuf>> {
+    build_binaries_as(sh, binaries, Profile::Dev)
+}
+
+/// [`build_binaries`] with the given profile.
+pub fn build_binaries_as(
+    sh: &Shell,
+    binaries: &[Binary],
+    profile: Profile,
+) -> anyhow::Result<Vec<PathBuf>> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    build_binaries_with(sh, &cargo, binaries)
+    build_binaries_with(sh, &cargo, binaries, profile)
 }
 
 fn build_binaries_with(
     sh: &Shell,
     cargo: &std::ffi::OsStr,
     binaries: &[Binary],
+    profile: Profile,
 ) -> anyhow::Result<Vec<PathBuf>> {
     let names: Vec<&str> = binaries.iter().map(|b| b.bin).collect();
     let names = names.join(" and ");
@@ -50,6 +67,9 @@ fn build_binaries_with(
         );
     }
     let mut selection = Vec::new();
+    if profile == Profile::Release {
+        selection.push("--release");
+    }
     for b in binaries {
         selection.extend(["--package", b.package, "--bin", b.bin]);
     }
@@ -135,6 +155,7 @@ mod tests {
                 package: "symmem-matrix",
                 bin: "symmem-matrix",
             }],
+            Profile::Dev,
         )
         .unwrap_err()
         .to_string();

@@ -2,6 +2,7 @@
 //! Debian-base image built here. Their files are generated (by `cargo xtask codegen`) from one
 //! model fed by pins.toml.
 
+mod bench;
 pub mod model;
 mod render;
 pub mod tag;
@@ -34,6 +35,7 @@ use xshell::{Cmd, Shell, cmd};
 ///   cargo xtask images inputs     # the files the tag hashes
 ///   cargo xtask images base       # the Debian-ROCm base image (.ci/sid-root + docker import)
 ///   cargo xtask images build      # the Debian-base image, built offline from a staged context
+///   cargo xtask images bench      # the warm matrix bare and in that image, side by side
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -81,6 +83,9 @@ enum Sub {
         #[arg(long)]
         context_only: bool,
     },
+    /// Time the warm matrix bare and in the Debian-base image under each engine found, side
+    /// by side (`cargo xtask images bench --help` says how).
+    Bench(bench::Args),
 }
 
 /// The generated files, relative to the repository root, with their contents.
@@ -127,6 +132,7 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
             engine,
             context_only,
         } => build_debian(sh, &root, engine, context_only),
+        Sub::Bench(args) => bench::run(sh, args),
     }
 }
 

@@ -1,0 +1,594 @@
+//! `cargo xtask images bench`: what running in an image costs. The warm host-provider matrix,
+//! bare and in the Debian-base image under each engine found, side by side in one run: every
+//! round runs each command once, in an order that turns each round, so the machine's load
+//! falls on all of them alike. What an engine adds is the median over rounds of (its run -
+//! the bare run of the same round).
+
+use super::model::{Base, Engine, Model};
+use crate::container::{self, Request};
+use crate::matrix::{MATRIX, RANK};
+use crate::project::{self, Profile, project_root, target_dir};
+use anyhow::{Context, bail};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use symmem::ProviderKind;
+use xshell::{Shell, cmd};
+
+/// Time the warm conformance matrix (host provider) bare and in the Debian-base image that
+/// `cargo xtask images build` made, under Docker, Podman and Apptainer, side by side.
+///
+/// Bare runs the same programs the image installs, built the same way (release).
+///
+/// Each engine is the one given, else the one on PATH; an engine not found is left out and
+/// the report says so. Beside the matrix in the image, each engine's start and exit alone
+/// (`true` in the image) and its command alone (`--version`) are timed, so that what the
+/// engine, and a wrapper around it, cost can be told apart. The images are this checkout's tag (`--tag` to bench another). One
+/// warm-up run of each command, then ROUNDS rounds; each round runs every command once,
+/// starting one further along the list each time. Every run must pass; a failed run stops
+/// the bench and shows its output. The report (also written to target/bench/containers.md)
+/// gives each command's median, min and max, and for each engine what it adds over bare (the
+/// median over rounds of the difference to that round's bare run), against issue 25's goal.
+/// Speed is reported, never enforced: the exit code says only whether every run passed.
+///
+/// Examples:
+///   cargo xtask images bench
+///   cargo xtask images bench --rounds 20 --ranks 8
+///   cargo xtask images bench --podman target/ci/podman-bin/docker \
+///       --apptainer target/ci/apptainer-bin/apptainer          # as .ci/run does
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// Rounds after the warm-up; each runs every command once.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(3..=1000))]
+    rounds: u32,
+    /// The matrix's rank counts (as `symmem-matrix test --ranks`).
+    #[arg(long, default_value = "1,2,4,8", value_name = "LIST")]
+    ranks: String,
+    /// Docker's CLI [default: `docker` on PATH, unless that is Podman's].
+    #[arg(long, value_name = "PATH")]
+    docker: Option<PathBuf>,
+    /// Podman, or podman-docker's `docker` [default: `podman` on PATH].
+    #[arg(long, value_name = "PATH")]
+    podman: Option<PathBuf>,
+    /// Apptainer [default: `apptainer` on PATH]; runs target/images/symmem-debian-TAG.sif.
+    #[arg(long, value_name = "PATH")]
+    apptainer: Option<PathBuf>,
+    /// The images' tag [default: this checkout's, `cargo xtask images tag`].
+    #[arg(long, value_name = "TAG")]
+    tag: Option<String>,
+}
+
+/// One engine as the bench knows it: the name the report uses and the goal for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runner {
+    Docker,
+    Podman,
+    Apptainer,
+}
+
+impl Runner {
+    pub const ALL: [Runner; 3] = [Runner::Docker, Runner::Podman, Runner::Apptainer];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Runner::Docker => "docker",
+            Runner::Podman => "podman",
+            Runner::Apptainer => "apptainer",
+        }
+    }
+
+    /// What running the warm matrix in the image may add over bare (issue 25, item 3).
+    pub fn goal_seconds(self) -> f64 {
+        match self {
+            Runner::Docker | Runner::Podman => 0.5,
+            Runner::Apptainer => 0.3,
+        }
+    }
+
+    /// The engine whose command line it takes (Podman takes Docker's).
+    fn engine(self) -> Engine {
+        match self {
+            Runner::Docker | Runner::Podman => Engine::Docker,
+            Runner::Apptainer => Engine::Apptainer,
+        }
+    }
+}
+
+/// A command the bench times.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Contender {
+    /// What the report calls it.
+    pub label: String,
+    /// The engine it runs under; `None`: bare.
+    pub runner: Option<Runner>,
+    /// Whether it runs the matrix (else only the engine's start and exit, `true`).
+    pub matrix: bool,
+    /// Program and arguments.
+    pub argv: Vec<String>,
+}
+
+/// The times of one contender, one per round, in seconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    pub contender: Contender,
+    pub seconds: Vec<f64>,
+}
+
+/// The median of `values` (the mean of the two middle ones for an even count).
+pub fn median(values: &[f64]) -> f64 {
+    assert!(!values.is_empty(), "the median of nothing");
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    if sorted.len() % 2 == 1 {
+        sorted[mid]
+    } else {
+        (sorted[mid - 1] + sorted[mid]) / 2.0
+    }
+}
+
+/// What `series` adds over `bare`: the median of the per-round differences.
+pub fn added(series: &Series, bare: &Series) -> f64 {
+    let differences: Vec<f64> = series
+        .seconds
+        .iter()
+        .zip(&bare.seconds)
+        .map(|(s, b)| s - b)
+        .collect();
+    median(&differences)
+}
+
+/// The order of round `round`: every contender once, starting `round` places along.
+pub fn order(contenders: usize, round: usize) -> Vec<usize> {
+    (0..contenders).map(|i| (i + round) % contenders).collect()
+}
+
+/// Runs one command to its end; its time, or an error with its status and output.
+fn time_one(sh: &Shell, contender: &Contender) -> anyhow::Result<f64> {
+    let (program, args) = contender
+        .argv
+        .split_first()
+        .context("a contender with no command")?;
+    let started = Instant::now();
+    let output = cmd!(sh, "{program} {args...}")
+        .quiet()
+        .ignore_status()
+        .output()
+        .with_context(|| format!("starting {program}"))?;
+    let seconds = started.elapsed().as_secs_f64();
+    if !output.status.success() {
+        let said = |bytes: &[u8]| {
+            let text = String::from_utf8_lossy(bytes);
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(20)..].join("\n")
+        };
+        bail!(
+            "{} failed ({}), so nothing was timed: `{}`\n--- stdout (end)\n{}\n--- stderr \
+             (end)\n{}",
+            contender.label,
+            output.status,
+            contender.argv.join(" "),
+            said(&output.stdout),
+            said(&output.stderr)
+        );
+    }
+    Ok(seconds)
+}
+
+/// One warm-up run of each contender, then `rounds` rounds in turning order.
+pub fn measure(
+    sh: &Shell,
+    contenders: &[Contender],
+    rounds: usize,
+    progress: &mut dyn FnMut(&str),
+) -> anyhow::Result<Vec<Series>> {
+    for contender in contenders {
+        progress(&format!("warm-up: {}", contender.label));
+        time_one(sh, contender)?;
+    }
+    let mut series: Vec<Series> = contenders
+        .iter()
+        .map(|c| Series {
+            contender: c.clone(),
+            seconds: vec![0.0; rounds],
+        })
+        .collect();
+    for round in 0..rounds {
+        progress(&format!("round {}/{rounds}", round + 1));
+        for at in order(contenders.len(), round) {
+            series[at].seconds[round] = time_one(sh, &contenders[at])?;
+        }
+    }
+    Ok(series)
+}
+
+/// The report: a header, a Markdown table and what each engine adds against its goal.
+pub fn report(header: &str, series: &[Series], left_out: &[String]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{header}\n");
+    let _ = writeln!(
+        out,
+        "| command | median | min | max | adds over bare (median of round differences) | goal |"
+    );
+    let _ = writeln!(out, "| --- | --- | --- | --- | --- | --- |");
+    let bare = series.iter().find(|s| s.contender.runner.is_none());
+    for s in series {
+        let min = s.seconds.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = s.seconds.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let (adds, goal) = match (s.contender.runner, bare) {
+            (Some(runner), Some(bare)) if s.contender.matrix => {
+                let adds = added(s, bare);
+                let goal = runner.goal_seconds();
+                let verdict = if adds <= goal { "met" } else { "NOT met" };
+                (
+                    format!("{adds:+.2} s"),
+                    format!("<= {goal:.1} s: {verdict}"),
+                )
+            }
+            _ => (String::new(), String::new()),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {:.2} s | {:.2} s | {:.2} s | {adds} | {goal} |",
+            s.contender.label,
+            median(&s.seconds),
+            min,
+            max
+        );
+    }
+    for line in left_out {
+        let _ = writeln!(out, "\nnot measured: {line}");
+    }
+    out
+}
+
+/// Where an engine is: the one given (which must exist), else the one on PATH.
+fn find(runner: Runner, given: Option<&Path>, sh: &Shell) -> Result<PathBuf, String> {
+    if let Some(path) = given {
+        return if path.is_file() {
+            Ok(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
+        } else {
+            Err(format!(
+                "--{} {}: no such file",
+                runner.name(),
+                path.display()
+            ))
+        };
+    }
+    let program = match runner {
+        Runner::Docker => "docker",
+        Runner::Podman => "podman",
+        Runner::Apptainer => "apptainer",
+    };
+    let found = crate::tools::program(Path::new(program))
+        .ok_or_else(|| format!("{}: `{program}` is not on PATH", runner.name()))?;
+    if runner == Runner::Docker && container::is_podman(sh, &found) {
+        return Err(
+            "docker: `docker` on PATH is Podman's (podman-docker); it is measured as \
+                    podman when --podman names it"
+                .to_string(),
+        );
+    }
+    Ok(found)
+}
+
+/// The image `runner` runs for `tag`, checked to be there.
+fn image(
+    sh: &Shell,
+    runner: Runner,
+    exe: &Path,
+    model: &Model,
+    tag: &str,
+) -> anyhow::Result<String> {
+    if runner == Runner::Apptainer {
+        let sif = target_dir().join("images").join(model.sif_name(tag));
+        if !sif.is_file() {
+            bail!(
+                "{} is missing: build it (`cargo xtask images build --engine apptainer`), or \
+                 leave Apptainer out (--apptainer names one; without it, one on PATH is used)",
+                sif.display()
+            );
+        }
+        return Ok(sif.display().to_string());
+    }
+    let image = model.docker_image(tag);
+    let id = "{{.Id}}";
+    let present = cmd!(sh, "{exe} image inspect --format {id} {image}")
+        .quiet()
+        .ignore_status()
+        .output()?
+        .status
+        .success();
+    if !present {
+        bail!(
+            "{image} is not in {}'s store: build it (`cargo xtask images base && cargo xtask \
+             images build`{})",
+            runner.name(),
+            if runner == Runner::Podman {
+                ", then `docker save IMAGE | podman load`, as .ci/podman does"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(image)
+}
+
+/// The contenders: bare, then for each engine the matrix in its image and its `true`.
+fn contenders(
+    sh: &Shell,
+    args: &Args,
+    model: &Model,
+    tag: &str,
+) -> anyhow::Result<(Vec<Contender>, Vec<String>)> {
+    // Bare runs the programs the images install, built as they are (release), so that what
+    // differs is only where they run.
+    eprintln!("building symmem-matrix and symmem-conformance, release (the bare run) ...");
+    let built = project::build_binaries_as(sh, &[MATRIX, RANK], Profile::Release)?;
+    let rest = vec!["--ranks".to_string(), args.ranks.clone()];
+    let mut bare: Vec<String> = [&built[0]]
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    bare.extend(["test", "--provider", "host"].map(String::from));
+    bare.extend(rest.iter().cloned());
+    bare.extend(["--rank-binary".to_string(), built[1].display().to_string()]);
+    let mut list = vec![Contender {
+        label: "bare `symmem-matrix test`".into(),
+        runner: None,
+        matrix: true,
+        argv: bare,
+    }];
+    let request = Request {
+        provider: Some(ProviderKind::Host),
+        shim_lib: None,
+        rank_binary: None,
+        rest,
+    };
+    let inner = request.inner_command(model)?;
+    let mut left_out = Vec::new();
+    for runner in Runner::ALL {
+        let given = match runner {
+            Runner::Docker => args.docker.as_deref(),
+            Runner::Podman => args.podman.as_deref(),
+            Runner::Apptainer => args.apptainer.as_deref(),
+        };
+        let exe = match find(runner, given, sh) {
+            Ok(exe) => exe,
+            Err(why) if given.is_none() => {
+                left_out.push(why);
+                continue;
+            }
+            Err(why) => bail!("{why}"),
+        };
+        let image = image(sh, runner, &exe, model, tag)?;
+        let argv_of = |inner: &[String]| {
+            let mut argv = vec![exe.display().to_string()];
+            argv.extend(container::run_arguments(
+                sh,
+                runner.engine(),
+                &exe,
+                &image,
+                false,
+                &[],
+                inner,
+            ));
+            argv
+        };
+        list.push(Contender {
+            label: format!("{}: the matrix in the image", runner.name()),
+            runner: Some(runner),
+            matrix: true,
+            argv: argv_of(&inner),
+        });
+        list.push(Contender {
+            label: format!("{}: start and exit alone (`true`)", runner.name()),
+            runner: Some(runner),
+            matrix: false,
+            argv: argv_of(&["true".to_string()]),
+        });
+        list.push(Contender {
+            label: format!(
+                "{}: its command alone (`--version`; a wrapper's cost shows here)",
+                runner.name()
+            ),
+            runner: Some(runner),
+            matrix: false,
+            argv: vec![exe.display().to_string(), "--version".into()],
+        });
+    }
+    if list.len() == 1 {
+        bail!(
+            "no container engine to measure ({}): install one, or name it with --docker, \
+             --podman or --apptainer",
+            left_out.join("; ")
+        );
+    }
+    Ok((list, left_out))
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(String::from))
+        .unwrap_or_else(|| "?".into())
+}
+
+pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
+    let root = project_root();
+    let model = super::load_model(&root, Base::Debian)?;
+    let tag = match &args.tag {
+        Some(tag) => tag.clone(),
+        None => super::tag::compute(sh, &root)?,
+    };
+    let (contenders, left_out) = contenders(sh, &args, &model, &tag)?;
+    for c in &contenders {
+        eprintln!("will time: {}", c.argv.join(" "));
+    }
+    let before = load_average();
+    let started = Instant::now();
+    let series = measure(sh, &contenders, args.rounds as usize, &mut |what| {
+        eprintln!("images bench: {what}")
+    })?;
+    let header = format!(
+        "Warm matrix (host provider, ranks {}), image tag {tag}: {} rounds after one warm-up, \
+         each command once per round in turning order; {} cores, load average {before} before \
+         and {} after; {:.0} s in all.",
+        args.ranks,
+        args.rounds,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load_average(),
+        started.elapsed().as_secs_f64()
+    );
+    let text = report(&header, &series, &left_out);
+    print!("{text}");
+    let out = target_dir().join("bench").join("containers.md");
+    std::fs::create_dir_all(out.parent().unwrap())
+        .and_then(|()| std::fs::write(&out, &text))
+        .with_context(|| format!("writing {}", out.display()))?;
+    eprintln!("images bench: written to {}", out.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contender(label: &str, runner: Option<Runner>, matrix: bool, script: &str) -> Contender {
+        Contender {
+            label: label.into(),
+            runner,
+            matrix,
+            argv: vec!["sh".into(), "-c".into(), script.into()],
+        }
+    }
+
+    #[test]
+    fn the_median_and_what_an_engine_adds_per_round() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        let bare = Series {
+            contender: contender("bare", None, true, "true"),
+            seconds: vec![0.4, 1.4, 0.5],
+        };
+        // Round 2 was slow for both: the difference, not the raw time, is what counts.
+        let docker = Series {
+            contender: contender("docker", Some(Runner::Docker), true, "true"),
+            seconds: vec![0.7, 1.8, 0.9],
+        };
+        assert!((added(&docker, &bare) - 0.4).abs() < 1e-9);
+    }
+
+    #[test]
+    fn every_round_runs_each_command_once_starting_one_further_along() {
+        assert_eq!(order(3, 0), [0, 1, 2]);
+        assert_eq!(order(3, 1), [1, 2, 0]);
+        assert_eq!(order(3, 5), [2, 0, 1]);
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let log = log.display();
+        let list: Vec<Contender> = ["a", "b", "c"]
+            .iter()
+            .map(|n| contender(n, None, true, &format!("echo {n} >> {log}")))
+            .collect();
+        let series = measure(&Shell::new().unwrap(), &list, 3, &mut |_| {}).unwrap();
+        let ran = std::fs::read_to_string(dir.path().join("log")).unwrap();
+        assert_eq!(
+            ran.split_whitespace().collect::<String>(),
+            "abc".to_owned() + "abc" + "bca" + "cab"
+        );
+        assert!(
+            series
+                .iter()
+                .all(|s| s.seconds.len() == 3 && s.seconds.iter().all(|t| *t > 0.0))
+        );
+    }
+
+    #[test]
+    fn a_failed_run_stops_the_bench_and_shows_its_output() {
+        let list = [
+            contender("fine", None, true, "true"),
+            contender(
+                "broken",
+                Some(Runner::Docker),
+                true,
+                "echo the cause >&2; exit 3",
+            ),
+        ];
+        let e = measure(&Shell::new().unwrap(), &list, 3, &mut |_| {}).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("broken failed (exit status: 3), so nothing was timed"),
+            "{e}"
+        );
+        assert!(e.contains("the cause"), "{e}");
+    }
+
+    #[test]
+    fn the_report_gives_each_engine_what_it_adds_against_its_goal() {
+        let series = |label, runner, matrix, seconds: &[f64]| Series {
+            contender: contender(label, runner, matrix, "true"),
+            seconds: seconds.to_vec(),
+        };
+        let text = report(
+            "header",
+            &[
+                series("bare", None, true, &[0.40, 0.42, 0.41]),
+                series(
+                    "docker: matrix",
+                    Some(Runner::Docker),
+                    true,
+                    &[0.80, 0.82, 0.81],
+                ),
+                series(
+                    "docker: true",
+                    Some(Runner::Docker),
+                    false,
+                    &[0.30, 0.31, 0.32],
+                ),
+                series(
+                    "apptainer: matrix",
+                    Some(Runner::Apptainer),
+                    true,
+                    &[0.80, 0.82, 0.81],
+                ),
+            ],
+            &["podman: `podman` is not on PATH".into()],
+        );
+        assert!(text.starts_with("header\n\n| command | median |"), "{text}");
+        assert!(
+            text.contains("| bare | 0.41 s | 0.40 s | 0.42 s |  |  |"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "| docker: matrix | 0.81 s | 0.80 s | 0.82 s | +0.40 s | <= 0.5 s: met |"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("| docker: true | 0.31 s | 0.30 s | 0.32 s |  |  |"),
+            "{text}"
+        );
+        assert!(text.contains("| +0.40 s | <= 0.3 s: NOT met |"), "{text}");
+        assert!(
+            text.contains("not measured: podman: `podman` is not on PATH"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_engine_named_but_missing_is_an_error() {
+        let sh = Shell::new().unwrap();
+        let e = find(
+            Runner::Apptainer,
+            Some(Path::new("/nonexistent/apptainer")),
+            &sh,
+        );
+        assert_eq!(
+            e.unwrap_err(),
+            "--apptainer /nonexistent/apptainer: no such file"
+        );
+    }
+}
