@@ -23,9 +23,9 @@ use xshell::{Shell, cmd};
 /// Each engine is the one given, else the one on PATH; an engine not found is left out and
 /// the report says so. Beside the matrix in the image, each engine's start and exit alone
 /// (`true` in the image) and its command alone (`--version`) are timed, so that what the
-/// engine, and a wrapper around it, cost can be told apart. The images are this checkout's tag (`--tag` to bench another). One
-/// warm-up run of each command, then ROUNDS rounds; each round runs every command once,
-/// starting one further along the list each time. Every run must pass; a failed run stops
+/// engine, and a wrapper around it, cost can be told apart. The images are this checkout's
+/// tag (`--tag` to bench another). One warm-up run of each command, then ROUNDS rounds;
+/// each round runs every command once, starting one further along the list each time. Every run must pass; a failed run stops
 /// the bench and shows its output. The report (also written to target/bench/containers.md)
 /// gives each command's median, min and max, and for each engine what it adds over bare (the
 /// median over rounds of the difference to that round's bare run), against issue 25's goal.

@@ -83,8 +83,7 @@ enum Sub {
         #[arg(long)]
         context_only: bool,
     },
-    /// Time the warm matrix bare and in the Debian-base image under each engine found, side
-    /// by side (`cargo xtask images bench --help` says how).
+    // Its help is bench::Args's own doc comment.
     Bench(bench::Args),
 }
 
