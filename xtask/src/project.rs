@@ -32,7 +32,18 @@ pub struct Binary {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Profile {
     Dev,
-    Release,
+    /// `[profile.image]` (Cargo.toml): what the images install.
+    Image,
+}
+
+impl Profile {
+    /// Its name for `cargo build --profile`, and its folder under target/.
+    pub const fn cargo_name(self) -> &'static str {
+        match self {
+            Profile::Dev => "dev",
+            Profile::Image => "image",
+        }
+    }
 }
 
 /// Builds `binaries` with one cargo run and returns their paths, in order, as cargo reports
@@ -67,8 +78,8 @@ fn build_binaries_with(
         );
     }
     let mut selection = Vec::new();
-    if profile == Profile::Release {
-        selection.push("--release");
+    if profile != Profile::Dev {
+        selection.extend(["--profile", profile.cargo_name()]);
     }
     for b in binaries {
         selection.extend(["--package", b.package, "--bin", b.bin]);

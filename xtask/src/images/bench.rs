@@ -18,7 +18,8 @@ use xshell::{Shell, cmd};
 /// Time the warm conformance matrix (host provider) bare and in the Debian-base image that
 /// `cargo xtask images build` made, under Docker, Podman and Apptainer, side by side.
 ///
-/// Bare runs the same programs the image installs, built the same way (release).
+/// Bare runs the same programs the image installs, built with the same profile (`image`:
+/// optimized, with debug assertions and overflow checks), unstripped.
 ///
 /// Each engine is the one given, else the one on PATH; an engine not found is left out and
 /// the report says so. Beside the matrix in the image, each engine's start and exit alone
@@ -322,10 +323,10 @@ fn contenders(
     model: &Model,
     tag: &str,
 ) -> anyhow::Result<(Vec<Contender>, Vec<String>)> {
-    // Bare runs the programs the images install, built as they are (release), so that what
+    // Bare runs the programs the images install, built with their profile, so that what
     // differs is only where they run.
-    eprintln!("building symmem-matrix and symmem-conformance, release (the bare run) ...");
-    let built = project::build_binaries_as(sh, &[MATRIX, RANK], Profile::Release)?;
+    eprintln!("building symmem-matrix and symmem-conformance, profile `image` (the bare run) ...");
+    let built = project::build_binaries_as(sh, &[MATRIX, RANK], Profile::Image)?;
     let rest = vec!["--ranks".to_string(), args.ranks.clone()];
     let mut bare: Vec<String> = [&built[0]]
         .iter()

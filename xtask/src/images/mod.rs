@@ -641,7 +641,7 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
             // The programs are installed from the workspace build, on PATH.
             for program in model::INSTALLED {
                 assert!(
-                    dockerfile.contains(&format!("/opt/symmem/target/release/{}", program.bin)),
+                    dockerfile.contains(&format!("/opt/symmem/target/image/{}", program.bin)),
                     "{program:?}"
                 );
                 assert!(
@@ -652,7 +652,8 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
                     "{program:?}"
                 );
             }
-            assert!(dockerfile.contains("rm -rf /opt/symmem/target/release"));
+            assert!(dockerfile.contains("rm -rf /opt/symmem/target/image"));
+            assert!(dockerfile.contains("cargo build --locked --profile image "));
             assert!(dockerfile.contains("/usr/local/bin/"), "{dockerfile}");
         }
         // The AMD image's rank binary finds the installed shim through the setting.

@@ -2,7 +2,7 @@
 //! `.dockerignore`, the image tag and `cargo xtask test --container` all read it.
 
 use crate::pins::Pins;
-use crate::project::Binary;
+use crate::project::{Binary, Profile};
 use symmem::ProviderKind;
 use symmem::settings::SHIM_LIB;
 
@@ -349,8 +349,10 @@ fn offline_cargo_config() -> String {
     )
 }
 
-/// The programs the images run, installed into [`BIN`] from a release build: the matrix, the
-/// rank binary it starts, and the launcher for users' own rank programs.
+/// The cargo profile of the programs the images install (Cargo.toml's `[profile.image]`).
+pub const INSTALL_PROFILE: &str = Profile::Image.cargo_name();
+/// The programs the images run, installed into [`BIN`] from an [`INSTALL_PROFILE`] build: the
+/// matrix, the rank binary it starts, and the launcher for users' own rank programs.
 pub const INSTALLED: &[Binary] = &[
     Binary {
         package: "symmem-matrix",
@@ -413,11 +415,12 @@ fn tag_check() -> String {
     format!("cargo xtask images tag --expect-tag \"@{TAG_ARG}@\" > /etc/symmem-image-tag")
 }
 
-/// The commands that install [`INSTALLED`] into [`BIN`]: a release build of them alone,
-/// stripped. Release, not the workspace's debug build: an Apptainer run mounts the image anew,
-/// so every run reads and unpacks from the squashfs what its programs touch, and the release
-/// programs are 4.3 MB against 11 MB (about 45 ms less per run; docs/benchmarks.md). The
-/// release build's folder is removed: the image keeps the debug one for developers.
+/// The commands that install [`INSTALLED`] into [`BIN`]: a build of them alone with the
+/// `image` profile (Cargo.toml: optimized, the checks of a debug build kept), stripped.
+/// Optimized, not the workspace's debug build: an Apptainer run mounts the image anew, so
+/// every run reads and unpacks from the squashfs what its programs touch, and the debug
+/// programs were 13.9 MB (docs/benchmarks.md). The build's folder is removed: the image keeps
+/// the debug one for developers.
 fn install_programs() -> Vec<String> {
     let mut selection = String::new();
     for b in INSTALLED {
@@ -425,12 +428,12 @@ fn install_programs() -> Vec<String> {
     }
     let built: Vec<String> = INSTALLED
         .iter()
-        .map(|b| format!("{WORKDIR}/target/release/{}", b.bin))
+        .map(|b| format!("{WORKDIR}/target/{INSTALL_PROFILE}/{}", b.bin))
         .collect();
     vec![
-        format!("cargo build --locked --release{selection}"),
+        format!("cargo build --locked --profile {INSTALL_PROFILE}{selection}"),
         format!("install -s -m 0755 {} {BIN}/", built.join(" ")),
-        format!("rm -rf {WORKDIR}/target/release"),
+        format!("rm -rf {WORKDIR}/target/{INSTALL_PROFILE}"),
     ]
 }
 
