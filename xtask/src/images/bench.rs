@@ -1,6 +1,6 @@
 //! `cargo xtask images bench`: what running in an image costs. The warm host-provider matrix,
 //! bare and in the Debian-base image under each engine found, side by side in one run: every
-//! round runs each command once, in an order that turns each round, so the machine's load
+//! round runs each command once, in an order shuffled anew each round, so the machine's load
 //! falls on all of them alike. What an engine adds is the median over rounds of (its run -
 //! the bare run of the same round).
 
@@ -11,7 +11,7 @@ use crate::project::{self, Profile, project_root, target_dir};
 use anyhow::{Context, bail};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use symmem::ProviderKind;
 use xshell::{Shell, cmd};
 
@@ -25,9 +25,11 @@ use xshell::{Shell, cmd};
 /// the report says so. Beside the matrix in the image, each engine's start and exit alone
 /// (`true` in the image) and its command alone (`--version`) are timed, so that what the
 /// engine, and a wrapper around it, cost can be told apart. The images are this checkout's
-/// tag (`--tag` to bench another). One warm-up run of each command, then ROUNDS rounds;
-/// each round runs every command once, starting one further along the list each time. Every run must pass; a failed run stops
-/// the bench and shows its output. The report (also written to target/bench/containers.md)
+/// tag (`--tag` to bench another); an engine on PATH whose image is missing is left out, one
+/// named here must have it. One warm-up run of each command, then ROUNDS rounds; each round
+/// runs every command once, in an order shuffled anew each round (the same for the same
+/// ROUNDS). Every run must pass within 300 s; a failed or hung run stops the bench and shows
+/// its output. The report (also written to target/bench/containers.md)
 /// gives each command's median, min and max, and for each engine what it adds over bare (the
 /// median over rounds of the difference to that round's bare run), against issue 25's goal.
 /// Speed is reported, never enforced: the exit code says only whether every run passed.
@@ -140,24 +142,55 @@ pub fn added(series: &Series, bare: &Series) -> f64 {
     median(&differences)
 }
 
-/// The order of round `round`: every contender once, starting `round` places along.
+/// The order of round `round`: every contender once, shuffled (Fisher-Yates, seeded by the
+/// round), so that no command always runs first or always after the same one.
 pub fn order(contenders: usize, round: usize) -> Vec<usize> {
-    (0..contenders).map(|i| (i + round) % contenders).collect()
+    let mut order: Vec<usize> = (0..contenders).collect();
+    // SplitMix64: a fixed, well-mixed sequence per round; no need for a random crate.
+    let mut state = (round as u64)
+        .wrapping_add(1)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    for i in (1..contenders).rev() {
+        order.swap(i, (next() % (i as u64 + 1)) as usize);
+    }
+    order
 }
 
-/// Runs one command to its end; its time, or an error with its status and output.
-fn time_one(sh: &Shell, contender: &Contender) -> anyhow::Result<f64> {
-    let (program, args) = contender
-        .argv
-        .split_first()
-        .context("a contender with no command")?;
+/// How long one run may take: the matrix stops itself after 120 s (`symmem-matrix test
+/// --timeout`), an engine that hangs does not.
+pub const RUN_LIMIT: Duration = Duration::from_secs(300);
+
+/// Runs one command to its end (killed past `limit`, by coreutils' `timeout`); its time, or
+/// an error with its status and output.
+fn time_one(sh: &Shell, contender: &Contender, limit: Duration) -> anyhow::Result<f64> {
+    let argv = &contender.argv;
+    anyhow::ensure!(!argv.is_empty(), "a contender with no command");
+    let limit_arg = format!("{}s", limit.as_secs_f64());
     let started = Instant::now();
-    let output = cmd!(sh, "{program} {args...}")
+    let output = cmd!(sh, "timeout --kill-after=10s {limit_arg} {argv...}")
         .quiet()
         .ignore_status()
         .output()
-        .with_context(|| format!("starting {program}"))?;
+        .with_context(|| format!("starting {} (through `timeout`)", argv[0]))?;
     let seconds = started.elapsed().as_secs_f64();
+    // `timeout` exits 124 when it stopped the command, 137 when it had to kill it.
+    if matches!(output.status.code(), Some(124 | 137)) {
+        bail!(
+            "{} did not end within {} and was stopped, so nothing was timed: `{}`. The \
+             engine or the matrix hangs: look for what is left running (`docker ps`, `podman \
+             ps`, `apptainer instance list`) and at the engine's own log",
+            contender.label,
+            symmem::format_elapsed(limit),
+            argv.join(" ")
+        );
+    }
     if !output.status.success() {
         let said = |bytes: &[u8]| {
             let text = String::from_utf8_lossy(bytes);
@@ -177,16 +210,18 @@ fn time_one(sh: &Shell, contender: &Contender) -> anyhow::Result<f64> {
     Ok(seconds)
 }
 
-/// One warm-up run of each contender, then `rounds` rounds in turning order.
+/// One warm-up run of each contender, then `rounds` rounds, each in [`order`]; every run
+/// within `limit`.
 pub fn measure(
     sh: &Shell,
     contenders: &[Contender],
     rounds: usize,
+    limit: Duration,
     progress: &mut dyn FnMut(&str),
 ) -> anyhow::Result<Vec<Series>> {
     for contender in contenders {
         progress(&format!("warm-up: {}", contender.label));
-        time_one(sh, contender)?;
+        time_one(sh, contender, limit)?;
     }
     let mut series: Vec<Series> = contenders
         .iter()
@@ -198,7 +233,7 @@ pub fn measure(
     for round in 0..rounds {
         progress(&format!("round {}/{rounds}", round + 1));
         for at in order(contenders.len(), round) {
-            series[at].seconds[round] = time_one(sh, &contenders[at])?;
+            series[at].seconds[round] = time_one(sh, &contenders[at], limit)?;
         }
     }
     Ok(series)
@@ -223,7 +258,7 @@ pub fn report(header: &str, series: &[Series], left_out: &[String]) -> String {
                 let goal = runner.goal_seconds();
                 let verdict = if adds <= goal { "met" } else { "NOT met" };
                 (
-                    format!("{adds:+.2} s"),
+                    format!("{adds:+.3} s"),
                     format!("<= {goal:.1} s: {verdict}"),
                 )
             }
@@ -274,22 +309,23 @@ fn find(runner: Runner, given: Option<&Path>, sh: &Shell) -> Result<PathBuf, Str
     Ok(found)
 }
 
-/// The image `runner` runs for `tag`, checked to be there.
+/// The image `runner` runs for `tag`, or why it cannot: the image is not there (and how to
+/// make it).
 fn image(
     sh: &Shell,
     runner: Runner,
     exe: &Path,
     model: &Model,
     tag: &str,
-) -> anyhow::Result<String> {
+) -> Result<String, String> {
     if runner == Runner::Apptainer {
         let sif = target_dir().join("images").join(model.sif_name(tag));
         if !sif.is_file() {
-            bail!(
-                "{} is missing: build it (`cargo xtask images build --engine apptainer`), or \
-                 leave Apptainer out (--apptainer names one; without it, one on PATH is used)",
+            return Err(format!(
+                "apptainer: {} is missing: build it with `cargo xtask images build --engine \
+                 apptainer` (after `cargo xtask images base`)",
                 sif.display()
-            );
+            ));
         }
         return Ok(sif.display().to_string());
     }
@@ -298,20 +334,19 @@ fn image(
     let present = cmd!(sh, "{exe} image inspect --format {id} {image}")
         .quiet()
         .ignore_status()
-        .output()?
-        .status
-        .success();
+        .output()
+        .is_ok_and(|o| o.status.success());
     if !present {
-        bail!(
-            "{image} is not in {}'s store: build it (`cargo xtask images base && cargo xtask \
-             images build`{})",
+        return Err(format!(
+            "{}: {image} is not in its store: build it with `cargo xtask images base && cargo \
+             xtask images build`{}",
             runner.name(),
             if runner == Runner::Podman {
-                ", then `docker save IMAGE | podman load`, as .ci/podman does"
+                format!(", then copy it: `docker save {image} | podman load` (as .ci/podman does)")
             } else {
-                ""
+                String::new()
             }
-        );
+        ));
     }
     Ok(image)
 }
@@ -355,15 +390,17 @@ fn contenders(
             Runner::Podman => args.podman.as_deref(),
             Runner::Apptainer => args.apptainer.as_deref(),
         };
-        let exe = match find(runner, given, sh) {
-            Ok(exe) => exe,
+        // One not given and not usable is left out (the report says why); one given must work.
+        let found = find(runner, given, sh)
+            .and_then(|exe| image(sh, runner, &exe, model, tag).map(|image| (exe, image)));
+        let (exe, image) = match found {
+            Ok(found) => found,
             Err(why) if given.is_none() => {
                 left_out.push(why);
                 continue;
             }
             Err(why) => bail!("{why}"),
         };
-        let image = image(sh, runner, &exe, model, tag)?;
         let argv_of = |inner: &[String]| {
             let mut argv = vec![exe.display().to_string()];
             argv.extend(container::run_arguments(
@@ -429,12 +466,16 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     }
     let before = load_average();
     let started = Instant::now();
-    let series = measure(sh, &contenders, args.rounds as usize, &mut |what| {
-        eprintln!("images bench: {what}")
-    })?;
+    let series = measure(
+        sh,
+        &contenders,
+        args.rounds as usize,
+        RUN_LIMIT,
+        &mut |what| eprintln!("images bench: {what}"),
+    )?;
     let header = format!(
         "Warm matrix (host provider, ranks {}), image tag {tag}: {} rounds after one warm-up, \
-         each command once per round in turning order; {} cores, load average {before} before \
+         each command once per round in an order shuffled per round; {} cores, load average {before} before \
          and {} after; {:.0} s in all.",
         args.ranks,
         args.rounds,
@@ -455,6 +496,8 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const LIMIT: Duration = Duration::from_secs(60);
 
     fn contender(label: &str, runner: Option<Runner>, matrix: bool, script: &str) -> Contender {
         Contender {
@@ -482,10 +525,23 @@ mod tests {
     }
 
     #[test]
-    fn every_round_runs_each_command_once_starting_one_further_along() {
-        assert_eq!(order(3, 0), [0, 1, 2]);
-        assert_eq!(order(3, 1), [1, 2, 0]);
-        assert_eq!(order(3, 5), [2, 0, 1]);
+    fn every_round_runs_each_command_once_in_an_order_of_its_own() {
+        // Each round is a permutation, the same for the same round, and over rounds every
+        // command runs first and every command follows each other one.
+        let mut first = std::collections::BTreeSet::new();
+        let mut pairs = std::collections::BTreeSet::new();
+        for round in 0..30 {
+            let o = order(4, round);
+            assert_eq!(o, order(4, round));
+            let mut sorted = o.clone();
+            sorted.sort();
+            assert_eq!(sorted, [0, 1, 2, 3], "round {round}: {o:?}");
+            first.insert(o[0]);
+            pairs.extend(o.windows(2).map(|w| (w[0], w[1])));
+        }
+        assert_eq!(first.len(), 4, "{first:?}");
+        assert_eq!(pairs.len(), 12, "{pairs:?}");
+        // And measure runs them so: the warm-up in list order, then each round's order.
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("log");
         let log = log.display();
@@ -493,17 +549,39 @@ mod tests {
             .iter()
             .map(|n| contender(n, None, true, &format!("echo {n} >> {log}")))
             .collect();
-        let series = measure(&Shell::new().unwrap(), &list, 3, &mut |_| {}).unwrap();
+        let series = measure(&Shell::new().unwrap(), &list, 3, LIMIT, &mut |_| {}).unwrap();
         let ran = std::fs::read_to_string(dir.path().join("log")).unwrap();
-        assert_eq!(
-            ran.split_whitespace().collect::<String>(),
-            "abc".to_owned() + "abc" + "bca" + "cab"
-        );
+        let mut expected = "abc".to_string();
+        for round in 0..3 {
+            expected.extend(order(3, round).iter().map(|&i| ["a", "b", "c"][i]));
+        }
+        assert_eq!(ran.split_whitespace().collect::<String>(), expected);
         assert!(
             series
                 .iter()
                 .all(|s| s.seconds.len() == 3 && s.seconds.iter().all(|t| *t > 0.0))
         );
+    }
+
+    #[test]
+    fn a_run_past_the_limit_is_stopped_and_named() {
+        let list = [contender("stuck", Some(Runner::Podman), true, "sleep 30")];
+        let started = Instant::now();
+        let e = measure(
+            &Shell::new().unwrap(),
+            &list,
+            3,
+            Duration::from_millis(300),
+            &mut |_| {},
+        )
+        .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("stuck did not end within 300ms and was stopped"),
+            "{e}"
+        );
+        assert!(e.contains("sleep 30"), "{e}");
     }
 
     #[test]
@@ -517,7 +595,7 @@ mod tests {
                 "echo the cause >&2; exit 3",
             ),
         ];
-        let e = measure(&Shell::new().unwrap(), &list, 3, &mut |_| {}).unwrap_err();
+        let e = measure(&Shell::new().unwrap(), &list, 3, LIMIT, &mut |_| {}).unwrap_err();
         let e = format!("{e:#}");
         assert!(
             e.contains("broken failed (exit status: 3), so nothing was timed"),
@@ -564,7 +642,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "| docker: matrix | 0.81 s | 0.80 s | 0.82 s | +0.40 s | <= 0.5 s: met |"
+                "| docker: matrix | 0.81 s | 0.80 s | 0.82 s | +0.400 s | <= 0.5 s: met |"
             ),
             "{text}"
         );
@@ -572,7 +650,7 @@ mod tests {
             text.contains("| docker: true | 0.31 s | 0.30 s | 0.32 s |  |  |"),
             "{text}"
         );
-        assert!(text.contains("| +0.40 s | <= 0.3 s: NOT met |"), "{text}");
+        assert!(text.contains("| +0.400 s | <= 0.3 s: NOT met |"), "{text}");
         assert!(
             text.contains("not measured: podman: `podman` is not on PATH"),
             "{text}"
