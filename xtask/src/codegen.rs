@@ -121,7 +121,7 @@ fn skip(why: &str) -> anyhow::Result<()> {
 
 /// The container files, generated from the pins at `root` through the images' model.
 pub fn container_files(root: &Path) -> anyhow::Result<Vec<Generated>> {
-    let models = crate::images::load_models(root)?;
+    let models = crate::images::model::Model::load_all(root)?;
     Ok(crate::images::generate(&models)
         .into_iter()
         .map(|(path, contents)| Generated {

@@ -3,7 +3,7 @@
 //! ROCm device flags.
 
 use crate::images::model::{self, Base, Engine, Model, apptainer_flags, docker_flags};
-use crate::images::{self};
+use crate::images::tag;
 use crate::project::{project_root, target_dir};
 use anyhow::{Context, bail};
 use std::ffi::{OsStr, OsString};
@@ -88,8 +88,8 @@ pub struct Host {
 
 pub fn run(sh: &Shell, engine: Engine, base: Base, request: &Request) -> anyhow::Result<ExitCode> {
     let root = project_root();
-    let model = images::load_model(&root, base)?;
-    let tag = images::tag::compute(sh, &root)?;
+    let model = Model::load(&root, base)?;
+    let tag = tag::compute(sh, &root)?;
     eprintln!("image tag {tag} (cargo xtask images tag)");
     let host = Host {
         path: std::env::var_os("PATH"),
@@ -368,11 +368,11 @@ mod tests {
     use super::*;
 
     fn model() -> Model {
-        images::load_model(&project_root(), Base::Amd).unwrap()
+        Model::load(&project_root(), Base::Amd).unwrap()
     }
 
     fn debian() -> Model {
-        images::load_model(&project_root(), Base::Debian).unwrap()
+        Model::load(&project_root(), Base::Debian).unwrap()
     }
     /// A fake engine: logs its arguments, answers `version`/`image inspect`/`pull`/`run` per
     /// `script` (shell `case` arms).

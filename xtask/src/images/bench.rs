@@ -455,7 +455,7 @@ fn load_average() -> String {
 
 pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     let root = project_root();
-    let model = super::load_model(&root, Base::Debian)?;
+    let model = Model::load(&root, Base::Debian)?;
     let tag = match &args.tag {
         Some(tag) => tag.clone(),
         None => super::tag::compute(sh, &root)?,

@@ -10,7 +10,6 @@ pub mod tag;
 #[cfg(test)]
 mod deffile;
 
-use crate::pins::Pins;
 use crate::project::{project_root, target_dir};
 use anyhow::{Context, bail};
 use model::{Base, Engine, Model};
@@ -99,20 +98,12 @@ pub fn generate(models: &[Model]) -> Vec<(&'static str, String)> {
     files
 }
 
-pub fn load_model(root: &Path, base: Base) -> anyhow::Result<Model> {
-    Model::new(&Pins::load(&root.join("pins.toml"))?, base)
-}
-
-pub fn load_models(root: &Path) -> anyhow::Result<Vec<Model>> {
-    Base::ALL.iter().map(|&b| load_model(root, b)).collect()
-}
-
 pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     let root = project_root();
     match args.command {
         Sub::Tag { expect_tag } => print_tag(sh, &root, expect_tag.as_deref()),
         Sub::Refs => {
-            let model = load_model(&root, Base::Amd)?;
+            let model = Model::load(&root, Base::Amd)?;
             print!("{}", refs(&model, &tag::compute(sh, &root)?));
             Ok(())
         }
@@ -441,7 +432,7 @@ fn build_debian(
     engine: Engine,
     context_only: bool,
 ) -> anyhow::Result<()> {
-    let model = load_model(checkout, Base::Debian)?;
+    let model = Model::load(checkout, Base::Debian)?;
     let tag = tag::compute(sh, checkout)?;
     let start = Instant::now();
     let context = stage_context(sh, checkout, &model)?;
@@ -499,6 +490,7 @@ fn apptainer_build_args(tag: &str, sif: &Path) -> Vec<std::ffi::OsString> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pins::Pins;
 
     /// Fixed pins, so that the snapshots show the generator's output, not today's pins.
     pub const PINS: &str = r#"

@@ -522,6 +522,16 @@ fn amd_build_steps() -> Vec<Step> {
 }
 
 impl Model {
+    /// The model of `base`, from the checkout at `root` (its pins.toml).
+    pub fn load(root: &std::path::Path, base: Base) -> anyhow::Result<Self> {
+        Self::new(&Pins::load(&root.join("pins.toml"))?, base)
+    }
+
+    /// The models of every base.
+    pub fn load_all(root: &std::path::Path) -> anyhow::Result<Vec<Self>> {
+        Base::ALL.iter().map(|&b| Self::load(root, b)).collect()
+    }
+
     pub fn new(pins: &Pins, base: Base) -> anyhow::Result<Self> {
         match base {
             Base::Amd => Self::amd(pins),
