@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -51,7 +52,17 @@ def run_ranks(launcher: str, ranks: int, script: str, *args: str, env=None, time
     full_env.update({"TMPDIR": "/tmp", "PYTHONUNBUFFERED": "1", "SYMMEM_HOST_HEAP_SIZE": "64M"})
     full_env.update(env or {})
     return subprocess.run(cmd, env=full_env, capture_output=True, text=True,
-                          timeout=timeout + 30)
+                          timeout=timeout + 30, preexec_fn=default_signals)
+
+
+def default_signals() -> None:
+    """Runs in the child before exec: SIGINT, SIGTERM and SIGHUP at their defaults, as in a
+    job started from a terminal. A shell without job control starts background commands with
+    SIGINT ignored, and symmem-run and Python both keep an inherited SIG_IGN: the ranks would
+    then never see Ctrl-C (as `symmem_test_support::command::with_default_signals` says for
+    the Rust tests)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def show(proc) -> str:
