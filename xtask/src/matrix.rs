@@ -6,21 +6,13 @@
 
 use crate::container::{self, Request};
 use crate::images::model::{Base, Engine};
-use crate::project::{self, Binary, target_dir};
+use crate::project::{self, Binary, MATRIX, RANK, target_dir};
 use clap::ValueEnum;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use symmem::ProviderKind;
 use symmem::settings::SHIM_LIB;
 
-pub(crate) const MATRIX: Binary = Binary {
-    package: "symmem-matrix",
-    bin: "symmem-matrix",
-};
-pub(crate) const RANK: Binary = Binary {
-    package: "symmem-conformance",
-    bin: "symmem-conformance",
-};
 const BENCH: Binary = Binary {
     package: "symmem-gpu",
     bin: "symmem-gpu-bench",

@@ -28,6 +28,22 @@ pub struct Binary {
     pub bin: &'static str,
 }
 
+/// The conformance matrix driver (the product).
+pub const MATRIX: Binary = Binary {
+    package: "symmem-matrix",
+    bin: "symmem-matrix",
+};
+/// The rank binary the matrix starts.
+pub const RANK: Binary = Binary {
+    package: "symmem-conformance",
+    bin: "symmem-conformance",
+};
+/// The launcher for users' own rank programs.
+pub const RUN: Binary = Binary {
+    package: "symmem-launch",
+    bin: "symmem-run",
+};
+
 /// The cargo profile a build uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Profile {

@@ -6,8 +6,7 @@
 
 use super::model::{Base, Engine, Model};
 use crate::container::{self, Request};
-use crate::matrix::{MATRIX, RANK};
-use crate::project::{self, Profile, project_root, target_dir};
+use crate::project::{self, MATRIX, Profile, RANK, project_root, target_dir};
 use anyhow::{Context, bail};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! `.dockerignore`, the image tag and `cargo xtask test --container` all read it.
 
 use crate::pins::Pins;
-use crate::project::{Binary, Profile};
+use crate::project::{Binary, MATRIX, Profile, RANK, RUN};
 use symmem::ProviderKind;
 use symmem::settings::SHIM_LIB;
 
@@ -353,20 +353,7 @@ fn offline_cargo_config() -> String {
 pub const INSTALL_PROFILE: &str = Profile::Image.cargo_name();
 /// The programs the images run, installed into [`BIN`] from an [`INSTALL_PROFILE`] build: the
 /// matrix, the rank binary it starts, and the launcher for users' own rank programs.
-pub const INSTALLED: &[Binary] = &[
-    Binary {
-        package: "symmem-matrix",
-        bin: "symmem-matrix",
-    },
-    Binary {
-        package: "symmem-conformance",
-        bin: "symmem-conformance",
-    },
-    Binary {
-        package: "symmem-launch",
-        bin: "symmem-run",
-    },
-];
+pub const INSTALLED: &[Binary] = &[MATRIX, RANK, RUN];
 /// Where the images install [`INSTALLED`] (on every PATH).
 pub const BIN: &str = "/usr/local/bin";
 /// Where the AMD image installs the rocSHMEM shim (named by `SYMMEM_SHIM_LIB`).
