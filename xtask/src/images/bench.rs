@@ -28,9 +28,9 @@ use xshell::{Shell, cmd};
 /// named here must have it. One warm-up run of each command, then ROUNDS rounds; each round
 /// runs every command once, in an order shuffled anew each round (the same for the same
 /// ROUNDS). Every run must pass within 300 s; a failed or hung run stops the bench and shows
-/// its output. The report (also written to target/bench/containers.md)
-/// gives each command's median, min and max, and for each engine what it adds over bare (the
-/// median over rounds of the difference to that round's bare run), against issue 25's goal.
+/// its output. The report (also written to target/bench/containers.md) gives each command's
+/// median, min and max, and for each engine what it adds over bare (the median over rounds of
+/// the difference to that round's bare run), against issue 25's goal.
 /// Speed is reported, never enforced: the exit code says only whether every run passed.
 ///
 /// Examples:
@@ -72,6 +72,7 @@ pub enum Runner {
 impl Runner {
     pub const ALL: [Runner; 3] = [Runner::Docker, Runner::Podman, Runner::Apptainer];
 
+    /// Its name in the report and its program on PATH.
     pub fn name(self) -> &'static str {
         match self {
             Runner::Docker => "docker",
@@ -187,7 +188,7 @@ fn time_one(sh: &Shell, contender: &Contender, limit: Duration) -> anyhow::Resul
              ps`, `apptainer instance list`) and at the engine's own log",
             contender.label,
             symmem::format_elapsed(limit),
-            argv.join(" ")
+            crate::runner::shell_words(argv)
         );
     }
     if !output.status.success() {
@@ -201,7 +202,7 @@ fn time_one(sh: &Shell, contender: &Contender, limit: Duration) -> anyhow::Resul
              (end)\n{}",
             contender.label,
             output.status,
-            contender.argv.join(" "),
+            crate::runner::shell_words(&contender.argv),
             said(&output.stdout),
             said(&output.stderr)
         );
@@ -291,11 +292,7 @@ fn find(runner: Runner, given: Option<&Path>, sh: &Shell) -> Result<PathBuf, Str
             ))
         };
     }
-    let program = match runner {
-        Runner::Docker => "docker",
-        Runner::Podman => "podman",
-        Runner::Apptainer => "apptainer",
-    };
+    let program = runner.name();
     let found = crate::tools::program(Path::new(program))
         .ok_or_else(|| format!("{}: `{program}` is not on PATH", runner.name()))?;
     if runner == Runner::Docker && container::is_podman(sh, &found) {
@@ -362,10 +359,7 @@ fn contenders(
     eprintln!("building symmem-matrix and symmem-conformance, profile `image` (the bare run) ...");
     let built = project::build_binaries_as(sh, &[MATRIX, RANK], Profile::Image)?;
     let rest = vec!["--ranks".to_string(), args.ranks.clone()];
-    let mut bare: Vec<String> = [&built[0]]
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect();
+    let mut bare = vec![built[0].display().to_string()];
     bare.extend(["test", "--provider", "host"].map(String::from));
     bare.extend(rest.iter().cloned());
     bare.extend(["--rank-binary".to_string(), built[1].display().to_string()]);
@@ -461,7 +455,7 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     };
     let (contenders, left_out) = contenders(sh, &args, &model, &tag)?;
     for c in &contenders {
-        eprintln!("will time: {}", c.argv.join(" "));
+        eprintln!("will time: {}", crate::runner::shell_words(&c.argv));
     }
     let before = load_average();
     let started = Instant::now();
