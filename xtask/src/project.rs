@@ -93,10 +93,7 @@ fn build_binaries_with(
             Path::new(cargo).display()
         );
     }
-    let mut selection = Vec::new();
-    if profile != Profile::Dev {
-        selection.extend(["--profile", profile.cargo_name()]);
-    }
+    let mut selection = vec!["--profile", profile.cargo_name()];
     for b in binaries {
         selection.extend(["--package", b.package, "--bin", b.bin]);
     }
