@@ -415,6 +415,65 @@ fn standin_rocshmem_and_shim_build_with_the_real_hipcc() {
     // (d) Two installs used in turn from one out folder: each shim links the install it was
     // given (by `nm`, the stand-in's build symbol; by its stamp, the prefix and commit).
     alternate_installs(root, &repo, &pins, &prefix);
+    // (e) An install whose library lacks the 3.x API fails the shim's link, naming it.
+    without_the_3x_api(root, &repo, &pins);
+}
+
+/// Builds the stand-in without its unique-id API (STANDIN_WITHOUT_UNIQUEID: 3.x's header, a
+/// library without those functions); the shim, linked with --no-undefined, must then fail at
+/// build time, naming a missing symbol and the 3.x requirement.
+fn without_the_3x_api(root: &Path, repo: &Path, pins: &Path) {
+    let (out, _) = xtask(&[
+        "build-rocshmem",
+        "--arch",
+        "gfx942",
+        "--source",
+        repo.to_str().unwrap(),
+        "--pins",
+        pins.to_str().unwrap(),
+        "--out-dir",
+        root.join("rocshmem").to_str().unwrap(),
+        "--cmake-arg",
+        "-DSTANDIN_WITHOUT_UNIQUEID=ON",
+    ]);
+    assert!(
+        out.status.success(),
+        "build-rocshmem failed:\n{}",
+        text(&out)
+    );
+    let install = PathBuf::from(
+        stdout(&out)
+            .lines()
+            .find_map(|l| l.strip_prefix("export ROCSHMEM_HOME="))
+            .unwrap_or_else(|| panic!("no ROCSHMEM_HOME line:\n{}", text(&out))),
+    );
+    let (out, took) = xtask(&[
+        "build-shim",
+        "--backend",
+        "rocshmem",
+        "--arch",
+        "gfx942",
+        "--rocshmem-home",
+        install.to_str().unwrap(),
+        "--out-dir",
+        root.join("shim-without-3x").to_str().unwrap(),
+    ]);
+    let t = text(&out);
+    assert!(
+        !out.status.success(),
+        "the shim linked without the 3.x API:\n{t}"
+    );
+    let error = t
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or(&t);
+    for part in ["rocshmem_get_uniqueid", "does not define", "3.x or newer"] {
+        assert!(error.contains(part), "`{part}` not in the error:\n{t}");
+    }
+    eprintln!(
+        "[real-hipcc] install without the 3.x API: refused at link ({took:.1} s):\n    {error}"
+    );
 }
 
 /// Builds install B (the stand-in with STANDIN_BUILD=b) beside A (`prefix`, built as "a"), then

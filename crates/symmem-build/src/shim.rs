@@ -562,11 +562,76 @@ fn remove_other_builds(out: &Path, keep: &Path) {
     }
 }
 
+/// The symbols a failed link step's output says are undefined (GNU ld's "undefined reference
+/// to `X'", lld's "undefined symbol: X"), each once, in the order first seen.
+fn undefined_symbols(output: &str) -> Vec<String> {
+    let mut found: Vec<String> = Vec::new();
+    for line in output.lines() {
+        let symbol = if let Some((_, rest)) = line.split_once("undefined reference to `") {
+            rest.rsplit_once('\'').map_or(rest, |(s, _)| s)
+        } else if let Some((_, rest)) = line.split_once("undefined symbol: ") {
+            rest
+        } else {
+            continue;
+        };
+        let symbol = symbol.trim().to_string();
+        if !symbol.is_empty() && !found.contains(&symbol) {
+            found.push(symbol);
+        }
+    }
+    found
+}
+
+/// The output of the last command in a build log (the driver writes `$ command` before each).
+fn last_step_output(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    match text.rfind("\n$ ") {
+        Some(at) => text[at + 1..].to_string(),
+        None => text,
+    }
+}
+
+/// The error for a link that failed on symbols the SHMEM install does not define: the shim
+/// is linked with --no-undefined, so an install without the API the shim calls (a rocSHMEM
+/// older than 3.x) stops here rather than at its first call on a GPU.
+fn missing_entry_points(setup: &Setup, symbols: &[String], log: &Path) -> anyhow::Error {
+    let shown: Vec<&str> = symbols.iter().take(8).map(String::as_str).collect();
+    let more = symbols.len().saturating_sub(shown.len());
+    let needs = match setup.backend {
+        ProviderKind::Rocshmem => format!(
+            "{}. Fix: build the pinned rocSHMEM with `cargo xtask build-rocshmem --arch <arch>` \
+             and pass the prefix it prints (--rocshmem-home, or ROCSHMEM_HOME)",
+            crate::rocshmem::support::WHY
+        ),
+        _ => "the shim needs NVSHMEM 3.x or newer. Fix: point --nvshmem-home (or NVSHMEM_HOME) \
+              at an NVSHMEM 3.x install (`source scripts/gpu/nvshmem-sdk.sh` fetches the \
+              pinned one)"
+            .into(),
+    };
+    anyhow::anyhow!(
+        "linking the {} shim failed: {} does not define {}{} (see {}), which the shim calls: \
+         {needs}",
+        setup.backend.name(),
+        setup.library.describe,
+        shown.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        },
+        log.display()
+    )
+}
+
 /// The error for a failed CMake step, naming the log and the folder to delete.
 fn step_failed(setup: &Setup, build_dir: &Path, what: &str, err: StepError) -> anyhow::Error {
     let StepError::Failed { status, log, .. } = err else {
         return anyhow::Error::new(err);
     };
+    let undefined = undefined_symbols(&last_step_output(&log));
+    if !undefined.is_empty() {
+        return missing_entry_points(setup, &undefined, &log);
+    }
     let mut fix = format!(
         "CMake's messages above (also in {}) say what failed; fix that and run the same \
          command again (delete {} to start over)",
@@ -698,6 +763,63 @@ pub fn build_into(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A link that failed on symbols the install lacks names them and the 3.x requirement;
+    /// only the last command's output counts (the log keeps earlier runs).
+    #[test]
+    fn a_link_failing_on_missing_entry_points_names_them_and_3x() {
+        let gnu = "/usr/bin/ld: rocshmem_shim.hip.o: in function `symmem_shim_init':\n\
+                   rocshmem_shim.hip:(.text+0x4d): undefined reference to \
+                   `rocshmem::rocshmem_get_uniqueid(rocshmem::rocshmem_uniqueid_t*)'\n\
+                   rocshmem_shim.hip:(.text+0x9a): undefined reference to \
+                   `rocshmem::rocshmem_get_uniqueid(rocshmem::rocshmem_uniqueid_t*)'\n";
+        let lld = "ld.lld: error: undefined symbol: rocshmem::rocshmem_init_attr(unsigned int, \
+                   rocshmem::rocshmem_init_attr_t*)\n>>> referenced by rocshmem_shim.hip\n";
+        assert_eq!(
+            undefined_symbols(&format!("{gnu}{lld}")),
+            [
+                "rocshmem::rocshmem_get_uniqueid(rocshmem::rocshmem_uniqueid_t*)",
+                "rocshmem::rocshmem_init_attr(unsigned int, rocshmem::rocshmem_init_attr_t*)"
+            ]
+        );
+        assert!(undefined_symbols("error: 'mpi.h' file not found").is_empty());
+
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("symmem-build.log");
+        std::fs::write(
+            &log,
+            format!("$ cmake --build old\n{lld}$ cmake --build b\n{gnu}collect2: error\n"),
+        )
+        .unwrap();
+        let setup = Setup {
+            backend: ProviderKind::Rocshmem,
+            source: "/src".into(),
+            out: dir.path().to_path_buf(),
+            defines: vec![],
+            library: rocshmem_library(Path::new("/prefix/a"), None),
+            rocm_path_exported: None,
+        };
+        let status = std::process::Command::new("false").status().unwrap();
+        let err = StepError::Failed {
+            command: "cmake --build b".into(),
+            status,
+            log: log.clone(),
+            tail: None,
+        };
+        let e = step_failed(&setup, dir.path(), "building", err).to_string();
+        for part in [
+            "linking the rocshmem shim failed: rocSHMEM at /prefix/a",
+            "does not define rocshmem::rocshmem_get_uniqueid(rocshmem::rocshmem_uniqueid_t*) (see",
+            "needs rocSHMEM 3.x or newer",
+            "cargo xtask build-rocshmem",
+        ] {
+            assert!(e.contains(part), "`{part}` not in {e}");
+        }
+        assert!(
+            !e.contains("init_attr(unsigned"),
+            "an earlier run's line: {e}"
+        );
+    }
 
     fn text<'a>(args: impl Iterator<Item = &'a std::ffi::OsStr>) -> Vec<String> {
         args.map(|a| a.to_string_lossy().into_owned()).collect()

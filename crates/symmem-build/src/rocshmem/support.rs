@@ -9,7 +9,7 @@ use std::path::Path;
 pub const OLDEST_MAJOR: u32 = 3;
 
 /// Why older ones cannot work, for the messages.
-const WHY: &str = "the shim needs rocSHMEM 3.x or newer: unique-id initialisation \
+pub(crate) const WHY: &str = "the shim needs rocSHMEM 3.x or newer: unique-id initialisation \
                    (rocshmem_get_uniqueid, rocshmem_init_attr) and the device bitcode, which \
                    2.x does not have";
 
