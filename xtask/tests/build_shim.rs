@@ -108,7 +108,15 @@ fn missing_inputs_are_clean_errors_before_cmake() {
 const CACHING_CMAKE: &str = r#"#!/bin/sh
 case "$1" in
   --version) echo "cmake version 3.28.0"; exit 0 ;;
-  --build) exit 0 ;;
+  --build)
+    # Held until the file $FAKE_CMAKE_HOLD exists (bounded: 60 s), then fails on request.
+    if [ -n "$FAKE_CMAKE_HOLD" ]; then
+      : > "$FAKE_CMAKE_HOLD.started"
+      i=0
+      while [ ! -e "$FAKE_CMAKE_HOLD" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+    fi
+    if [ -n "$FAKE_CMAKE_FAIL" ]; then echo 'fake cmake: build failing on purpose' >&2; exit 1; fi
+    exit 0 ;;
   --install) mkdir -p "$4/lib" && cp "$2/found" "$4/lib/libsymmem_shim_rocshmem.so"; exit $? ;;
 esac
 build="" given="" prefix_path=""
@@ -287,4 +295,92 @@ fn targets_the_install_lacks_are_refused() {
     let out = xtask(&["--backend", "rocshmem", "--arch", "gfx9999"]);
     assert_eq!(out.status.code(), Some(2), "a clap usage error");
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown GPU target `gfx9999`"));
+}
+
+/// Stand-in CMake and rocSHMEM installs for build-shim runs into one out folder.
+struct Stand {
+    dir: tempfile::TempDir,
+    path: String,
+}
+
+impl Stand {
+    /// `None` (with the reason printed) without make or ninja (the generator check).
+    fn new() -> Option<Self> {
+        if !which("make") && !which("ninja") {
+            assert!(std::env::var_os("CI").is_none(), "CI must install ninja");
+            eprintln!("SKIPPED: needs make or ninja on PATH (the generator check)");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        write_script(&bin.join("cmake"), CACHING_CMAKE);
+        std::fs::create_dir_all(dir.path().join("rocm")).unwrap();
+        for name in ["a", "b"] {
+            let home = dir.path().join(format!("rocshmem-{name}"));
+            standin_install(&home, "3.4.0", &name.repeat(40), "gfx942");
+        }
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        Some(Self { dir, path })
+    }
+
+    fn at(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// build-shim against install `name` into the one out folder, with `env`.
+    fn command(&self, name: &str, env: &[(&str, &Path)]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_xtask"));
+        command
+            .args(["build-shim", "--backend", "rocshmem", "--rocshmem-home"])
+            .arg(self.at(&format!("rocshmem-{name}")))
+            .arg("--rocm-path")
+            .arg(self.at("rocm"))
+            .arg("--out-dir")
+            .arg(self.at("out"))
+            .env_remove("ROCM_PATH")
+            .env("PATH", &self.path)
+            .envs(env.iter().copied());
+        command
+    }
+
+    fn library(&self) -> std::path::PathBuf {
+        self.at("out/lib/libsymmem_shim_rocshmem.so")
+    }
+}
+
+fn both(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A failed build removes the library and stamp it was to replace: `cargo xtask test` loads
+/// whatever library is in the out folder, and must not load the previous build's as this one's.
+#[test]
+fn a_failed_build_leaves_no_previous_library() {
+    let Some(stand) = Stand::new() else { return };
+    let out = stand.command("a", &[]).output().unwrap();
+    assert!(out.status.success(), "{}", both(&out));
+    assert!(stand.library().is_file() && stand.at("out/symmem-shim-stamp.toml").is_file());
+    let fail = Path::new("1");
+    let out = stand
+        .command("b", &[("FAKE_CMAKE_FAIL", fail)])
+        .output()
+        .unwrap();
+    let t = both(&out);
+    assert!(
+        !out.status.success() && t.contains("failing on purpose"),
+        "{t}"
+    );
+    assert!(
+        !stand.library().exists(),
+        "the failed build left the previous library: {t}"
+    );
+    assert!(!stand.at("out/symmem-shim-stamp.toml").exists(), "{t}");
 }

@@ -703,16 +703,20 @@ pub fn build_library(sh: &Shell, ws: &Workspace, args: &Args) -> anyhow::Result<
         &setup.defines,
     )
     .steps();
-    // The stamp of a previous install says another build: it is no longer true meanwhile.
-    let stamp = setup.out.join(SHIM_STAMP);
-    if stamp.exists() {
-        std::fs::remove_file(&stamp).with_context(|| format!("removing {}", stamp.display()))?;
-    }
-    build(sh, &setup, &key, &steps)?;
     let library = setup
         .out
         .join("lib")
         .join(setup.backend.shim_library().unwrap_or_default());
+    // The library and stamp of a previous install are what this build replaces: a failed
+    // build must not leave them for `cargo xtask test` to load as if they were its result.
+    let stamp = setup.out.join(SHIM_STAMP);
+    for previous in [&stamp, &library] {
+        if previous.exists() {
+            std::fs::remove_file(previous)
+                .with_context(|| format!("removing {}", previous.display()))?;
+        }
+    }
+    build(sh, &setup, &key, &steps)?;
     if !library.is_file() {
         bail!(
             "CMake finished but {} is missing: delete {} and run again",
