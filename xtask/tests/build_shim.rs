@@ -384,3 +384,46 @@ fn a_failed_build_leaves_no_previous_library() {
     );
     assert!(!stand.at("out/symmem-shim-stamp.toml").exists(), "{t}");
 }
+
+/// A second build into an out folder that a build is using is refused, naming the one that
+/// holds it; the first then finishes with its own library.
+#[test]
+fn a_second_build_into_one_out_folder_names_the_first() {
+    let Some(stand) = Stand::new() else { return };
+    let hold = stand.at("release");
+    let mut first = stand
+        .command("a", &[("FAKE_CMAKE_HOLD", &hold)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first_pid = first.id();
+    let started = stand.at("release.started");
+    for _ in 0..600 {
+        if started.exists() || first.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let second = stand.command("b", &[]).output().unwrap();
+    std::fs::write(&hold, "").unwrap();
+    let first_out = first.wait_with_output().unwrap();
+    assert!(
+        started.exists(),
+        "the first build never reached its build step: {}",
+        both(&first_out)
+    );
+    let t = both(&second);
+    assert!(!second.status.success(), "{t}");
+    for part in [
+        "another build-shim is building in".to_string(),
+        format!("pid {first_pid}"),
+        "build-shim --backend rocshmem".into(),
+        "pass another --out-dir".into(),
+    ] {
+        assert!(t.contains(&part), "`{part}` not in {t}");
+    }
+    assert!(first_out.status.success(), "{}", both(&first_out));
+    let linked = std::fs::read_to_string(stand.library()).unwrap();
+    assert!(linked.contains("rocshmem-a"), "{linked}");
+}

@@ -533,6 +533,77 @@ fn setup(sh: &Shell, ws: &Workspace, args: &Args) -> anyhow::Result<Setup> {
     })
 }
 
+/// The lock file of an out folder: held (flock) by the build-shim that builds there, and
+/// naming it.
+const OUT_LOCK: &str = "symmem-build-shim.lock";
+
+/// Takes `out`'s lock for this build, or says which build holds it: two builds in one out
+/// folder would remove each other's build folders and replace each other's library.
+fn lock_out(out: &Path) -> anyhow::Result<std::fs::File> {
+    use std::io::Write;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let path = out.join(OUT_LOCK);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            bail!(
+                "another build-shim is building in {} ({}): wait for it to finish, or pass \
+                 another --out-dir",
+                out.display(),
+                describe_holder(&holder)
+            );
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("locking {}", path.display()));
+        }
+    }
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let command: Vec<String> = std::env::args().collect();
+    file.set_len(0)
+        .and_then(|()| {
+            write!(
+                file,
+                "pid = {}\ncommand = {}\nsince = {since}\n",
+                std::process::id(),
+                crate::runner::shell_words(&command).replace('\n', " ")
+            )
+        })
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(file)
+}
+
+/// "pid 123, `xtask build-shim ...`, for 42s" from a lock file's text.
+fn describe_holder(text: &str) -> String {
+    let field = |name: &str| {
+        text.lines().find_map(|l| {
+            let (k, v) = l.split_once(" = ")?;
+            (k == name).then(|| v.trim().to_string())
+        })
+    };
+    let (Some(pid), Some(command), Some(since)) = (field("pid"), field("command"), field("since"))
+    else {
+        return "its lock file does not say which".into();
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let held = now.saturating_sub(since.parse().unwrap_or(now));
+    format!(
+        "pid {pid}, `{command}`, for {}",
+        format_elapsed(std::time::Duration::from_secs(held))
+    )
+}
+
 /// Removes the build folders of other inputs under `out/build` (each serves only its own
 /// inputs; a rebuild takes seconds), saying which.
 fn remove_other_builds(out: &Path, keep: &Path) {
@@ -703,6 +774,7 @@ pub fn build_library(sh: &Shell, ws: &Workspace, args: &Args) -> anyhow::Result<
         &setup.defines,
     )
     .steps();
+    let _lock = lock_out(&setup.out)?;
     let library = setup
         .out
         .join("lib")
