@@ -16,13 +16,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-/// Set by SIGINT/SIGTERM while a step runs.
+/// Set by SIGINT/SIGTERM/SIGHUP while a step runs.
 pub struct Interrupt(Arc<AtomicBool>);
 
 impl Interrupt {
     pub fn install() -> anyhow::Result<Self> {
         let flag = Arc::new(AtomicBool::new(false));
-        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        for signal in [
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGHUP,
+        ] {
             signal_hook::flag::register(signal, Arc::clone(&flag))
                 .context("installing the Ctrl-C handler")?;
         }
@@ -187,9 +191,87 @@ impl Sink {
     }
 }
 
+/// How long a stopped step's processes get to end after SIGTERM before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// A step's process, leader of a process group of its own that its children (CMake's ninja
+/// or make, and their compilers) inherit. On every way out that does not see it end by
+/// itself (an interrupt, an error, a panic), the whole group is stopped: a signal to the
+/// xtask alone, or a step that outlives it, must not leave compilers running.
+struct Group {
+    child: std::process::Child,
+    reaped: bool,
+}
+
+impl Group {
+    fn spawn(mut command: Command) -> std::io::Result<Self> {
+        use std::os::unix::process::CommandExt;
+        let child = command.process_group(0).spawn()?;
+        Ok(Self {
+            child,
+            reaped: false,
+        })
+    }
+
+    /// The leader's status, if it has ended (reaping it).
+    fn try_wait(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        let status = self.child.try_wait()?;
+        self.reaped |= status.is_some();
+        Ok(status)
+    }
+
+    fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        let status = self.child.wait()?;
+        self.reaped = true;
+        Ok(status)
+    }
+
+    /// Whether the leader has ended, without reaping it: while it is not reaped its process
+    /// group id cannot be reused, so signalling the group reaches only its own processes.
+    fn leader_ended(&self) -> bool {
+        // SAFETY: waitid writes into the zeroed siginfo it is given; WNOWAIT leaves the child
+        // to be reaped by `wait`.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let pid = self.child.id() as libc::id_t;
+            let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+            libc::waitid(libc::P_PID, pid, &mut info, flags) != 0 || info.si_pid() != 0
+        }
+    }
+
+    fn signal_group(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) with a negative pid signals the process group of our child, which
+        // is not reaped yet (its id cannot name another group).
+        unsafe {
+            libc::kill(-(self.child.id() as libc::pid_t), signal);
+        }
+    }
+
+    /// SIGTERM to the whole group, SIGKILL to what is left after a grace period, then reaps
+    /// the leader.
+    fn stop(&mut self) {
+        if self.reaped {
+            return;
+        }
+        self.signal_group(libc::SIGTERM);
+        let deadline = Instant::now() + STOP_GRACE;
+        while !self.leader_ended() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.signal_group(libc::SIGKILL);
+        let _ = self.wait();
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// Passes the child's lines to `sink` until it exits (its status) or an interrupt stops it.
 fn wait(
-    child: &mut std::process::Child,
+    group: &mut Group,
     rx: &mpsc::Receiver<String>,
     sink: &mut Sink,
     interrupt: &Interrupt,
@@ -199,24 +281,33 @@ fn wait(
             Ok(line) => sink.take(line)?,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Ok(child.wait().context("waiting for the build step")?);
+                let status = group.wait().context("waiting for the build step")?;
+                return finished(status, interrupt);
             }
         }
         if interrupt.raised() {
-            // The terminal's Ctrl-C reached the child too; a plain `kill` of xtask did not.
-            let _ = child.kill();
-            let _ = child.wait();
+            // The step has a process group of its own: the terminal's Ctrl-C reached the
+            // xtask only, and so did a `kill` of it. Stop the whole group.
+            group.stop();
             sink.finish();
             return Err(StepError::Interrupted);
         }
-        if let Some(status) = child.try_wait().context("waiting for the build step")? {
+        if let Some(status) = group.try_wait().context("waiting for the build step")? {
             // Drain what is left in the pipes.
             for line in rx.iter() {
                 sink.take(line)?;
             }
-            return Ok(status);
+            return finished(status, interrupt);
         }
     }
+}
+
+/// A step that failed while an interrupt was raised was interrupted, whatever it printed.
+fn finished(status: ExitStatus, interrupt: &Interrupt) -> Result<ExitStatus, StepError> {
+    if !status.success() && interrupt.raised() {
+        return Err(StepError::Interrupted);
+    }
+    Ok(status)
 }
 
 /// Runs `command`, appending its output to `log`.
@@ -234,15 +325,16 @@ pub fn run(
         .with_context(|| format!("opening the build log {}", log.display()))?;
     let shown = shell_words(command);
     writeln!(log_file, "$ {shown}")?;
-    let mut child = self::command(sh, command)
+    let mut std_command = self::command(sh, command);
+    std_command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {}", command[0]))?;
-    let (rx, readers) = read_lines(&mut child);
+        .stderr(Stdio::piped());
+    let mut group =
+        Group::spawn(std_command).with_context(|| format!("starting {}", command[0]))?;
+    let (rx, readers) = read_lines(&mut group.child);
     let mut sink = Sink::new(log_file, output);
-    let status = wait(&mut child, &rx, &mut sink, interrupt)?;
+    let status = wait(&mut group, &rx, &mut sink, interrupt)?;
     for reader in readers {
         let _ = reader.join();
     }
@@ -374,6 +466,70 @@ mod tests {
         assert_eq!(logged.matches("$ sh -c").count(), 2, "{logged}");
         assert_eq!(logged.matches("broken").count(), 4, "{logged}");
         run(&sh, &words(&["true"]), &log, Output::Bar, &interrupt).unwrap();
+    }
+
+    /// Whether process `pid` has ended (gone, or a zombie no one has reaped yet).
+    fn ended(pid: &str) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        }
+    }
+
+    /// An interrupt (SIGTERM or Ctrl-C to the xtask alone) stops the step's whole process
+    /// group, the grandchildren (ninja's compilers) included, and reads as "interrupted".
+    #[test]
+    fn an_interrupt_stops_the_whole_process_group() {
+        let sh = Shell::new().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("step.log");
+        let pids = dir.path().join("pids");
+        // A step that starts a grandchild which ignores nothing, and waits for it.
+        let script = format!(
+            "sleep 120 & echo $! > {0}.tmp; mv {0}.tmp {0}; wait",
+            pids.display()
+        );
+        let flag = Arc::new(AtomicBool::new(false));
+        let raise = Arc::clone(&flag);
+        let watched = pids.clone();
+        let raiser = std::thread::spawn(move || {
+            for _ in 0..600 {
+                if watched.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            raise.store(true, Ordering::SeqCst);
+        });
+        let e = run(
+            &sh,
+            &words(&["sh", "-c", &script]),
+            &log,
+            Output::Log,
+            &Interrupt(flag),
+        )
+        .unwrap_err();
+        raiser.join().unwrap();
+        let grandchild = std::fs::read_to_string(&pids).unwrap();
+        let grandchild = grandchild.trim();
+        let mut gone = false;
+        for _ in 0..200 {
+            gone = ended(grandchild);
+            if gone {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        if !gone {
+            let _ = Command::new("kill").arg(grandchild).status();
+        }
+        assert!(matches!(e, StepError::Interrupted), "{e}");
+        assert!(
+            gone,
+            "the step's grandchild {grandchild} outlived the interrupt"
+        );
     }
 
     #[test]
