@@ -66,12 +66,19 @@ fn fixture() -> Option<Fixture> {
     std::fs::create_dir_all(rocm.join("llvm/bin")).unwrap();
     for tool in ["clang++", "llvm-link", "opt"] {
         let path = rocm.join("llvm/bin").join(tool);
-        write_script(&path, "#!/bin/sh\nexit 0\n");
+        write_script(
+            &path,
+            &format!(
+                "#!/bin/sh\nif [ -n \"$FAKE_LLVM_FAIL\" ]; then echo 'fake {tool}: failing on \
+                 purpose' >&2; exit 1; fi\nexit 0\n"
+            ),
+        );
     }
     let hipcc = rocm.join("bin/hipcc");
     write_script(
         &hipcc,
         "#!/bin/sh\n# Stand-in for hipcc: the host C++ compiler, or a failure on request.\n\
+         if [ -n \"$FAKE_HIPCC_LOG\" ]; then echo \"$*\" >> \"$FAKE_HIPCC_LOG\"; fi\n\
          if [ -n \"$FAKE_HIPCC_FAIL\" ]; then echo 'fake hipcc: failing on purpose' >&2; exit 1; fi\n\
          exec c++ \"$@\"\n",
     );
@@ -385,5 +392,53 @@ fn a_kept_tree_whose_cache_no_longer_fits_is_configured_anew() {
             builds[0].display()
         )) && t.contains("MPI_CXX_HEADER_DIR = /nonexistent/openmpi/include"),
         "{t}"
+    );
+}
+
+/// A failed (or interrupted) build resumes where it stopped: the kept tree is configured
+/// again without CMake's compiler checks, and no source that compiled is compiled again.
+#[test]
+fn a_failed_build_resumes_where_it_stopped() {
+    let Some(f) = fixture() else { return };
+    let log = f.root.join("hipcc.log");
+    let log_text = log.display().to_string();
+    let compiles = |text: &str| {
+        text.lines()
+            .filter(|l| l.contains(" -c ") && l.contains("/src/"))
+            .count()
+    };
+    // Fails after every source compiled: at the device bitcode, which comes after the library.
+    let (out, _) = xtask(
+        &f,
+        &["--arch", "gfx942"],
+        &[("FAKE_LLVM_FAIL", "1"), ("FAKE_HIPCC_LOG", &log_text)],
+    );
+    let t = text(&out);
+    assert!(
+        !out.status.success() && t.contains("fake clang++: failing on purpose"),
+        "{t}"
+    );
+    let first = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        first.contains("CMakeCXXCompiler"),
+        "no compiler checks: {first}"
+    );
+    assert_eq!(compiles(&first), 4, "{first}");
+    std::fs::remove_file(&log).unwrap();
+
+    let (out, _) = xtask(&f, &["--arch", "gfx942"], &[("FAKE_HIPCC_LOG", &log_text)]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(!t.contains("configuring it anew"), "{t}");
+    let second = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        !second.contains("CMakeCXXCompiler"),
+        "configure started over: {second}"
+    );
+    assert_eq!(compiles(&second), 0, "compiled again: {second}");
+    assert!(
+        prefix_of(&out)
+            .join("lib/librocshmem_device_gfx942.bc")
+            .is_file()
     );
 }

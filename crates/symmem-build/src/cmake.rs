@@ -97,7 +97,9 @@ pub fn stale_cache(build_dir: &Path, source: &Path) -> Option<String> {
                 source.display()
             ));
         }
-        if kind != "FILEPATH" && kind != "PATH" {
+        // Where the tree installs is an output, made only when the build is published: its
+        // absence never makes the tree wrong.
+        if (kind != "FILEPATH" && kind != "PATH") || name == "CMAKE_INSTALL_PREFIX" {
             continue;
         }
         let missing = value
@@ -239,6 +241,10 @@ mod tests {
             source.display()
         );
         std::fs::write(build.join("CMakeCache.txt"), &fine).unwrap();
+        assert_eq!(stale_cache(&build, &source), None);
+        // The prefix it installs to exists only once the build is published.
+        let unpublished = format!("{fine}CMAKE_INSTALL_PREFIX:PATH=/nonexistent/prefix\n");
+        std::fs::write(build.join("CMakeCache.txt"), &unpublished).unwrap();
         assert_eq!(stale_cache(&build, &source), None);
         let mpi = fine.replace(
             "MPI_CXX_HEADER_DIR-NOTFOUND",
