@@ -18,6 +18,51 @@ use xshell::Shell;
 pub const SHIM_BACKEND_DEFINE: &str = "SYMMEM_SHIM_BACKEND";
 pub const SHIM_ARCHS_DEFINE: &str = "SYMMEM_SHIM_ARCHS";
 
+/// Environment variables that CMake (or the compilers it checks) reads when it first
+/// configures a build tree: compilers, flags, launchers, a toolchain file. A kept tree keeps
+/// what its first configure recorded in its cache and ignores them later, so each set one is
+/// part of a build's key (build-shim's build folder, build-rocshmem's hash).
+pub const CONFIGURE_ENVIRONMENT: &[&str] = &[
+    "CC",
+    "CXX",
+    "HIPCXX",
+    "CUDACXX",
+    "CUDAHOSTCXX",
+    "CFLAGS",
+    "CXXFLAGS",
+    "HIPFLAGS",
+    "CUDAFLAGS",
+    "CPPFLAGS",
+    "LDFLAGS",
+    "CMAKE_TOOLCHAIN_FILE",
+    "CMAKE_BUILD_TYPE",
+    "CMAKE_C_COMPILER_LAUNCHER",
+    "CMAKE_CXX_COMPILER_LAUNCHER",
+    "CMAKE_HIP_COMPILER_LAUNCHER",
+    "CMAKE_CUDA_COMPILER_LAUNCHER",
+    "CMAKE_C_LINKER_LAUNCHER",
+    "CMAKE_CXX_LINKER_LAUNCHER",
+    "CMAKE_HIP_LINKER_LAUNCHER",
+    "CMAKE_CUDA_LINKER_LAUNCHER",
+];
+
+/// The variables of [`CONFIGURE_ENVIRONMENT`] that `lookup` finds set (and not empty), as
+/// `("env.NAME", value)` inputs of a build's key.
+pub fn configure_environment(lookup: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    CONFIGURE_ENVIRONMENT
+        .iter()
+        .filter_map(|name| {
+            let value = lookup(name).filter(|v| !v.is_empty())?;
+            Some((format!("env.{name}"), value))
+        })
+        .collect()
+}
+
+/// [`configure_environment`] of this process.
+pub fn configure_environment_of_process() -> Vec<(String, String)> {
+    configure_environment(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
+}
+
 /// A CMake project to configure, build and install.
 pub struct Project<'a> {
     pub cmake: &'a Path,

@@ -365,6 +365,7 @@ impl Key {
         defines: &[(String, String)],
         library: &Library,
         sources: String,
+        environment: Vec<(String, String)>,
     ) -> Self {
         let mut inputs = vec![
             ("cmake".to_string(), cmake.display().to_string()),
@@ -377,6 +378,9 @@ impl Key {
                 .map(|(k, v)| (format!("define.{k}"), v.clone())),
         );
         inputs.extend(library.key.iter().cloned());
+        // What CMake reads from the environment only at first configure (HIPFLAGS, CXX, ...):
+        // a kept folder would otherwise keep the flags of the run that made it.
+        inputs.extend(environment);
         let mut hasher = Sha256::new();
         for (k, v) in &inputs {
             hasher.update(format!("{k}={v}\n"));
@@ -763,6 +767,7 @@ pub fn build_library(sh: &Shell, ws: &Workspace, args: &Args) -> anyhow::Result<
         &setup.defines,
         &setup.library,
         sources_digest(&setup.source)?,
+        cmake::configure_environment_of_process(),
     );
     let build_dir = key.build_dir(&setup.out);
     let steps = shim_project(
@@ -840,6 +845,29 @@ pub fn build_into(
 mod tests {
     use super::*;
 
+    /// HIPFLAGS (and the rest CMake reads at first configure) is part of the build folder's
+    /// key: a kept folder configured with other flags is not reused.
+    #[test]
+    fn configure_environment_is_part_of_the_key() {
+        let library = rocshmem_library(Path::new("/prefix/a"), None);
+        let key = |environment: Vec<(String, String)>| {
+            let generator = crate::tools::Generator::Ninja;
+            let cmake = Path::new("/usr/bin/cmake");
+            Key::new(cmake, generator, &[], &library, "d".into(), environment)
+        };
+        let plain = key(vec![]);
+        let flagged = key(vec![("env.HIPFLAGS".into(), "-g".into())]);
+        assert_ne!(
+            plain.build_dir(Path::new("/o")),
+            flagged.build_dir(Path::new("/o"))
+        );
+        assert!(
+            flagged
+                .stamp(&library)
+                .contains("\"env.HIPFLAGS\" = \"-g\"")
+        );
+    }
+
     /// A link that failed on symbols the install lacks names them and the 3.x requirement;
     /// only the last command's output counts (the log keeps earlier runs).
     #[test]
@@ -875,7 +903,7 @@ mod tests {
             library: rocshmem_library(Path::new("/prefix/a"), None),
             rocm_path_exported: None,
         };
-        let status = std::process::Command::new("false").status().unwrap();
+        let status = std::os::unix::process::ExitStatusExt::from_raw(1 << 8);
         let err = StepError::Failed {
             command: "cmake --build b".into(),
             status,

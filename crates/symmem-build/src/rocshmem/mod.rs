@@ -120,6 +120,7 @@ fn toolchain(
         rocm: parts,
         cmake: tools::cmake(sh)?,
         generator: tools::generator()?,
+        environment: cmake::configure_environment_of_process(),
     })
 }
 
@@ -468,6 +469,7 @@ mod tests {
             },
             cmake: "/usr/bin/cmake".into(),
             generator: Generator::Ninja,
+            environment: vec![],
         }
     }
 
@@ -493,6 +495,7 @@ mod tests {
             },
             cmake: "/usr/bin/cmake".into(),
             generator: Generator::Ninja,
+            environment: vec![],
         }
     }
 
@@ -643,6 +646,28 @@ mod tests {
             debian_plan.hash,
             plan_with("gfx942", &newer, Source::Fetch, &[]).0.hash
         );
+    }
+
+    /// What CMake reads from the environment at first configure (HIPFLAGS, CXX, ...) is part
+    /// of the hash: a kept tree or an install made with other flags is another build.
+    #[test]
+    fn configure_environment_is_part_of_the_hash() {
+        let (plain, _) = plan_with("gfx942", &amd(true), Source::Fetch, &[]);
+        let mut flagged = amd(true);
+        flagged.environment = crate::cmake::configure_environment(|name| {
+            (name == "HIPFLAGS").then(|| "-g".to_string())
+        });
+        assert_eq!(flagged.environment, [("env.HIPFLAGS".into(), "-g".into())]);
+        let (with_flags, _) = plan_with("gfx942", &flagged, Source::Fetch, &[]);
+        assert_ne!(plain.hash, with_flags.hash);
+        assert_ne!(plain.build_dir, with_flags.build_dir);
+        assert!(
+            with_flags.stamp().contains("\"env.HIPFLAGS\" = \"-g\""),
+            "{}",
+            with_flags.stamp()
+        );
+        // Set but empty is unset, as CMake reads it.
+        assert!(crate::cmake::configure_environment(|_| Some(String::new())).is_empty());
     }
 
     /// An accepted mismatching checkout is named after what is built: its HEAD, its version,

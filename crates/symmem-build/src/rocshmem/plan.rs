@@ -16,6 +16,9 @@ pub struct Toolchain {
     pub rocm: RocmParts,
     pub cmake: PathBuf,
     pub generator: Generator,
+    /// What CMake reads from the environment at first configure (`env.HIPFLAGS`, ...: see
+    /// [`crate::cmake::CONFIGURE_ENVIRONMENT`]), the set ones: part of the hash.
+    pub environment: Vec<(String, String)>,
 }
 
 impl Toolchain {
@@ -36,6 +39,7 @@ impl Toolchain {
             },
             cmake,
             generator,
+            environment: crate::cmake::configure_environment_of_process(),
         }
     }
 
@@ -414,6 +418,7 @@ impl Plan {
                 .iter()
                 .map(|(k, v)| (format!("define.{k}"), v.clone())),
         );
+        inputs.extend(t.environment.iter().cloned());
         inputs
     }
 
