@@ -46,6 +46,9 @@ impl TargetId {
             }
             features.push(feature.to_string());
         }
+        // One target id, one spelling: clang reads the features in any order, and orders
+        // them by name (gfx942:sramecc+:xnack-), so this does too.
+        features.sort();
         Ok(Self {
             processor,
             features,
@@ -65,13 +68,42 @@ impl TargetId {
         }
         list.sort();
         list.dedup();
+        check_combinations(&list)?;
         Ok(list)
+    }
+
+    /// The names of its features (`["sramecc", "xnack"]`), without their signs.
+    fn feature_names(&self) -> Vec<&str> {
+        self.features
+            .iter()
+            .map(|f| &f[..f.len().saturating_sub(1)])
+            .collect()
     }
 
     /// A form usable in file names and PATH-like variables (no `:`).
     pub fn path_safe(&self) -> String {
         self.to_string().replace(':', "_")
     }
+}
+
+/// Refuses targets clang cannot build together: two of one processor must name the same
+/// features (`gfx942:xnack+,gfx942:xnack-` is fine; `gfx942,gfx942:xnack-` is not, and clang
+/// would stop with "invalid offload arch combinations" only at the first HIP compile).
+fn check_combinations(list: &[TargetId]) -> anyhow::Result<()> {
+    for (n, a) in list.iter().enumerate() {
+        if let Some(b) = list[n + 1..]
+            .iter()
+            .find(|b| b.processor == a.processor && b.feature_names() != a.feature_names())
+        {
+            bail!(
+                "`{a}` and `{b}` cannot be built together: targets of one processor must name \
+                 the same features (clang refuses the mix). Keep one of them, or give each the \
+                 same features (e.g. {p}:xnack+,{p}:xnack-)",
+                p = a.processor
+            );
+        }
+    }
+    Ok(())
 }
 
 impl fmt::Display for TargetId {
@@ -110,6 +142,14 @@ impl CudaArch {
     }
 }
 
+/// Whether `text` is meant as a CUDA compute capability (`90`, `sm_90`, `compute_90`), to
+/// answer with CUDA's message rather than the list of HIP targets.
+fn looks_like_cuda(text: &str) -> bool {
+    text.starts_with(|c: char| c.is_ascii_digit())
+        || text.starts_with("sm_")
+        || text.starts_with("compute_")
+}
+
 impl fmt::Display for CudaArch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -132,6 +172,12 @@ impl GpuTargets {
         match first {
             None => bail!("--arch needs at least one GPU target, e.g. --arch gfx942 or --arch 90"),
             Some(t) if t.starts_with("gfx") => TargetId::parse_list(text).map(Self::Hip),
+            Some(t) if !looks_like_cuda(t) => bail!(
+                "unknown GPU target `{t}`: HIP targets are {} (optionally with features, e.g. \
+                 gfx950:sramecc+:xnack-); CUDA compute capabilities are numbers such as 90, 90a \
+                 or 100",
+                KNOWN_PROCESSORS.join(", ")
+            ),
             Some(_) => {
                 let mut list = text
                     .split(',')
@@ -145,8 +191,13 @@ impl GpuTargets {
         }
     }
 
-    /// [`GpuTargets::parse`], for a flag that takes HIP targets only.
+    /// [`GpuTargets::parse`], for a flag that takes HIP targets only: anything that is not
+    /// a compute capability is read as a HIP target (an unknown one lists the valid ones).
     pub fn parse_hip(text: &str) -> anyhow::Result<Self> {
+        let first = text.split(',').map(str::trim).find(|s| !s.is_empty());
+        if first.is_some_and(|t| !t.starts_with("gfx") && !looks_like_cuda(t)) {
+            return TargetId::parse_list(text).map(Self::Hip);
+        }
         match Self::parse(text)? {
             Self::Cuda(_) => bail!(
                 "`{text}` are CUDA compute capabilities; rocSHMEM builds for HIP targets such as \
@@ -208,6 +259,51 @@ mod tests {
             list.iter().map(ToString::to_string).collect::<Vec<_>>(),
             ["gfx942", "gfx950"]
         );
+    }
+
+    /// Two spellings of one target id are one target; targets of one processor that name
+    /// different features are refused up front, as clang would refuse them at compile.
+    #[test]
+    fn one_spelling_per_target_and_no_mixed_features() {
+        let a = TargetId::parse_list("gfx942:xnack-:sramecc+").unwrap();
+        let b = TargetId::parse_list("gfx942:sramecc+:xnack-").unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a[0].to_string(), "gfx942:sramecc+:xnack-");
+        assert_eq!(
+            TargetId::parse_list("gfx942:xnack-:sramecc+,gfx942:sramecc+:xnack-")
+                .unwrap()
+                .len(),
+            1
+        );
+        for mixed in ["gfx942,gfx942:xnack-", "gfx942:xnack+,gfx942:sramecc+"] {
+            let e = TargetId::parse_list(mixed).unwrap_err().to_string();
+            assert!(e.contains("cannot be built together"), "{mixed}: {e}");
+        }
+        assert_eq!(
+            TargetId::parse_list("gfx942:xnack+,gfx942:xnack-,gfx90a")
+                .unwrap()
+                .len(),
+            3
+        );
+    }
+
+    /// build-rocshmem's `--arch garbage` lists the HIP targets and says nothing of CUDA;
+    /// build-shim's (either kind) names both kinds.
+    #[test]
+    fn garbage_lists_the_valid_targets() {
+        for bad in ["garbage", "GFX942"] {
+            let e = GpuTargets::parse_hip(bad).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("unknown GPU target `{bad}`"))
+                    && e.contains("gfx942, gfx950")
+                    && !e.contains("CUDA"),
+                "{e}"
+            );
+            let e = GpuTargets::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("gfx942") && e.contains("90a"), "{e}");
+        }
+        let e = GpuTargets::parse("sm_90").unwrap_err().to_string();
+        assert!(e.contains("not a CUDA compute capability"), "{e}");
     }
 
     #[test]
