@@ -346,6 +346,18 @@ fn a_rocshmem_2_tree_is_refused_before_configuring() {
             .unwrap_or(0);
         assert_eq!(caches, 0, "{args:?} configured: {t}");
     }
+    // A 2.x checkout that is not the pin either: the version, which no flag can change, is
+    // what is said, not --allow-source-mismatch.
+    write_pins(&f.root, &format!("file://{}", f.repo.display()), &f.commit);
+    let (out, _) = xtask(&f, &["--arch", "gfx942", "--source", &source], &[]);
+    let t = text(&out);
+    assert!(
+        !out.status.success()
+            && t.contains("rocSHMEM 2.0.0 (declared in")
+            && !t.contains("is not the pinned rocSHMEM"),
+        "{t}"
+    );
+    write_pins(&f.root, &format!("file://{}", old.display()), &commit);
     // A pin that names a 2.x version is refused before anything is fetched.
     std::fs::write(
         f.root.join("pins.toml"),

@@ -100,6 +100,17 @@ fn missing_inputs_are_clean_errors_before_cmake() {
     assert_clean_failure(&out, "cargo xtask build-rocshmem");
     let out = xtask(&["--backend", "rocshmem"]);
     assert_clean_failure(&out, "--rocshmem-home");
+    // An empty ROCSHMEM_HOME (a failed `$(...)`) is named, with the README's form.
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["build-shim", "--backend", "rocshmem"])
+        .env("ROCSHMEM_HOME", "")
+        .output()
+        .unwrap();
+    assert_clean_failure(
+        &out,
+        "ROCSHMEM_HOME is empty): build it first with `exports=$(cargo xtask build-rocshmem \
+         --arch gfx942) && eval \"$exports\"`",
+    );
 }
 
 /// A stand-in for CMake that keeps a package folder it found in its cache, as CMake does: a

@@ -464,10 +464,18 @@ fn rocshmem_setup(
     args: &Args,
     defines: &mut Vec<(String, String)>,
 ) -> anyhow::Result<Library> {
-    let home = from_env(args.rocshmem_home.as_deref(), &["ROCSHMEM_HOME"]).context(
-        "rocSHMEM not found: run `eval \"$(cargo xtask build-rocshmem --arch gfx942)\"` \
-         first, or pass --rocshmem-home",
-    )?;
+    let home = from_env(args.rocshmem_home.as_deref(), &["ROCSHMEM_HOME"]).with_context(|| {
+        format!(
+            "rocSHMEM not found (no --rocshmem-home, and ROCSHMEM_HOME is {}): build it first \
+             with `exports=$(cargo xtask build-rocshmem --arch gfx942) && eval \"$exports\"`, \
+             or pass --rocshmem-home DIR",
+            if std::env::var_os("ROCSHMEM_HOME").is_some() {
+                "empty"
+            } else {
+                "unset"
+            }
+        )
+    })?;
     let home = std::path::absolute(&home).unwrap_or(home);
     check_rocshmem_home(&home)?;
     let stamp = read_stamp(&home)?;

@@ -241,6 +241,9 @@ fn source_of(sh: &Shell, args: &Args, pin: &RocshmemPin, git: &Path) -> anyhow::
         return Ok(Source::Fetch);
     };
     let root = absolute(dir)?;
+    // A rocSHMEM too old for the shim is the first thing to say: --allow-source-mismatch,
+    // which the mismatch below would ask for, cannot make it build.
+    check_source_version(&root.join(&pin.subdirectory), pin)?;
     let state = source::LocalState::read(sh, git, &root)?;
     let mismatch = match state.mismatch(pin) {
         None => None,
@@ -264,7 +267,6 @@ fn source_of(sh: &Shell, args: &Args, pin: &RocshmemPin, git: &Path) -> anyhow::
             pin.commit
         ),
     };
-    check_source_version(&root.join(&pin.subdirectory), pin)?;
     Ok(Source::Local { root, mismatch })
 }
 
