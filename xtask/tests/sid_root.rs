@@ -1,5 +1,7 @@
 //! `.ci/sid-root` mounts Cargo's target folder when CARGO_TARGET_DIR puts it outside the
-//! checkout: the host-built binaries a command runs inside the root live there.
+//! checkout: the host-built binaries a command runs inside the root live there. A relative or
+//! missing CARGO_TARGET_DIR is the caller's (made, and passed absolute), and the caller's
+//! ROCM_PATH stays outside.
 //!
 //! Runs only where a sid root was already made (`target/ci/sid-*`, e.g. by `.ci/real-hipcc`)
 //! and as root (mounts and chroot); otherwise it says why it skipped. Making a root takes
@@ -38,6 +40,7 @@ fn an_outside_target_folder_is_visible_inside_the_root() {
         eprintln!("SKIPPED: .ci/sid-root mounts and chroots: needs root");
         return;
     }
+    relative_target_and_no_host_rocm(checkout, &name, &packages);
     let target = tempfile::tempdir().unwrap();
     let marker = target.path().join("built-on-the-host");
     std::fs::write(&marker, "xtask\n").unwrap();
@@ -53,4 +56,26 @@ fn an_outside_target_folder_is_visible_inside_the_root() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A relative CARGO_TARGET_DIR (the caller's, from another folder than the checkout) that does
+/// not exist yet is made and reaches the command absolute; the caller's ROCM_PATH does not.
+fn relative_target_and_no_host_rocm(checkout: &Path, name: &str, packages: &str) {
+    let caller = tempfile::tempdir().unwrap();
+    let expected = caller.path().join("not-yet/target");
+    let out = Command::new(checkout.join(".ci/sid-root"))
+        .args([name, packages, "--", "sh", "-c"])
+        .arg("echo \"$CARGO_TARGET_DIR|${ROCM_PATH-unset}\"; test -d \"$CARGO_TARGET_DIR\"")
+        .current_dir(caller.path())
+        .env("CARGO_TARGET_DIR", "not-yet/target")
+        .env("ROCM_PATH", "/leak")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout == format!("{}|unset\n", expected.display()),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(expected.is_dir());
 }
