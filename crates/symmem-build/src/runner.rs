@@ -310,8 +310,69 @@ fn finished(status: ExitStatus, interrupt: &Interrupt) -> Result<ExitStatus, Ste
     Ok(status)
 }
 
-/// Runs `command`, appending its output to `log`.
+/// Whether writing 64 KiB to `file` (made if missing) fails for want of space.
+fn out_of_space(file: &Path) -> bool {
+    let full = |e: &std::io::Error| e.kind() == std::io::ErrorKind::StorageFull;
+    let mut handle = match std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(file)
+    {
+        Ok(handle) => handle,
+        Err(e) => return full(&e),
+    };
+    handle
+        .write_all(&[0u8; 64 << 10])
+        .and_then(|()| handle.sync_all())
+        .is_err_and(|e| full(&e))
+}
+
+/// Whether the disk of `dir` is full, by writing (and removing) a probe file there: a step
+/// that runs out of space does not always say "No space left on device" (CMake's compiler
+/// check then reads as a broken compiler).
+fn disk_full(dir: &Path) -> bool {
+    let probe = dir.join(".symmem-space-probe");
+    let full = out_of_space(&probe);
+    let _ = std::fs::remove_file(&probe);
+    full
+}
+
+/// Whether `err` is a write that failed for want of space (the log's own writes).
+fn is_storage_full(err: &StepError) -> bool {
+    let StepError::Other(e) = err else {
+        return false;
+    };
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::StorageFull)
+    })
+}
+
+/// Runs `command`, appending its output to `log`. A failure on a full disk (said by the
+/// step, met writing the log, or found by a probe after the step failed) is
+/// [`StepError::DiskFull`].
 pub fn run(
+    sh: &xshell::Shell,
+    command: &[String],
+    log: &Path,
+    output: Output,
+    interrupt: &Interrupt,
+) -> Result<(), StepError> {
+    let dir = log.parent().unwrap_or(log);
+    match run_logged(sh, command, log, output, interrupt) {
+        Err(e) if is_storage_full(&e) => Err(StepError::DiskFull {
+            dir: dir.to_path_buf(),
+        }),
+        Err(StepError::Failed { .. }) if disk_full(dir) => Err(StepError::DiskFull {
+            dir: dir.to_path_buf(),
+        }),
+        other => other,
+    }
+}
+
+fn run_logged(
     sh: &xshell::Shell,
     command: &[String],
     log: &Path,
@@ -530,6 +591,26 @@ mod tests {
             gone,
             "the step's grandchild {grandchild} outlived the interrupt"
         );
+    }
+
+    /// A step that fails on a full disk is reported as a full disk whatever it printed, and
+    /// so is a log that cannot be written (/dev/full stands in for a full disk).
+    #[test]
+    fn a_full_disk_reads_as_a_full_disk() {
+        assert!(out_of_space(Path::new("/dev/full")));
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!out_of_space(&dir.path().join("probe")));
+        assert!(!disk_full(dir.path()));
+        assert!(!dir.path().join(".symmem-space-probe").exists());
+        let sh = Shell::new().unwrap();
+        let interrupt = Interrupt(Arc::new(AtomicBool::new(false)));
+        let step = words(&["sh", "-c", "echo 'the compiler is broken'; exit 1"]);
+        let e = run(&sh, &step, Path::new("/dev/full"), Output::Log, &interrupt).unwrap_err();
+        assert!(
+            matches!(&e, StepError::DiskFull { dir } if dir == Path::new("/dev")),
+            "{e:?}"
+        );
+        assert!(e.to_string().starts_with("the disk is full (/dev)"), "{e}");
     }
 
     #[test]
