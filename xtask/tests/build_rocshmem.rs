@@ -378,6 +378,68 @@ fn a_rocshmem_2_tree_is_refused_before_configuring() {
     assert!(!f.root.join("out").exists(), "{t}");
 }
 
+/// Older rocSHMEM trees declare their version in other forms (ROCm/rocSHMEM 2.0.0 and 1.6.0:
+/// `rocm_setup_version(VERSION ...)`, or a VERSION file read by a multi-line `project(`):
+/// each is refused before CMake runs, naming what it found and that 3.x is needed.
+#[test]
+fn older_trees_are_known_by_what_they_hold() {
+    let Some(f) = fixture() else { return };
+    let forms: [(&str, &[(&str, &str)]); 2] = [
+        (
+            "2.0.0",
+            &[(
+                "CMakeLists.txt",
+                "cmake_minimum_required(VERSION 3.16)\ninclude(ROCMSetupVersion)\n\
+                 rocm_setup_version(VERSION 2.0.0)\nproject(rocshmem CXX)\n\
+                 find_package(rocprim REQUIRED CONFIG)\n",
+            )],
+        ),
+        (
+            "1.6.0",
+            &[
+                (
+                    "CMakeLists.txt",
+                    "cmake_minimum_required(VERSION 3.16)\nfile(STRINGS VERSION V)\nproject(\n  \
+                     rocshmem\n  VERSION ${V}\n  LANGUAGES CXX\n)\n\
+                     find_package(rocprim REQUIRED CONFIG)\n",
+                ),
+                ("VERSION", "1.6.0\n"),
+            ],
+        ),
+    ];
+    for (version, files) in forms {
+        let tree = f.root.join(format!("rocshmem-{version}"));
+        let dir = tree.join("projects/rocshmem");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        git(&tree, &["init", "--quiet"]);
+        git(&tree, &["add", "."]);
+        git(&tree, &["commit", "--quiet", "-m", version]);
+        let source = tree.display().to_string();
+        let args = [
+            "--arch",
+            "gfx942",
+            "--source",
+            &source,
+            "--allow-source-mismatch",
+        ];
+        let (out, _) = xtask(&f, &args, &[]);
+        let t = text(&out);
+        assert!(!out.status.success(), "{version}: {t}");
+        assert!(
+            t.contains(&format!("rocSHMEM {version} (declared in"))
+                && t.contains("needs rocSHMEM 3.x or newer"),
+            "{version}: {t}"
+        );
+        assert!(
+            !t.contains("rocprim") && !t.contains("[2/5] configure"),
+            "CMake ran: {t}"
+        );
+    }
+}
+
 /// A kept build tree (a failed build's) whose CMake cache names what the machine no longer has
 /// (an MPI found where it was configured, e.g. another root sharing this out folder) is
 /// configured anew, and the output says why; the build then succeeds.

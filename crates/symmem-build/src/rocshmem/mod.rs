@@ -372,16 +372,21 @@ fn note_stale(out_dir: &Path, plan: &Plan) {
 /// Refuses a source tree whose CMakeLists.txt declares a rocSHMEM older than the shim
 /// supports, before any tool runs on it.
 fn check_source_version(source_dir: &Path, pin: &RocshmemPin) -> anyhow::Result<()> {
-    let cmakelists = source_dir.join("CMakeLists.txt");
-    let Some(version) = std::fs::read_to_string(&cmakelists)
-        .ok()
-        .and_then(|text| source::declared_version(&text))
-    else {
-        return Ok(());
+    let (version, declared_in) = match source::tree_version(source_dir) {
+        Ok(found) => found,
+        Err(looked_at) => {
+            eprintln!(
+                "warning: the rocSHMEM version of {} cannot be told (looked at {looked_at}): \
+                 building it as it is; the shim needs rocSHMEM {}.x or newer",
+                source_dir.display(),
+                support::OLDEST_MAJOR
+            );
+            return Ok(());
+        }
     };
     support::check_source(
         &version,
-        &cmakelists,
+        &declared_in,
         &format!(
             "build the pinned rocSHMEM {} (commit {} of {}): drop --source, or check that \
              commit out in the --source checkout",

@@ -5,7 +5,7 @@ use super::plan::Mismatch;
 use crate::pins::RocshmemPin;
 use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use xshell::{Shell, cmd};
 
 /// Where a fetch lands before its HEAD is checked and it moves to `checkout`.
@@ -141,11 +141,8 @@ impl LocalState {
                     .collect(),
             )
         };
-        let cmakelists = root.join(subdirectory).join("CMakeLists.txt");
-        let version = std::fs::read_to_string(&cmakelists)
-            .ok()
-            .and_then(|text| declared_version(&text))
-            .unwrap_or_else(|| "unknown".into());
+        let version =
+            tree_version(&root.join(subdirectory)).map_or_else(|_| "unknown".into(), |(v, _)| v);
         Ok(Mismatch {
             head: self.head.clone(),
             version,
@@ -154,32 +151,90 @@ impl LocalState {
     }
 }
 
-/// The version a rocSHMEM CMakeLists.txt declares: `set(VERSION_STRING x.y.z)` (rocSHMEM's
-/// own), else `project(... VERSION x.y.z ...)`.
+/// Whether `word` reads as a version (`2.0.0`, `3.4`).
+fn is_version(word: &str) -> bool {
+    word.split('.').count() >= 2 && word.split('.').all(|p| p.parse::<u32>().is_ok())
+}
+
+/// The arguments of each call of `command` (case-insensitive) in CMake text, across lines.
+fn calls<'a>(text: &'a str, command: &str) -> Vec<&'a str> {
+    let lower = text.to_ascii_lowercase();
+    let pattern = format!("{command}(");
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = lower[from..].find(&pattern) {
+        let start = from + at;
+        let open = start + pattern.len();
+        // A call starts a word: not `my_project(`.
+        let starts_word = lower[..start]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
+        let close = lower[open..].find(')').map_or(lower.len(), |c| open + c);
+        if starts_word {
+            found.push(&text[open..close]);
+        }
+        from = close.max(open);
+    }
+    found
+}
+
+/// The version a rocSHMEM CMakeLists.txt declares, in any of the forms rocSHMEM has used:
+/// `set(VERSION_STRING x.y.z)` (3.x), `rocm_setup_version(VERSION x.y.z)` (1.x, 2.0), or
+/// `project(... VERSION x.y.z ...)`, a call that may span lines.
 pub fn declared_version(cmakelists: &str) -> Option<String> {
-    let is_version =
-        |w: &&str| w.split('.').count() >= 2 && w.split('.').all(|p| p.parse::<u32>().is_ok());
-    for line in cmakelists.lines() {
-        let line = line.trim();
-        let lower = line.to_ascii_lowercase();
-        let args = if lower.starts_with("set(version_string") {
-            &line["set(VERSION_STRING".len()..]
-        } else if let Some((_, after)) = line
-            .split_once("VERSION")
-            .filter(|_| lower.starts_with("project("))
+    let words = |args: &str| -> Vec<String> {
+        args.split(|c: char| c.is_whitespace() || c == '"')
+            .filter(|w| !w.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    for args in calls(cmakelists, "set") {
+        let w = words(args);
+        if w.first().is_some_and(|n| n == "VERSION_STRING")
+            && let Some(v) = w.get(1).filter(|v| is_version(v))
         {
-            after
-        } else {
-            continue;
-        };
-        let word = args
-            .split(|c: char| c.is_whitespace() || c == ')' || c == '"')
-            .find(|w| !w.is_empty());
-        if let Some(w) = word.filter(is_version) {
-            return Some(w.to_string());
+            return Some(v.clone());
+        }
+    }
+    for command in ["rocm_setup_version", "project"] {
+        for args in calls(cmakelists, command) {
+            let w = words(args);
+            let after = w.iter().skip_while(|x| *x != "VERSION").nth(1);
+            if let Some(v) = after.filter(|v| is_version(v)) {
+                return Some(v.clone());
+            }
         }
     }
     None
+}
+
+/// The version a rocSHMEM source tree declares and the file that says so: its CMakeLists.txt
+/// (see [`declared_version`]), else a `VERSION` file beside it (older trees). `Err` lists
+/// what was looked at when neither tells.
+pub fn tree_version(source_dir: &Path) -> Result<(String, PathBuf), String> {
+    let cmakelists = source_dir.join("CMakeLists.txt");
+    if let Some(v) = std::fs::read_to_string(&cmakelists)
+        .ok()
+        .and_then(|t| declared_version(&t))
+    {
+        return Ok((v, cmakelists));
+    }
+    let file = source_dir.join("VERSION");
+    if let Some(v) = std::fs::read_to_string(&file).ok().and_then(|t| {
+        t.split_whitespace()
+            .map(|w| w.trim_start_matches('v'))
+            .find(|w| is_version(w))
+            .map(str::to_string)
+    }) {
+        return Ok((v, file));
+    }
+    Err(format!(
+        "{} (set(VERSION_STRING ...), rocm_setup_version(VERSION ...), project(... VERSION \
+         ...)) and {}",
+        cmakelists.display(),
+        file.display()
+    ))
 }
 
 /// Makes `checkout` hold exactly the pinned commit, reusing it when it already does.
@@ -331,6 +386,47 @@ mod tests {
             Some("3.5.1")
         );
         assert_eq!(declared_version("project(rocshmem LANGUAGES CXX)\n"), None);
+        // rocSHMEM 2.0.0 and 1.6.0 (ROCm/rocSHMEM 3185428, b60a460): ROCm's macro.
+        assert_eq!(
+            declared_version(
+                "include(ROCMSetupVersion)\nrocm_setup_version(VERSION 2.0.0)\n\
+                 project(rocshmem CXX)\n"
+            )
+            .as_deref(),
+            Some("2.0.0")
+        );
+        // A project() call over several lines.
+        assert_eq!(
+            declared_version("project(\n  rocshmem\n  VERSION 1.6.0\n  LANGUAGES CXX\n)\n")
+                .as_deref(),
+            Some("1.6.0")
+        );
+        assert_eq!(
+            declared_version("my_project(x VERSION 9.9)\nset(VERSION_STRING ${V})\n"),
+            None
+        );
+    }
+
+    /// Older trees keep their version in a VERSION file; where nothing tells, what was
+    /// looked at is said.
+    #[test]
+    fn a_tree_without_a_declared_version_reads_its_version_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("CMakeLists.txt"),
+            "file(READ VERSION V)\nproject(\n  rocshmem\n  VERSION ${V}\n)\n",
+        )
+        .unwrap();
+        let looked = tree_version(dir.path()).unwrap_err();
+        assert!(
+            looked.contains("CMakeLists.txt") && looked.contains("VERSION"),
+            "{looked}"
+        );
+        std::fs::write(dir.path().join("VERSION"), "1.6.0\n").unwrap();
+        assert_eq!(
+            tree_version(dir.path()).unwrap(),
+            ("1.6.0".to_string(), dir.path().join("VERSION"))
+        );
     }
 
     /// A mismatching checkout is described by its HEAD and version; the changes digest is there
