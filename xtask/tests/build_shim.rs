@@ -151,6 +151,12 @@ echo "$dir" > "$build/found"
 /// A rocSHMEM install as build-rocshmem leaves it: package config, archive and stamp.
 fn standin_install(dir: &Path, version: &str, commit: &str, targets: &str) {
     std::fs::create_dir_all(dir.join("lib/cmake/rocshmem")).unwrap();
+    std::fs::create_dir_all(dir.join("include/rocshmem")).unwrap();
+    std::fs::write(
+        dir.join("include/rocshmem/rocshmem.hpp"),
+        "namespace rocshmem { int rocshmem_get_uniqueid(rocshmem_uniqueid_t *uid); }\n",
+    )
+    .unwrap();
     std::fs::write(dir.join("lib/cmake/rocshmem/rocshmem-config.cmake"), "").unwrap();
     std::fs::write(dir.join("lib/librocshmem.a"), commit).unwrap();
     std::fs::write(
@@ -271,6 +277,66 @@ fn a_rocshmem_2_install_is_refused_up_front() {
         &out,
         "rocshmem-config-version.cmake): the shim needs rocSHMEM 3.x",
     );
+}
+
+/// An install with 2.x headers (they include mpi.h and lack the unique-id API) is refused
+/// before any tool runs, whatever its version files say: none, garbled, or a 3.x stamp.
+#[test]
+fn an_install_with_2x_headers_is_refused_up_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, Option<&str>, &str); 4] = [
+        ("no-version", None, "cannot be told: no"),
+        (
+            "truncated",
+            Some("# This is a basic version file\nset(PACKAGE_VERSI"),
+            "sets no PACKAGE_VERSION",
+        ),
+        (
+            "v-prefixed",
+            Some("set(PACKAGE_VERSION \"v2.0.0\")\n"),
+            "says `v2.0.0`, which is not a version",
+        ),
+        ("stamped-3x", None, "3.4.0 from"),
+    ];
+    for (name, version_file, said) in cases {
+        let home = dir.path().join(name);
+        standin_install(&home, "3.4.0", &"e".repeat(40), "gfx942");
+        if name != "stamped-3x" {
+            std::fs::remove_file(home.join("symmem-rocshmem-stamp.toml")).unwrap();
+        }
+        if let Some(text) = version_file {
+            std::fs::write(
+                home.join("lib/cmake/rocshmem/rocshmem-config-version.cmake"),
+                text,
+            )
+            .unwrap();
+        }
+        std::fs::write(
+            home.join("include/rocshmem/rocshmem.hpp"),
+            "#include <mpi.h>\nnamespace rocshmem { void rocshmem_init(); }\n",
+        )
+        .unwrap();
+        let out = xtask(&[
+            "--backend",
+            "rocshmem",
+            "--rocshmem-home",
+            &home.display().to_string(),
+        ]);
+        assert_clean_failure(&out, "is not a 3.x install");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for part in [
+            "declares rocshmem_get_uniqueid",
+            "includes mpi.h, as 2.x does",
+            said,
+            "needs rocSHMEM 3.x",
+        ] {
+            assert!(stderr.contains(part), "{name}: `{part}` not in {stderr}");
+        }
+        assert!(
+            !stderr.contains("[build-shim]"),
+            "{name}: a tool ran: {stderr}"
+        );
+    }
 }
 
 /// `--arch` is one typed list for both backends: a rocSHMEM shim for a target the install was

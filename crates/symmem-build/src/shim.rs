@@ -263,27 +263,37 @@ fn check_targets(
 }
 
 /// Refuses an install older than the shim supports: by its stamp's version, else by the
-/// version its CMake package declares.
+/// version its CMake package declares; then, whatever those said, by its headers (2.x
+/// headers under a 3.x stamp, or an install whose version cannot be told).
 fn check_rocshmem_version(home: &Path, stamp: Option<&InstallStamp>) -> anyhow::Result<()> {
     use crate::rocshmem::support;
-    if let Some(stamp) = stamp {
-        return support::check_install(
-            &stamp.version,
-            home,
-            &home.join(crate::rocshmem::plan::STAMP),
-        );
-    }
-    let Some(dir) = rocshmem_config_dir(home) else {
-        return Ok(());
+    let said = if let Some(stamp) = stamp {
+        let file = home.join(crate::rocshmem::plan::STAMP);
+        support::check_install(&stamp.version, home, &file)?;
+        format!("{} from {}", stamp.version, file.display())
+    } else {
+        let dir = rocshmem_config_dir(home).unwrap_or_else(|| home.join("lib/cmake/rocshmem"));
+        let file = dir.join("rocshmem-config-version.cmake");
+        match std::fs::read_to_string(&file) {
+            Err(_) => format!(
+                "cannot be told: no {} and no {}",
+                home.join(crate::rocshmem::plan::STAMP).display(),
+                file.display()
+            ),
+            Ok(text) => match support::package_version(&text) {
+                Some(version) if version.starts_with(|c: char| c.is_ascii_digit()) => {
+                    support::check_install(&version, home, &file)?;
+                    format!("{version} from {}", file.display())
+                }
+                Some(version) => format!(
+                    "cannot be told: {} says `{version}`, which is not a version",
+                    file.display()
+                ),
+                None => format!("cannot be told: {} sets no PACKAGE_VERSION", file.display()),
+            },
+        }
     };
-    let file = dir.join("rocshmem-config-version.cmake");
-    match std::fs::read_to_string(&file)
-        .ok()
-        .and_then(|t| support::package_version(&t))
-    {
-        Some(version) => support::check_install(&version, home, &file),
-        None => Ok(()),
-    }
+    support::check_install_headers(home, &said)
 }
 
 /// NVSHMEM's version from `include/non_abi/nvshmem_version.h`, when it is there.

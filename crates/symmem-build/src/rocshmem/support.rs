@@ -61,9 +61,119 @@ pub fn package_version(config_version: &str) -> Option<String> {
     })
 }
 
+/// The 3.x entry point whose declaration tells a 3.x install's headers from older ones.
+const API_3X: &str = "rocshmem_get_uniqueid";
+
+/// What an install's headers (include/rocshmem/, read recursively) say.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Headers {
+    /// How many header files were read.
+    read: usize,
+    /// Whether one declares [`API_3X`].
+    declares_3x: bool,
+    /// The first that includes mpi.h, as rocSHMEM 2.x's rocshmem.hpp does.
+    includes_mpi: Option<std::path::PathBuf>,
+}
+
+fn read_headers(dir: &Path) -> Headers {
+    let mut headers = Headers::default();
+    let mut pending = vec![dir.to_path_buf()];
+    // Bounded: an install's header folder holds tens of files.
+    while let Some(path) = pending.pop().filter(|_| headers.read < 2000) {
+        if path.is_dir() {
+            if let Ok(entries) = std::fs::read_dir(&path) {
+                pending.extend(entries.flatten().map(|e| e.path()));
+            }
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        headers.read += 1;
+        headers.declares_3x |= text.contains(API_3X);
+        let mpi = text.lines().any(|l| {
+            let l = l.trim_start();
+            l.starts_with('#')
+                && l.contains("include")
+                && (l.contains("<mpi.h>") || l.contains("\"mpi.h\""))
+        });
+        if mpi && headers.includes_mpi.is_none() {
+            headers.includes_mpi = Some(path);
+        }
+    }
+    headers
+}
+
+/// Refuses an install whose headers lack the 3.x API, whatever its version says (a 3.x stamp
+/// over 2.x headers, or no readable version at all), before any compiler runs. `version` says
+/// what its version files said, for the message.
+pub fn check_install_headers(home: &Path, version: &str) -> anyhow::Result<()> {
+    let dir = home.join("include/rocshmem");
+    let headers = read_headers(&dir);
+    if headers.declares_3x {
+        return Ok(());
+    }
+    let found = if headers.read == 0 {
+        format!("it has no headers in {}", dir.display())
+    } else {
+        let mpi = headers.includes_mpi.map_or_else(String::new, |p| {
+            format!("; {} includes mpi.h, as 2.x does", p.display())
+        });
+        format!(
+            "none of its {} headers in {} declares {API_3X}{mpi}",
+            headers.read,
+            dir.display()
+        )
+    };
+    bail!(
+        "the rocSHMEM install {} is not a 3.x install: {found} (its version: {version}): {WHY}. \
+         Fix: build the pinned rocSHMEM with `cargo xtask build-rocshmem --arch <arch>` and pass \
+         the prefix it prints (--rocshmem-home, or ROCSHMEM_HOME)",
+        home.display()
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 2.x headers (mpi.h, no unique-id API) are refused whatever the version said; 3.x
+    /// headers pass; an install without headers is named as such.
+    #[test]
+    fn headers_without_the_3x_api_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path();
+        let e = check_install_headers(home, "3.4.0 (from its stamp)")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("it has no headers in"), "{e}");
+        let include = home.join("include/rocshmem");
+        std::fs::create_dir_all(include.join("detail")).unwrap();
+        std::fs::write(
+            include.join("rocshmem.hpp"),
+            "#pragma once\n#include <mpi.h>\nnamespace rocshmem { void rocshmem_init(); }\n",
+        )
+        .unwrap();
+        let e = check_install_headers(home, "not told (no stamp)")
+            .unwrap_err()
+            .to_string();
+        for part in [
+            "is not a 3.x install: none of its 1 headers",
+            "declares rocshmem_get_uniqueid",
+            "rocshmem.hpp includes mpi.h, as 2.x does",
+            "(its version: not told (no stamp))",
+            "needs rocSHMEM 3.x or newer",
+            "cargo xtask build-rocshmem",
+        ] {
+            assert!(e.contains(part), "`{part}` not in {e}");
+        }
+        std::fs::write(
+            include.join("detail/uniqueid.hpp"),
+            "int rocshmem_get_uniqueid(rocshmem_uniqueid_t *uid);\n",
+        )
+        .unwrap();
+        check_install_headers(home, "3.4.0").unwrap();
+    }
 
     #[test]
     fn only_3_and_newer_are_supported_and_the_error_names_the_fix() {
