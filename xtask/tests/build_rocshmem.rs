@@ -79,6 +79,8 @@ fn fixture() -> Option<Fixture> {
         &hipcc,
         "#!/bin/sh\n# Stand-in for hipcc: the host C++ compiler, or a failure on request.\n\
          if [ -n \"$FAKE_HIPCC_LOG\" ]; then echo \"$*\" >> \"$FAKE_HIPCC_LOG\"; fi\n\
+         if [ -n \"$FAKE_HIPCC_HANG\" ]; then case \"$*\" in */src/*) echo $$ >> \"$FAKE_HIPCC_HANG\"; \
+         exec sleep 120 ;; esac; fi\n\
          if [ -n \"$FAKE_HIPCC_FAIL\" ]; then echo 'fake hipcc: failing on purpose' >&2; exit 1; fi\n\
          exec c++ \"$@\"\n",
     );
@@ -514,5 +516,70 @@ fn a_failed_build_resumes_where_it_stopped() {
         prefix_of(&out)
             .join("lib/librocshmem_device_gfx942.bc")
             .is_file()
+    );
+}
+
+/// Whether process `pid` has ended (gone, or a zombie no one has reaped yet).
+fn ended(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// `kill -TERM` of the xtask alone, in its build step, stops the compilers too: nothing of
+/// the build runs on after the xtask has said "interrupted".
+#[test]
+fn a_term_to_the_xtask_stops_its_compilers() {
+    let Some(f) = fixture() else { return };
+    let pids = f.root.join("hipcc.pids");
+    let mut xtask = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["build-rocshmem", "--arch", "gfx942", "--pins"])
+        .arg(f.root.join("pins.toml"))
+        .arg("--out-dir")
+        .arg(f.root.join("out"))
+        .arg("--rocm-path")
+        .arg(f.root.join("rocm"))
+        .env_remove("HIPCC")
+        .env_remove("ROCM_PATH")
+        .env("FAKE_HIPCC_HANG", &pids)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let read_pids = || std::fs::read_to_string(&pids).unwrap_or_default();
+    for _ in 0..1200 {
+        if !read_pids().is_empty() || xtask.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &xtask.id().to_string()])
+        .status();
+    let out = xtask.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let compilers: Vec<String> = read_pids().lines().map(str::to_string).collect();
+    let mut left: Vec<String> = compilers.clone();
+    for _ in 0..400 {
+        left.retain(|pid| !ended(pid));
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    for pid in &left {
+        let _ = Command::new("kill").args(["-KILL", pid]).status();
+    }
+    assert!(!compilers.is_empty(), "no compiler started: {stderr}");
+    assert!(
+        !out.status.success() && stderr.contains("interrupted"),
+        "{stderr}"
+    );
+    assert!(
+        left.is_empty(),
+        "compilers {left:?} outlived the xtask: {stderr}"
     );
 }
