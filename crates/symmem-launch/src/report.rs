@@ -6,7 +6,7 @@ use std::time::Duration;
 use symmem::{count_ranks, describe_ranks, format_duration, format_elapsed, rank_list};
 
 /// Which pipe a line came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Stream {
     /// The rank's standard output.
     Stdout,
@@ -14,12 +14,12 @@ pub enum Stream {
     Stderr,
 }
 
-/// One line written by a rank, without its trailing newline (invalid UTF-8
-/// replaced by U+FFFD).
+/// One line written by a rank, or by a cluster launcher itself (`mpirun`, `srun`), without
+/// its trailing newline (invalid UTF-8 replaced by U+FFFD).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutputLine {
-    /// The rank that wrote it.
-    pub rank: usize,
+    /// The rank that wrote it; `None` for the launcher's own lines.
+    pub rank: Option<usize>,
     /// Which pipe.
     pub stream: Stream,
     /// The text.
@@ -143,6 +143,14 @@ pub enum Outcome {
         /// The signal number.
         signal: i32,
     },
+    /// A cluster launcher (`mpirun`, `srun`) failed without naming a rank that failed: its
+    /// own lines ([`RunReport::launcher_lines`]) say why.
+    LauncherFailed {
+        /// The launcher's name.
+        launcher: &'static str,
+        /// How it ended.
+        how: Ended,
+    },
 }
 
 /// The result of a run that started and was cleaned up.
@@ -170,6 +178,34 @@ pub struct RunReport {
     /// it during the run (a rank, or another process of the same user); `None` when it guarded
     /// the run to its end.
     pub watchdog_lost: Option<Ended>,
+    /// How many ranks the run had.
+    pub world: usize,
+    /// The node of the culprit of [`Outcome::RankFailed`], when a cluster launcher named it.
+    pub culprit_node: Option<String>,
+    /// What the caller's sweep found still running on the nodes after a cluster launcher
+    /// ended (and killed); always empty for one host, where leftovers are an error
+    /// ([`LaunchError::Leftover`](crate::LaunchError::Leftover)). Not empty is a failure.
+    pub left_behind: Vec<LeftBehind>,
+    /// The cluster launcher's own lines (its reports, not the ranks'), for the culprit and
+    /// for messages; empty for one host.
+    pub launcher_lines: Vec<String>,
+}
+
+/// A process found on a node after the job: see [`RunReport::left_behind`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftBehind {
+    /// The node it was on.
+    pub node: String,
+    /// Its process id (as this machine sees it).
+    pub pid: i32,
+    /// Its command line.
+    pub command: String,
+}
+
+impl fmt::Display for LeftBehind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pid {} ({}) on {}", self.pid, self.command, self.node)
+    }
 }
 
 /// A process of the run found outside the ranks' process group after the ranks ended.
@@ -233,7 +269,7 @@ pub fn exit_codes_help(codes: &[(&str, &str)]) -> String {
 impl RunReport {
     /// Whether every rank succeeded.
     pub fn success(&self) -> bool {
-        self.outcome == Outcome::Success
+        self.outcome == Outcome::Success && self.left_behind.is_empty()
     }
 
     /// The exit code a launcher should end with: 0 on success, the failing
@@ -243,7 +279,8 @@ impl RunReport {
     /// when interrupted. Never 0 for a failure.
     pub fn exit_code(&self) -> i32 {
         match &self.outcome {
-            Outcome::Success => 0,
+            Outcome::Success if self.left_behind.is_empty() => 0,
+            Outcome::Success => 1,
             Outcome::RankFailed { how, .. } => match how.exit_code() {
                 // Exit statuses are 8 bits; keep a failure a failure.
                 0 => 1,
@@ -252,6 +289,10 @@ impl RunReport {
             Outcome::PeerLost { .. } => EXIT_PEER_FAILED,
             Outcome::TimedOut { .. } => EXIT_TIMEOUT,
             Outcome::Interrupted { .. } => EXIT_INTERRUPTED,
+            Outcome::LauncherFailed { how, .. } => match how.exit_code() {
+                0 => 1,
+                code => code,
+            },
         }
     }
 
@@ -296,6 +337,14 @@ impl fmt::Display for RunReport {
                  the ranks started and the rendezvous folder would have been left behind"
             )?;
         }
+        if !self.left_behind.is_empty() {
+            let list: Vec<String> = self.left_behind.iter().map(|l| l.to_string()).collect();
+            write!(
+                f,
+                "; left behind on the nodes (killed): {}",
+                list.join(", ")
+            )?;
+        }
         if !self.output_wait.is_zero() {
             write!(
                 f,
@@ -314,7 +363,7 @@ impl RunReport {
             Outcome::Success => write!(
                 f,
                 "{} succeeded in {}",
-                count_ranks(self.ranks.len()),
+                count_ranks(self.world),
                 format_elapsed(self.elapsed)
             ),
             Outcome::RankFailed { rank, how } => self.write_rank_failed(f, *rank, *how),
@@ -340,6 +389,18 @@ impl RunReport {
                 let name = signal_name(*signal).unwrap_or("a signal");
                 write!(f, "interrupted by {name}; all ranks stopped")
             }
+            Outcome::LauncherFailed { launcher, how } => {
+                write!(f, "{launcher} {how} without naming a failed rank")?;
+                match self
+                    .launcher_lines
+                    .iter()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                {
+                    Some(last) => write!(f, "; it said last: {}", last.trim()),
+                    None => Ok(()),
+                }
+            }
         }
     }
 
@@ -351,7 +412,11 @@ impl RunReport {
         rank: usize,
         how: Ended,
     ) -> fmt::Result {
-        write!(f, "rank {rank} {how}")?;
+        write!(f, "rank {rank}")?;
+        if let Some(node) = &self.culprit_node {
+            write!(f, " on {node}")?;
+        }
+        write!(f, " {how}")?;
         if how == Ended::Exited(EXIT_PEER_FAILED) {
             f.write_str(" (it gave up on a peer, but no rank was seen failing on its own)")?;
         }
@@ -480,6 +545,10 @@ mod tests {
             escaped: Vec::new(),
             output_wait: Duration::ZERO,
             watchdog_lost: None,
+            world: n,
+            culprit_node: None,
+            left_behind: Vec::new(),
+            launcher_lines: Vec::new(),
         }
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use symmem::settings;
 
 use crate::error::LaunchError;
+use crate::layout::Layout;
 
 /// Most ranks one launch starts. All ranks run on this host, each with its own
 /// process, pipes and reader threads; beyond a few hundred a cluster launcher
@@ -38,8 +39,11 @@ pub struct LaunchSpec {
     /// Extra environment for every rank, applied after the launcher's own
     /// variables (so it can override them, e.g. `MASTER_ADDR`).
     pub env: Vec<(OsString, OsString)>,
-    /// Per-rank extra environment, applied last: empty, or one entry per rank.
+    /// Per-rank extra environment, applied last: empty, or one entry per rank
+    /// ([`Launcher::Local`](crate::Launcher::Local) only).
     pub rank_env: Vec<Vec<(OsString, OsString)>>,
+    /// Where the ranks run: [`Layout::OneHost`] unless a cluster launcher places them.
+    pub layout: Layout,
 }
 
 impl LaunchSpec {
@@ -54,7 +58,18 @@ impl LaunchSpec {
             grace: DEFAULT_GRACE,
             env: Vec::new(),
             rank_env: Vec::new(),
+            layout: Layout::OneHost,
         }
+    }
+
+    /// Sets where the ranks run (builder style); a [`Layout::PerNode`] sets the rank count
+    /// to its sum too.
+    pub fn layout(mut self, layout: Layout) -> Self {
+        if let Some(ranks) = layout.ranks() {
+            self.ranks = ranks;
+        }
+        self.layout = layout;
+        self
     }
 
     /// Appends arguments (builder style).
@@ -103,6 +118,7 @@ impl LaunchSpec {
                 ranks: self.ranks,
             });
         }
+        self.layout.check(self.ranks)?;
         self.resolve_program()
     }
 

@@ -1,0 +1,334 @@
+//! Running a cluster launcher (`mpirun`, `srun`) as one child process: what [`Mpirun`] and
+//! [`Srun`] share. The variant builds the command line and says how to read the launcher's
+//! output and its report; this file starts it, hands every line to the sink, stops it at the
+//! timeout or on a signal, asks the caller's sweep what it left on the nodes, and writes the
+//! [`RunReport`].
+//!
+//! [`Mpirun`]: super::Mpirun
+//! [`Srun`]: super::Srun
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+
+use super::Sweep;
+use crate::error::LaunchError;
+use crate::report::{Ended, Outcome, OutputLine, RunReport, Stream};
+use crate::signals::SignalGuard;
+use crate::spec::LaunchSpec;
+use crate::watchdog::{Watchdog, new_run_id};
+
+/// How often the launcher is polled (and the longest a line waits).
+const POLL: Duration = Duration::from_millis(10);
+
+/// After the launcher ended, how long to wait for the last output.
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// Splits a launcher's output into ranks' lines and its own: one per pipe.
+pub(crate) trait Tagger: Send {
+    /// The lines that `raw` (one line of the launcher's output on `pipe`) completes.
+    fn feed(&mut self, raw: &str, pipe: Stream) -> Vec<OutputLine>;
+    /// What is left once the output has ended.
+    fn finish(&mut self) -> Vec<OutputLine>;
+}
+
+/// The rank a launcher's report names as the one that ended the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Named {
+    pub(crate) rank: usize,
+    pub(crate) node: Option<String>,
+    pub(crate) how: Ended,
+}
+
+/// How a launcher is stopped at the timeout or on a signal; `SIGKILL` to its process group
+/// follows after the grace period either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// `SIGTERM` (mpirun forwards it to the ranks, then exits).
+    Terminate,
+    /// `SIGINT` twice within a second (srun then sends the tasks SIGINT, SIGCONT, SIGTERM and
+    /// SIGKILL; one SIGINT alone only makes it print the tasks' states).
+    InterruptTwice,
+}
+
+/// One run of a cluster launcher, as its variant describes it.
+pub(crate) struct Job<'a> {
+    /// `mpirun`, `srun`: for messages.
+    pub(crate) name: &'static str,
+    /// The whole command (wrapper, launcher, its arguments, the program), ready to spawn.
+    pub(crate) command: Command,
+    pub(crate) tagger: fn() -> Box<dyn Tagger>,
+    pub(crate) culprit: fn(&[String]) -> Option<Named>,
+    pub(crate) stop: Stop,
+    pub(crate) sweep: Option<&'a Sweep>,
+}
+
+/// The command line of `command`, for messages.
+pub(crate) fn shown(command: &Command) -> String {
+    std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|w| w.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs `job` for `spec` to the end; `sink` gets every line, the ranks' and the launcher's.
+pub(crate) fn run(
+    mut job: Job<'_>,
+    spec: &LaunchSpec,
+    sink: &mut dyn FnMut(&OutputLine),
+) -> Result<RunReport, LaunchError> {
+    let signals = SignalGuard::install()?;
+    let run_id = new_run_id()?;
+    let mut watchdog = Watchdog::start(&run_id, None)?;
+    let shown = shown(&job.command);
+    job.command
+        .env(symmem::settings::RUN_ID.name, &run_id)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group: Ctrl-C is ours to handle, and SIGKILL reaches all it started here.
+        .process_group(0);
+    let start = Instant::now();
+    let mut child = job.command.spawn().map_err(|cause| LaunchError::Launcher {
+        command: shown.clone(),
+        cause,
+    })?;
+    let spawn_time = start.elapsed();
+    let pgid = i32::try_from(child.id()).unwrap_or(i32::MAX);
+    watchdog.guard_group(pgid);
+    let (rx, readers) = spawn_readers(&mut child, job.tagger);
+    let mut watch = Watch {
+        rx,
+        sink,
+        own: Vec::new(),
+    };
+    let ended = watch.until_exit(&mut child, &job, spec, &signals, start);
+    let ended = match ended {
+        Ok(ended) => ended,
+        Err(cause) => {
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+            let _ = child.wait();
+            return Err(LaunchError::Launcher {
+                command: shown,
+                cause,
+            });
+        }
+    };
+    let left_behind = job.sweep.map(|s| s.run(spec.grace)).unwrap_or_default();
+    let output_wait = watch.drain();
+    for reader in readers {
+        if reader.is_finished() {
+            let _ = reader.join();
+        }
+    }
+    let watchdog_lost = watchdog.lost().map(ended_as);
+    let (outcome, culprit_node) = outcome(&job, &ended, &watch.own, spec.ranks);
+    Ok(RunReport {
+        outcome,
+        ranks: Vec::new(),
+        elapsed: start.elapsed(),
+        spawn_time,
+        pgid,
+        timeout: spec.timeout,
+        escaped: Vec::new(),
+        output_wait,
+        watchdog_lost,
+        world: spec.ranks,
+        culprit_node,
+        left_behind,
+        launcher_lines: watch.own,
+    })
+}
+
+/// How the launcher ended: its status, and why it was stopped if it was.
+struct End {
+    status: ExitStatus,
+    stopped: Option<Why>,
+}
+
+#[derive(Clone, Copy)]
+enum Why {
+    Timeout,
+    Signal(i32),
+}
+
+fn outcome(job: &Job<'_>, end: &End, own: &[String], ranks: usize) -> (Outcome, Option<String>) {
+    match end.stopped {
+        Some(Why::Signal(signal)) => return (Outcome::Interrupted { signal }, None),
+        Some(Why::Timeout) => {
+            // The launcher does not say which ranks were still running: all of them, as far
+            // as this side can tell.
+            let still_running = (0..ranks).collect();
+            return (Outcome::TimedOut { still_running }, None);
+        }
+        None => {}
+    }
+    if end.status.success() {
+        return (Outcome::Success, None);
+    }
+    match (job.culprit)(own) {
+        Some(named) => (
+            Outcome::RankFailed {
+                rank: named.rank,
+                how: named.how,
+            },
+            named.node,
+        ),
+        None => (
+            Outcome::LauncherFailed {
+                launcher: job.name,
+                how: ended_as(end.status),
+            },
+            None,
+        ),
+    }
+}
+
+fn ended_as(status: ExitStatus) -> Ended {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Ended::Exited(code),
+        (None, Some(signal)) => Ended::Signaled(signal),
+        (None, None) => Ended::Exited(status.into_raw()),
+    }
+}
+
+/// Threads that read the launcher's stdout and stderr, tag their lines and send them on.
+fn spawn_readers(
+    child: &mut Child,
+    tagger: fn() -> Box<dyn Tagger>,
+) -> (Receiver<OutputLine>, Vec<JoinHandle<()>>) {
+    let (tx, rx) = mpsc::channel::<OutputLine>();
+    let pipes: [Option<(Box<dyn Read + Send>, Stream)>; 2] = [
+        child
+            .stdout
+            .take()
+            .map(|p| (Box::new(p) as Box<dyn Read + Send>, Stream::Stdout)),
+        child
+            .stderr
+            .take()
+            .map(|p| (Box::new(p) as Box<dyn Read + Send>, Stream::Stderr)),
+    ];
+    let readers = pipes
+        .into_iter()
+        .flatten()
+        .map(|(pipe, stream)| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut tags = tagger();
+                let mut reader = BufReader::new(pipe);
+                let mut buf = Vec::new();
+                while matches!(reader.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
+                    let raw = String::from_utf8_lossy(&buf);
+                    let raw = raw.trim_end_matches(['\n', '\r']);
+                    for line in tags.feed(raw, stream) {
+                        if tx.send(line).is_err() {
+                            return;
+                        }
+                    }
+                    buf.clear();
+                }
+                for line in tags.finish() {
+                    let _ = tx.send(line);
+                }
+            })
+        })
+        .collect();
+    (rx, readers)
+}
+
+/// The lines so far, and where they go.
+struct Watch<'s> {
+    rx: Receiver<OutputLine>,
+    sink: &'s mut dyn FnMut(&OutputLine),
+    /// The launcher's own lines.
+    own: Vec<String>,
+}
+
+impl Watch<'_> {
+    fn take(&mut self, line: OutputLine) {
+        (self.sink)(&line);
+        if line.rank.is_none() {
+            self.own.push(line.text);
+        }
+    }
+
+    /// Hands on lines until the launcher exits; stops it at the timeout or on a signal.
+    fn until_exit(
+        &mut self,
+        child: &mut Child,
+        job: &Job<'_>,
+        spec: &LaunchSpec,
+        signals: &SignalGuard,
+        start: Instant,
+    ) -> std::io::Result<End> {
+        let deadline = start.checked_add(spec.timeout);
+        let mut stopped: Option<(Why, Instant)> = None;
+        loop {
+            while let Ok(line) = self.rx.try_recv() {
+                self.take(line);
+            }
+            if let Some(status) = child.try_wait()? {
+                let stopped = stopped.map(|(why, _)| why);
+                return Ok(End { status, stopped });
+            }
+            let now = Instant::now();
+            let why = match signals.caught() {
+                Some(signal) => Some(Why::Signal(signal)),
+                None if deadline.is_some_and(|d| now >= d) => Some(Why::Timeout),
+                None => None,
+            };
+            match (stopped, why) {
+                (None, Some(why)) => {
+                    stop(child.id(), job.stop);
+                    stopped = Some((why, now));
+                }
+                (Some((_, at)), _) if now >= at + spec.grace => {
+                    let pgid = i32::try_from(child.id()).unwrap_or(i32::MAX);
+                    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                }
+                _ => {}
+            }
+            if let Ok(line) = self.rx.recv_timeout(POLL) {
+                self.take(line);
+            }
+        }
+    }
+
+    /// Takes the lines still coming, within [`DRAIN_LIMIT`]; how long it waited when the pipes
+    /// stayed open that long (a process left behind still holds them), else zero.
+    fn drain(&mut self) -> Duration {
+        let start = Instant::now();
+        let until = start + DRAIN_LIMIT;
+        loop {
+            match self
+                .rx
+                .recv_timeout(until.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) => self.take(line),
+                Err(RecvTimeoutError::Disconnected) => return Duration::ZERO,
+                Err(RecvTimeoutError::Timeout) => return start.elapsed(),
+            }
+        }
+    }
+}
+
+fn stop(pid: u32, how: Stop) {
+    let pid = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
+    match how {
+        Stop::Terminate => {
+            let _ = kill(pid, Signal::SIGTERM);
+        }
+        Stop::InterruptTwice => {
+            let _ = kill(pid, Signal::SIGINT);
+            std::thread::sleep(Duration::from_millis(100));
+            let _ = kill(pid, Signal::SIGINT);
+        }
+    }
+}
