@@ -25,7 +25,9 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchSpec {
     /// Program every rank runs. A bare name (no `/`) is looked up in `PATH`
-    /// (the `PATH` of [`LaunchSpec::env`] if it sets one).
+    /// (the `PATH` of [`LaunchSpec::env`] if it sets one). Under a cluster launcher
+    /// ([`Launcher::Mpirun`](crate::Launcher::Mpirun), [`Launcher::Srun`](crate::Launcher::Srun))
+    /// it is passed as it is: a path as the nodes see it, or a name on their `PATH`.
     pub program: PathBuf,
     /// Arguments passed to every rank.
     pub args: Vec<OsString>,
@@ -101,8 +103,15 @@ impl LaunchSpec {
     }
 
     /// Checks the spec and resolves the program to the path that will be
-    /// executed.
+    /// executed on this host.
     pub(crate) fn validate(&self) -> Result<PathBuf, LaunchError> {
+        self.check()?;
+        self.resolve_program()
+    }
+
+    /// Checks the counts: ranks, per-rank environment, layout. A cluster launcher checks only
+    /// these: its program is a path as the nodes see it, which this host may not.
+    pub(crate) fn check(&self) -> Result<(), LaunchError> {
         if self.ranks == 0 {
             return Err(LaunchError::NoRanks);
         }
@@ -118,8 +127,7 @@ impl LaunchSpec {
                 ranks: self.ranks,
             });
         }
-        self.layout.check(self.ranks)?;
-        self.resolve_program()
+        self.layout.check(self.ranks)
     }
 
     /// The caller's rendezvous directory, if `env` sets one.

@@ -58,10 +58,11 @@ impl Mpirun {
         spec: &LaunchSpec,
         sink: &mut dyn FnMut(&OutputLine),
     ) -> Result<RunReport, LaunchError> {
-        let program = spec.validate()?;
+        spec.check()?;
+        let program = &spec.program;
         super::refuse_rank_env(spec, "mpirun")?;
         let hosts = self.host_names()?;
-        let words = self.words(spec, &program, &hosts)?;
+        let words = self.words(spec, program, &hosts)?;
         let (first, rest) = words
             .split_first()
             .expect("the launcher's name comes first");

@@ -54,9 +54,10 @@ impl Srun {
         spec: &LaunchSpec,
         sink: &mut dyn FnMut(&OutputLine),
     ) -> Result<RunReport, LaunchError> {
-        let program = spec.validate()?;
+        spec.check()?;
+        let program = &spec.program;
         super::refuse_rank_env(spec, "srun")?;
-        let words = self.words(spec, &program)?;
+        let words = self.words(spec, program)?;
         let (first, rest) = words
             .split_first()
             .expect("the launcher's name comes first");
