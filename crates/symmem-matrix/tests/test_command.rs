@@ -174,8 +174,9 @@ fn sigterm_stops_the_ranks_and_exits_130_as_symmem_run_does() {
         }
     }
     let sent = Instant::now();
-    // SAFETY: kill(2) on the pid of our own child, which has not been reaped yet.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    // Our own child, not reaped yet.
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
     let status = loop {
         if let Some(status) = child.try_wait().expect("try_wait") {
             break status;
@@ -191,7 +192,7 @@ fn sigterm_stops_the_ranks_and_exits_130_as_symmem_run_does() {
     assert_eq!(status.code(), Some(130), "{status:?}\n{stderr}");
     assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
     assert!(
-        stderr.contains("not running the remaining rank counts"),
+        stderr.contains("not running the remaining layouts"),
         "{stderr}"
     );
     for pid in pids {

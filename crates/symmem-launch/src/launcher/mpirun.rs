@@ -40,6 +40,25 @@ pub struct Mpirun {
     pub sweep: Option<Sweep>,
 }
 
+impl Hosts {
+    /// The host names, in order (a hostfile's read now).
+    pub fn names(&self) -> Result<Vec<String>, LaunchError> {
+        match self {
+            Hosts::List(names) => Ok(names.clone()),
+            Hosts::File(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    LaunchError::Layout(format!(
+                        "cannot read the hostfile {}: {e}; give a readable Open MPI hostfile \
+                         (one `name slots=N` a line)",
+                        path.display()
+                    ))
+                })?;
+                Ok(hostfile_names(&text))
+            }
+        }
+    }
+}
+
 impl Mpirun {
     /// `mpirun` on PATH over `hosts`, without agent, wrapper, arguments or sweep.
     pub fn new(hosts: Hosts) -> Self {
@@ -61,7 +80,7 @@ impl Mpirun {
         spec.check()?;
         let program = &spec.program;
         super::refuse_rank_env(spec, "mpirun")?;
-        let hosts = self.host_names()?;
+        let hosts = self.hosts.names()?;
         let words = self.words(spec, program, &hosts)?;
         let (first, rest) = words
             .split_first()
@@ -79,27 +98,11 @@ impl Mpirun {
             name: "mpirun",
             command,
             tagger: || Box::new(Demux::default()),
-            culprit: culprit,
+            culprit,
             stop: Stop::Terminate,
             sweep: self.sweep.as_ref(),
         };
         external::run(job, spec, sink)
-    }
-
-    fn host_names(&self) -> Result<Vec<String>, LaunchError> {
-        match &self.hosts {
-            Hosts::List(names) => Ok(names.clone()),
-            Hosts::File(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    LaunchError::Layout(format!(
-                        "cannot read the hostfile {}: {e}; give a readable Open MPI hostfile \
-                         (one `name slots=N` a line)",
-                        path.display()
-                    ))
-                })?;
-                Ok(hostfile_names(&text))
-            }
-        }
     }
 
     /// The whole command line: wrapper, `mpirun` and its arguments, the program, its arguments.
