@@ -229,3 +229,195 @@ fn help_lists_the_exit_codes() {
     let (codes, section) = exit_codes_in_help(&help);
     assert_eq!(codes, ["0", "1", "2", "130"], "{section}");
 }
+
+/// A stand-in `srun` (first on PATH): writes its arguments to `$FAKE_ARGV`, then runs the
+/// program `--ntasks` times with `RANK`, `WORLD_SIZE` set and `--label`'s `N: ` before each
+/// line; with `$FAKE_SRUN_FAIL` set it reports that task failure as srun does and exits 1.
+const FAKE_SRUN: &str = r#"#!/bin/sh
+printf '%s\n' "$*" >> "$FAKE_ARGV"
+n=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --ntasks=*) n=${1#--ntasks=} ;;
+    -*) ;;
+    *) break ;;
+  esac
+  shift
+done
+i=0
+while [ "$i" -lt "$n" ]; do
+  # stdout and stderr each labelled, each on its own stream, as srun does.
+  ( (RANK=$i WORLD_SIZE=$n "$@" 2>&1 1>&3 | sed "s/^/$i: /" >&2) 3>&1 | sed "s/^/$i: /") &
+  i=$((i + 1))
+done
+wait
+if [ -n "$FAKE_SRUN_FAIL" ]; then
+  echo "srun: error: node-a: tasks 0-2: Exited with exit code 75" >&2
+  echo "srun: error: $FAKE_SRUN_FAIL" >&2
+  exit 1
+fi
+"#;
+
+/// A stand-in `mpirun`: writes its arguments to `$FAKE_ARGV`, then runs the program `-np`
+/// times with `--tag-output`'s `[1,N]<stdout>:` before each line.
+const FAKE_MPIRUN: &str = r#"#!/bin/sh
+printf '%s\n' "$*" >> "$FAKE_ARGV"
+n=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -np) n=$2; shift ;;
+    --mca) shift 2 ;;
+    --host|-x|--bind-to) shift ;;
+    -*) ;;
+    *) break ;;
+  esac
+  shift
+done
+i=0
+while [ "$i" -lt "$n" ]; do
+  (RANK=$i WORLD_SIZE=$n "$@" 2>&1 | sed "s/^/[1,$i]<stdout>:/") &
+  i=$((i + 1))
+done
+wait
+"#;
+
+/// `symmem-matrix test ARGS` with the stand-in launchers first on PATH; its output, and the
+/// argument lines the launcher was started with.
+fn under_fake_launchers(args: &[&str], env: &[(&str, &str)]) -> (Output, Vec<String>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("mkdir");
+    symmem_test_support::command::write_script(&bin.join("srun"), FAKE_SRUN);
+    symmem_test_support::command::write_script(&bin.join("mpirun"), FAKE_MPIRUN);
+    let argv = dir.path().join("argv");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = matrix_test(args)
+        .env("PATH", path)
+        .env("FAKE_ARGV", &argv)
+        .envs(env.iter().copied())
+        .env_remove("SLURM_JOB_NUM_NODES")
+        .env_remove("SLURM_NNODES")
+        .output()
+        .expect("run symmem-matrix");
+    let lines = std::fs::read_to_string(&argv)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    (out, lines)
+}
+
+#[test]
+fn srun_gets_each_layout_as_nodes_and_tasks_and_the_matrix_its_labels() {
+    let (out, argv) = under_fake_launchers(
+        &[
+            "--launcher",
+            "srun",
+            "-N",
+            "2",
+            "--ranks",
+            "2,n3",
+            "--check",
+            "9",
+            "--",
+            "--partition=debug",
+        ],
+        &[],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let rank = fake_rank().display().to_string();
+    assert_eq!(
+        argv,
+        [
+            format!(
+                "--mpi=pmix --label --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=2 \
+                 --ntasks=4 --partition=debug {rank} --provider host --check 9"
+            ),
+            format!(
+                "--mpi=pmix --label --kill-on-bad-exit=1 --nodes=2 --ntasks=3 \
+                 --partition=debug {rank} --provider host --check 9"
+            ),
+        ]
+    );
+    assert!(stdout.contains("cluster: 2 nodes through srun"), "{stdout}");
+    let header = stdout
+        .lines()
+        .find(|l| l.contains("check"))
+        .unwrap_or_default();
+    assert!(
+        header.contains("2x2") && header.contains("3 on 2"),
+        "{stdout}"
+    );
+    // Every task's results came back through the labels: 4 + 3 passes of check 9.
+    assert!(stdout.contains("2 passed, 0 failed, 0 skipped"), "{stdout}");
+    assert!(stderr.contains("[rank 2] rank 2 of 3 starting"), "{stderr}");
+}
+
+#[test]
+fn srun_names_the_task_that_failed_with_its_node_not_the_witnesses() {
+    let (out, _) = under_fake_launchers(
+        &[
+            "--launcher",
+            "srun",
+            "-N",
+            "2",
+            "--ranks",
+            "2",
+            "--check",
+            "1",
+        ],
+        &[("FAKE_SRUN_FAIL", "node-b: task 3: Killed")],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("2x2: run failed: rank 3 on node-b was killed by signal 9"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_uneven_layout_goes_to_mpirun_as_host_slots_and_srun_refuses_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hostfile = dir.path().join("hosts");
+    std::fs::write(&hostfile, "# two nodes\nn1 slots=4\nn2 slots=4\n").expect("hostfile");
+    let hostfile = hostfile.display().to_string();
+    let (out, argv) = under_fake_launchers(
+        &[
+            "--launcher",
+            "mpirun",
+            "--hostfile",
+            &hostfile,
+            "--ranks",
+            "3+1",
+            "--check",
+            "10b",
+        ],
+        &[],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(argv.len(), 1, "{argv:?}");
+    assert!(
+        argv[0].starts_with("--tag-output --host n1:3,n2:1 -np 4 "),
+        "{argv:?}"
+    );
+    assert!(
+        stdout.contains("3+1") && stdout.contains("1 passed"),
+        "{stdout}"
+    );
+
+    let (out, argv) =
+        under_fake_launchers(&["--launcher", "srun", "-N", "2", "--ranks", "3+1"], &[]);
+    let (stdout, stderr) = text(&out);
+    assert!(
+        !out.status.success() && argv.is_empty(),
+        "{stdout}\n{stderr}"
+    );
+    assert!(stderr.contains("without --ntasks-per-node"), "{stderr}");
+}
