@@ -230,41 +230,17 @@ fn help_lists_the_exit_codes() {
     assert_eq!(codes, ["0", "1", "2", "130"], "{section}");
 }
 
-/// A stand-in `srun` (first on PATH): writes its arguments to `$FAKE_ARGV`, then runs the
-/// program `--ntasks` times with `RANK`, `WORLD_SIZE` set and `--label`'s `N: ` before each
-/// line; with `$FAKE_SRUN_FAIL` set it reports that task failure as srun does and exits 1.
-const FAKE_SRUN: &str = r#"#!/bin/sh
+/// A stand-in `srun` and `mpirun` (first on PATH, by the name it is called by): writes its
+/// arguments to `$FAKE_ARGV`, then runs the program `--ntasks` (srun) or `-np` (mpirun) times
+/// with `RANK`, `WORLD_SIZE` set, each line prefixed as srun's `--label` (`N: `) or mpirun's
+/// `--tag-output` (`[1,N]<stdout>:`) does; with `$FAKE_SRUN_FAIL` set it then reports that
+/// task failure (and three witnesses) as srun does and exits 1.
+const FAKE_LAUNCHER: &str = r#"#!/bin/sh
 printf '%s\n' "$*" >> "$FAKE_ARGV"
 n=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --ntasks=*) n=${1#--ntasks=} ;;
-    -*) ;;
-    *) break ;;
-  esac
-  shift
-done
-i=0
-while [ "$i" -lt "$n" ]; do
-  # stdout and stderr each labelled, each on its own stream, as srun does.
-  ( (RANK=$i WORLD_SIZE=$n "$@" 2>&1 1>&3 | sed "s/^/$i: /" >&2) 3>&1 | sed "s/^/$i: /") &
-  i=$((i + 1))
-done
-wait
-if [ -n "$FAKE_SRUN_FAIL" ]; then
-  echo "srun: error: node-a: tasks 0-2: Exited with exit code 75" >&2
-  echo "srun: error: $FAKE_SRUN_FAIL" >&2
-  exit 1
-fi
-"#;
-
-/// A stand-in `mpirun`: writes its arguments to `$FAKE_ARGV`, then runs the program `-np`
-/// times with `--tag-output`'s `[1,N]<stdout>:` before each line.
-const FAKE_MPIRUN: &str = r#"#!/bin/sh
-printf '%s\n' "$*" >> "$FAKE_ARGV"
-n=1
-while [ $# -gt 0 ]; do
-  case "$1" in
     -np) n=$2; shift ;;
     --mca) shift 2 ;;
     --host|-x|--bind-to) shift ;;
@@ -275,27 +251,39 @@ while [ $# -gt 0 ]; do
 done
 i=0
 while [ "$i" -lt "$n" ]; do
-  (RANK=$i WORLD_SIZE=$n "$@" 2>&1 | sed "s/^/[1,$i]<stdout>:/") &
+  case "$(basename "$0")" in
+    srun) out="$i: " err="$i: " ;;
+    *) out="[1,$i]<stdout>:" err="[1,$i]<stderr>:" ;;
+  esac
+  # stdout and stderr each prefixed, each on its own stream.
+  ( (RANK=$i WORLD_SIZE=$n "$@" 2>&1 1>&3 | sed "s/^/$err/" >&2) 3>&1 | sed "s/^/$out/") &
   i=$((i + 1))
 done
 wait
+if [ -n "$FAKE_SRUN_FAIL" ]; then
+  echo "srun: error: node-a: tasks 0-2: Exited with exit code 75" >&2
+  echo "srun: error: $FAKE_SRUN_FAIL" >&2
+  exit 1
+fi
 "#;
 
 /// `symmem-matrix test ARGS` with the stand-in launchers first on PATH; its output, and the
 /// argument lines the launcher was started with.
-fn under_fake_launchers(args: &[&str], env: &[(&str, &str)]) -> (Output, Vec<String>) {
+fn under_fake_launchers(args: &str, env: &[(&str, &str)]) -> (Output, Vec<String>) {
+    let args: Vec<&str> = args.split_whitespace().collect();
     let dir = tempfile::tempdir().expect("tempdir");
     let bin = dir.path().join("bin");
     std::fs::create_dir(&bin).expect("mkdir");
-    symmem_test_support::command::write_script(&bin.join("srun"), FAKE_SRUN);
-    symmem_test_support::command::write_script(&bin.join("mpirun"), FAKE_MPIRUN);
+    for name in ["srun", "mpirun"] {
+        symmem_test_support::command::write_script(&bin.join(name), FAKE_LAUNCHER);
+    }
     let argv = dir.path().join("argv");
     let path = format!(
         "{}:{}",
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let out = matrix_test(args)
+    let out = matrix_test(&args)
         .env("PATH", path)
         .env("FAKE_ARGV", &argv)
         .envs(env.iter().copied())
@@ -314,18 +302,7 @@ fn under_fake_launchers(args: &[&str], env: &[(&str, &str)]) -> (Output, Vec<Str
 #[test]
 fn srun_gets_each_layout_as_nodes_and_tasks_and_the_matrix_its_labels() {
     let (out, argv) = under_fake_launchers(
-        &[
-            "--launcher",
-            "srun",
-            "-N",
-            "2",
-            "--ranks",
-            "2,n3",
-            "--check",
-            "9",
-            "--",
-            "--partition=debug",
-        ],
+        "--launcher srun -N 2 --ranks 2,n3 --check 9 -- --partition=debug",
         &[],
     );
     let (stdout, stderr) = text(&out);
@@ -361,16 +338,7 @@ fn srun_gets_each_layout_as_nodes_and_tasks_and_the_matrix_its_labels() {
 #[test]
 fn srun_names_the_task_that_failed_with_its_node_not_the_witnesses() {
     let (out, _) = under_fake_launchers(
-        &[
-            "--launcher",
-            "srun",
-            "-N",
-            "2",
-            "--ranks",
-            "2",
-            "--check",
-            "1",
-        ],
+        "--launcher srun -N 2 --ranks 2 --check 1",
         &[("FAKE_SRUN_FAIL", "node-b: task 3: Killed")],
     );
     let (stdout, stderr) = text(&out);
@@ -388,16 +356,7 @@ fn an_uneven_layout_goes_to_mpirun_as_host_slots_and_srun_refuses_it() {
     std::fs::write(&hostfile, "# two nodes\nn1 slots=4\nn2 slots=4\n").expect("hostfile");
     let hostfile = hostfile.display().to_string();
     let (out, argv) = under_fake_launchers(
-        &[
-            "--launcher",
-            "mpirun",
-            "--hostfile",
-            &hostfile,
-            "--ranks",
-            "3+1",
-            "--check",
-            "10b",
-        ],
+        &format!("--launcher mpirun --hostfile {hostfile} --ranks 3+1 --check 10b"),
         &[],
     );
     let (stdout, stderr) = text(&out);
@@ -412,8 +371,7 @@ fn an_uneven_layout_goes_to_mpirun_as_host_slots_and_srun_refuses_it() {
         "{stdout}"
     );
 
-    let (out, argv) =
-        under_fake_launchers(&["--launcher", "srun", "-N", "2", "--ranks", "3+1"], &[]);
+    let (out, argv) = under_fake_launchers("--launcher srun -N 2 --ranks 3+1", &[]);
     let (stdout, stderr) = text(&out);
     assert!(
         !out.status.success() && argv.is_empty(),

@@ -7,6 +7,7 @@
 //! [`Mpirun`]: super::Mpirun
 //! [`Srun`]: super::Srun
 
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -61,12 +62,20 @@ pub(crate) enum Stop {
 pub(crate) struct Job<'a> {
     /// `mpirun`, `srun`: for messages.
     pub(crate) name: &'static str,
-    /// The whole command (wrapper, launcher, its arguments, the program), ready to spawn.
-    pub(crate) command: Command,
+    /// The whole command line: wrapper, launcher, its arguments, the program, its arguments.
+    pub(crate) words: Vec<OsString>,
+    /// Environment for the launcher itself, before the spec's (which the ranks get).
+    pub(crate) env: Vec<(OsString, OsString)>,
     pub(crate) tagger: fn() -> Box<dyn Tagger>,
     pub(crate) culprit: fn(&[String]) -> Option<Named>,
     pub(crate) stop: Stop,
     pub(crate) sweep: Option<&'a Sweep>,
+}
+
+/// Text lines as a launcher's own lines come: for the parsers' tests.
+#[cfg(test)]
+pub(crate) fn lines(text: &[&str]) -> Vec<String> {
+    text.iter().map(|l| l.to_string()).collect()
 }
 
 /// The command line of `command`, for messages.
@@ -80,15 +89,25 @@ pub(crate) fn shown(command: &Command) -> String {
 
 /// Runs `job` for `spec` to the end; `sink` gets every line, the ranks' and the launcher's.
 pub(crate) fn run(
-    mut job: Job<'_>,
+    job: Job<'_>,
     spec: &LaunchSpec,
     sink: &mut dyn FnMut(&OutputLine),
 ) -> Result<RunReport, LaunchError> {
+    spec.check()?;
+    super::refuse_rank_env(spec, job.name)?;
+    let (first, rest) = job
+        .words
+        .split_first()
+        .expect("the launcher's name comes first");
+    let mut command = Command::new(first);
+    command
+        .args(rest)
+        .envs(job.env.iter().chain(&spec.env).map(|(k, v)| (k, v)));
     let signals = SignalGuard::install()?;
     let run_id = new_run_id()?;
     let mut watchdog = Watchdog::start(&run_id, None)?;
-    let shown = shown(&job.command);
-    job.command
+    let shown = shown(&command);
+    command
         .env(symmem::settings::RUN_ID.name, &run_id)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -96,7 +115,7 @@ pub(crate) fn run(
         // Its own group: Ctrl-C is ours to handle, and SIGKILL reaches all it started here.
         .process_group(0);
     let start = Instant::now();
-    let mut child = job.command.spawn().map_err(|cause| LaunchError::Launcher {
+    let mut child = command.spawn().map_err(|cause| LaunchError::Launcher {
         command: shown.clone(),
         cause,
     })?;

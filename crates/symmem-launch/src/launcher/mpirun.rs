@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use super::Sweep;
 use super::external::{self, Job, Named, Stop, Tagger};
@@ -77,26 +76,20 @@ impl Mpirun {
         spec: &LaunchSpec,
         sink: &mut dyn FnMut(&OutputLine),
     ) -> Result<RunReport, LaunchError> {
-        spec.check()?;
-        let program = &spec.program;
-        super::refuse_rank_env(spec, "mpirun")?;
         let hosts = self.hosts.names()?;
-        let words = self.words(spec, program, &hosts)?;
-        let (first, rest) = words
-            .split_first()
-            .expect("the launcher's name comes first");
-        let mut command = Command::new(first);
-        command
-            .args(rest)
-            .envs(spec.env.iter().map(|(k, v)| (k, v)));
-        if nix::unistd::geteuid().is_root() {
-            command
-                .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-        }
+        let words = self.words(spec, &spec.program, &hosts)?;
+        // Open MPI refuses to run as root unless told twice.
+        let env = if nix::unistd::geteuid().is_root() {
+            ["OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]
+                .map(|name| (OsString::from(name), OsString::from("1")))
+                .to_vec()
+        } else {
+            Vec::new()
+        };
         let job = Job {
             name: "mpirun",
-            command,
+            words,
+            env,
             tagger: || Box::new(Demux::default()),
             culprit,
             stop: Stop::Terminate,
@@ -292,6 +285,7 @@ fn culprit(lines: &[String]) -> Option<Named> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::launcher::external::lines;
 
     fn feed(demux: &mut Demux, raw: &str) -> Vec<(Option<usize>, Stream, String)> {
         demux
@@ -339,10 +333,6 @@ mod tests {
         assert!(feed(&mut d, "[1,1]<stdout>:x[1,2]<stderr>:y").len() == 1);
         let rest: Vec<_> = d.finish().into_iter().map(|l| (l.rank, l.text)).collect();
         assert_eq!(rest, [(Some(1), "x".into())]);
-    }
-
-    fn lines(text: &[&str]) -> Vec<String> {
-        text.iter().map(|l| l.to_string()).collect()
     }
 
     #[test]

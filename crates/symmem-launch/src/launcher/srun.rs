@@ -8,7 +8,6 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use super::Sweep;
 use super::external::{self, Job, Named, Stop, Tagger};
@@ -54,21 +53,10 @@ impl Srun {
         spec: &LaunchSpec,
         sink: &mut dyn FnMut(&OutputLine),
     ) -> Result<RunReport, LaunchError> {
-        spec.check()?;
-        let program = &spec.program;
-        super::refuse_rank_env(spec, "srun")?;
-        let words = self.words(spec, program)?;
-        let (first, rest) = words
-            .split_first()
-            .expect("the launcher's name comes first");
-        let mut command = Command::new(first);
-        command
-            .args(rest)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .envs(spec.env.iter().map(|(k, v)| (k, v)));
         let job = Job {
             name: "srun",
-            command,
+            words: self.words(spec, &spec.program)?,
+            env: self.env.clone(),
             tagger: || Box::new(Labels),
             culprit,
             stop: Stop::InterruptTwice,
@@ -215,6 +203,7 @@ fn culprit(lines: &[String]) -> Option<Named> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::launcher::external::lines;
 
     #[test]
     fn labels_name_the_task_and_the_rest_is_srun_s() {
@@ -236,10 +225,6 @@ mod tests {
         let own = "srun: error: node-b: task 3: Killed";
         assert_eq!(parse(&mut labels, own), (None, own.into()));
         assert_eq!(parse(&mut labels, ": x"), (None, ": x".into()));
-    }
-
-    fn lines(text: &[&str]) -> Vec<String> {
-        text.iter().map(|l| l.to_string()).collect()
     }
 
     #[test]
