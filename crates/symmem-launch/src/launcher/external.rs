@@ -345,8 +345,10 @@ fn stop(pid: u32, how: Stop) {
             let _ = kill(pid, Signal::SIGTERM);
         }
         Stop::InterruptTwice => {
+            // Apart enough that the first is handled before the second comes (the kernel
+            // merges a signal into one still pending), well within srun's one second.
             let _ = kill(pid, Signal::SIGINT);
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(300));
             let _ = kill(pid, Signal::SIGINT);
         }
     }

@@ -1,0 +1,144 @@
+//! The cluster launchers' runner against stand-in `srun` and `mpirun` scripts: how each is
+//! stopped at the timeout, and what the caller's sweep found ends up in the report.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use symmem_launch::{
+    Hosts, LaunchSpec, Launcher, Layout, LeftBehind, Mpirun, Outcome, Srun, Sweep,
+};
+use symmem_test_support::command::write_script;
+use symmem_test_support::process::group_empty;
+
+fn spec(timeout: Duration, grace: Duration) -> LaunchSpec {
+    LaunchSpec::new("/bin/true", 0)
+        .layout(Layout::even(2, 1))
+        .timeout(timeout)
+        .grace(grace)
+}
+
+/// srun stops its tasks only on a second SIGINT within a second (one only makes it print
+/// their states): at the timeout it gets two, and ends by itself before any SIGKILL.
+#[test]
+fn srun_is_stopped_with_two_interrupts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("signals");
+    let srun = dir.path().join("srun");
+    write_script(
+        &srun,
+        &format!(
+            "#!/bin/sh\n\
+             n=0\n\
+             trap 'n=$((n + 1)); echo \"INT $n\" >> {log}; [ $n -ge 2 ] && exit 130' INT\n\
+             echo '0: started'\n\
+             while :; do sleep 0.01; done\n",
+            log = log.display()
+        ),
+    );
+    let launcher = Launcher::Srun(Srun {
+        program: srun,
+        ..Srun::default()
+    });
+    let mut lines = Vec::new();
+    let report = launcher
+        .launch(
+            &spec(Duration::from_secs(1), Duration::from_secs(30)),
+            &mut |l| lines.push(l.clone()),
+        )
+        .expect("the stand-in runs");
+    assert!(
+        matches!(report.outcome, Outcome::TimedOut { .. }),
+        "{report}"
+    );
+    assert_eq!(lines[0].rank, Some(0), "{lines:?}");
+    let seen = std::fs::read_to_string(&log).expect("the stand-in logged its signals");
+    assert_eq!(seen, "INT 1\nINT 2\n");
+    assert!(group_empty(report.pgid), "srun's group is empty");
+}
+
+/// mpirun gets SIGTERM at the timeout, and its whole group SIGKILL after the grace period
+/// when it ignores that; then the sweep is asked what the job left on the nodes, and what it
+/// found makes the run a failure.
+#[test]
+fn mpirun_that_ignores_sigterm_is_killed_and_the_sweep_is_reported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mpirun = dir.path().join("mpirun");
+    write_script(
+        &mpirun,
+        "#!/bin/sh\ntrap '' TERM\necho '[1,1]<stdout>:started'\nsleep 600 &\nwait\n",
+    );
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let sweep = {
+        let asked = Arc::clone(&asked);
+        Sweep::new(move |grace| {
+            asked.lock().expect("lock").push(grace);
+            vec![LeftBehind {
+                node: "node-b".into(),
+                pid: 4242,
+                command: "orted".into(),
+            }]
+        })
+    };
+    let launcher = Launcher::Mpirun(Mpirun {
+        program: mpirun,
+        sweep: Some(sweep),
+        ..Mpirun::new(Hosts::List(vec!["a".into(), "b".into()]))
+    });
+    let grace = Duration::from_millis(300);
+    let report = launcher
+        .launch(&spec(Duration::from_millis(500), grace), &mut |_| {})
+        .expect("the stand-in runs");
+    assert!(
+        matches!(report.outcome, Outcome::TimedOut { .. }),
+        "{report}"
+    );
+    assert!(
+        group_empty(report.pgid),
+        "mpirun's group, its sleep too, is gone"
+    );
+    assert_eq!(*asked.lock().expect("lock"), [grace]);
+    assert!(!report.success() && report.exit_code() != 0);
+    assert!(
+        report
+            .to_string()
+            .contains("left behind on the nodes (killed): pid 4242 (orted) on node-b"),
+        "{report}"
+    );
+}
+
+/// A launcher that fails without naming a rank is reported as such, with its last words.
+#[test]
+fn a_launcher_failing_on_its_own_is_named_with_what_it_said() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let srun = dir.path().join("srun");
+    write_script(
+        &srun,
+        "#!/bin/sh\necho 'srun: error: Unable to allocate resources: Invalid partition' >&2\nexit 1\n",
+    );
+    let launcher = Launcher::Srun(Srun {
+        program: srun,
+        ..Srun::default()
+    });
+    let report = launcher
+        .launch(
+            &spec(Duration::from_secs(30), Duration::from_secs(1)),
+            &mut |_| {},
+        )
+        .expect("the stand-in runs");
+    assert!(
+        matches!(
+            report.outcome,
+            Outcome::LauncherFailed {
+                launcher: "srun",
+                ..
+            }
+        ),
+        "{report}"
+    );
+    assert_eq!(report.exit_code(), 1);
+    assert!(
+        report.to_string().ends_with(
+            "it said last: srun: error: Unable to allocate resources: Invalid partition"
+        ),
+        "{report}"
+    );
+}
