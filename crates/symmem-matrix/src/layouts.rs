@@ -1,7 +1,7 @@
 //! `--ranks`: the layouts the matrix runs, one column each.
 
 use symmem::count_ranks;
-use symmem_launch::Layout;
+use symmem_launch::{Layout, MAX_RANKS};
 
 /// One entry of `--ranks`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,7 +24,8 @@ pub struct RankList(pub Vec<Entry>);
 pub const RANKS_HELP: &str = "Layouts to run, comma-separated, one matrix column each: K (K \
 ranks; across nodes, K on each node), NxK (K on each of N nodes), A+B (A ranks on the first \
 node, B on the second: uneven, mpirun only), nT (T ranks in all across the nodes, placed by the \
-launcher: srun -N N -n T without --ntasks-per-node, Slurm's block distribution)";
+launcher: srun -N N -n T without --ntasks-per-node, Slurm's block distribution); each number \
+1..=256";
 
 pub fn parse_ranks(text: &str) -> Result<RankList, String> {
     let mut entries = Vec::new();
@@ -48,6 +49,12 @@ fn parse_entry(part: &str) -> Result<Entry, String> {
         if n == 0 {
             return Err(format!(
                 "`{part}`: a run needs at least 1 rank on each node"
+            ));
+        }
+        if n > MAX_RANKS {
+            return Err(format!(
+                "`{part}`: {n} is more than the {MAX_RANKS} ranks a layout counts (one host \
+                 runs at most that many: symmem-launch's limit)"
             ));
         }
         Ok(n)
@@ -156,6 +163,11 @@ mod tests {
         );
         assert!(parse_ranks("4,").unwrap_err().contains("is not a layout"));
         assert!(parse_ranks("3+0").unwrap_err().contains("at least 1 rank"));
+        assert!(
+            parse_ranks("n100000")
+                .unwrap_err()
+                .contains("more than the 256")
+        );
     }
 
     #[test]

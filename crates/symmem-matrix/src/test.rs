@@ -50,7 +50,7 @@ fn after_help() -> String {
     format!("{}\n\n{HELP_AFTER_EXIT_CODES}", exit_codes_help(EXIT_CODES))
 }
 
-/// Run the conformance suite at several rank counts and print a checks x ranks matrix.
+/// Run the conformance suite at several layouts and print a checks x layouts matrix.
 ///
 /// Each layout is one launch of the `symmem-conformance` rank binary: under symmem's launcher
 /// (all ranks on this host), across emulated nodes (--nodes), or under mpirun or srun on a
@@ -63,7 +63,7 @@ fn after_help() -> String {
 ///   symmem-matrix test --ranks 1,2,4,8 --provider host
 ///   symmem-matrix test --ranks 2 --check 7,9     # only these checks (ids as in the matrix)
 ///   symmem-matrix test --nodes 2 --ranks 1,2,3+1 # emulated nodes: 2x1, 2x2, 3+1
-///   symmem-matrix test --launcher srun -N 2 --ranks 2,n4`
+///   symmem-matrix test --launcher srun -N 2 --ranks 2,n4  # a Slurm allocation: 2x2, 4 placed by Slurm
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment, after_help = after_help())]
 pub struct TestArgs {
