@@ -158,13 +158,17 @@ pub enum Outcome {
 pub struct RunReport {
     /// Why the run ended.
     pub outcome: Outcome,
-    /// Every rank, in rank order.
+    /// Every rank, in rank order, on one host; empty under a cluster launcher, which reports
+    /// the rank that ended the job (the outcome, [`RunReport::culprit_node`]) and not each
+    /// rank's process.
     pub ranks: Vec<RankStatus>,
     /// From the first spawn until everything was stopped and drained.
     pub elapsed: Duration,
-    /// Time to spawn all ranks (per-rank start cost = `spawn_time / ranks`).
+    /// Time to spawn all ranks (per-rank start cost = `spawn_time / ranks`); under a cluster
+    /// launcher, the time to spawn it.
     pub spawn_time: Duration,
-    /// The process group of the ranks (rank 0's pid).
+    /// The process group of the ranks (rank 0's pid); under a cluster launcher, the
+    /// launcher's own (its pid).
     pub pgid: i32,
     /// The timeout the run had.
     pub timeout: Duration,

@@ -7,6 +7,7 @@ use nix::sys::signal::Signal;
 use std::process::ExitCode;
 use std::time::Instant;
 use symmem::count_ranks;
+use symmem_cluster::Cluster;
 use symmem_conformance::{CHECKS, CONFORMANCE_FAULT, CheckResult};
 use symmem_launch::{Ended, Layout, Outcome, OutputLine, RunReport, print_line};
 
@@ -42,33 +43,7 @@ pub fn run(
         .bare(world, layout)
         .args(["--check".to_string(), format!("{},{}", first.id, second.id)])
         .env(CONFORMANCE_FAULT.name, format!("{fault}:{}", second.id));
-    let mut reported = 0;
-    let mut mid_run = None;
-    let mut kill_error = None;
-    let report = target.launcher().launch(&spec, &mut |line: &OutputLine| {
-        print_line(line);
-        let done = line.rank.is_some()
-            && CheckResult::parse(&line.text).is_some_and(|r| r.check == first.id);
-        reported += usize::from(done);
-        if done && reported == world {
-            mid_run = Some(Instant::now());
-            if let Some(cluster) = cluster {
-                match cluster.signal_rank(victim, Signal::SIGKILL) {
-                    Ok((node, process)) => println!("  kill -9 rank {victim}: {process} on {node}"),
-                    Err(e) => kill_error = Some(e),
-                }
-            }
-        }
-    })?;
-    if let Some(e) = kill_error {
-        return Err(e).context("killing the rank");
-    }
-    let Some(mid_run) = mid_run else {
-        bail!(
-            "the job never got past check {} on every rank, so no rank was ended: {report}",
-            first.id
-        );
-    };
+    let (report, mid_run) = launch_and_end(target, &spec, cluster, victim, world)?;
     let last_node = cluster.map(|c| c.hosts().last().cloned().unwrap_or_default());
     let mut problems = judge(
         &report,
@@ -93,6 +68,44 @@ pub fn run(
         println!("kill test FAILED: {p}");
     }
     Ok(ExitCode::FAILURE)
+}
+
+/// Runs `spec`, printing its lines; once every rank reported the first check (the job is
+/// mid-run: the moment returned), kills rank `victim` on the emulated `cluster` (elsewhere it
+/// ends by its injected fault).
+fn launch_and_end(
+    target: &Target,
+    spec: &symmem_launch::LaunchSpec,
+    cluster: Option<&Cluster>,
+    victim: usize,
+    world: usize,
+) -> anyhow::Result<(RunReport, Instant)> {
+    let first = CHECKS[0].id;
+    let mut reported = 0;
+    let mut mid_run = None;
+    let mut kill_error = None;
+    let report = target.launcher().launch(spec, &mut |line: &OutputLine| {
+        print_line(line);
+        let done =
+            line.rank.is_some() && CheckResult::parse(&line.text).is_some_and(|r| r.check == first);
+        reported += usize::from(done);
+        if done && reported == world {
+            mid_run = Some(Instant::now());
+            if let Some(cluster) = cluster {
+                match cluster.signal_rank(victim, Signal::SIGKILL) {
+                    Ok((node, process)) => println!("  kill -9 rank {victim}: {process} on {node}"),
+                    Err(e) => kill_error = Some(e),
+                }
+            }
+        }
+    })?;
+    if let Some(e) = kill_error {
+        return Err(e).context("killing the rank");
+    }
+    let Some(mid_run) = mid_run else {
+        bail!("the job never got past check {first} on every rank, so no rank was ended: {report}");
+    };
+    Ok((report, mid_run))
 }
 
 /// What is wrong with how the job ended.

@@ -95,25 +95,11 @@ pub(crate) fn run(
 ) -> Result<RunReport, LaunchError> {
     spec.check()?;
     super::refuse_rank_env(spec, job.name)?;
-    let (first, rest) = job
-        .words
-        .split_first()
-        .expect("the launcher's name comes first");
-    let mut command = Command::new(first);
-    command
-        .args(rest)
-        .envs(job.env.iter().chain(&spec.env).map(|(k, v)| (k, v)));
     let signals = SignalGuard::install()?;
     let run_id = new_run_id()?;
     let mut watchdog = Watchdog::start(&run_id, None)?;
+    let mut command = command(&job, spec, &run_id);
     let shown = shown(&command);
-    command
-        .env(symmem::settings::RUN_ID.name, &run_id)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own group: Ctrl-C is ours to handle, and SIGKILL reaches all it started here.
-        .process_group(0);
     let start = Instant::now();
     let mut child = command.spawn().map_err(|cause| LaunchError::Launcher {
         command: shown.clone(),
@@ -164,6 +150,25 @@ pub(crate) fn run(
         left_behind,
         launcher_lines: watch.own,
     })
+}
+
+/// The launcher's command: its words, its environment then the spec's, the run's id; its own
+/// process group (Ctrl-C is ours to handle, and SIGKILL reaches all it started here).
+fn command(job: &Job<'_>, spec: &LaunchSpec, run_id: &str) -> Command {
+    let (first, rest) = job
+        .words
+        .split_first()
+        .expect("the launcher's name comes first");
+    let mut command = Command::new(first);
+    command
+        .args(rest)
+        .envs(job.env.iter().chain(&spec.env).map(|(k, v)| (k, v)))
+        .env(symmem::settings::RUN_ID.name, run_id)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    command
 }
 
 /// How the launcher ended: its status, and why it was stopped if it was.
