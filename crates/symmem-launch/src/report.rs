@@ -343,11 +343,7 @@ impl fmt::Display for RunReport {
         }
         if !self.left_behind.is_empty() {
             let list: Vec<String> = self.left_behind.iter().map(|l| l.to_string()).collect();
-            write!(
-                f,
-                "; left behind on the nodes (killed): {}",
-                list.join(", ")
-            )?;
+            write!(f, "; left behind (killed): {}", list.join(", "))?;
         }
         if !self.output_wait.is_zero() {
             write!(

@@ -100,7 +100,7 @@ fn mpirun_that_ignores_sigterm_is_killed_and_the_sweep_is_reported() {
     assert!(
         report
             .to_string()
-            .contains("left behind on the nodes (killed): pid 4242 (orted) on node-b"),
+            .contains("left behind (killed): pid 4242 (orted) on node-b"),
         "{report}"
     );
 }
@@ -141,4 +141,38 @@ fn a_launcher_failing_on_its_own_is_named_with_what_it_said() {
         ),
         "{report}"
     );
+}
+
+/// What a launcher leaves running in its process group on this host when it exits (here a
+/// background `sleep`) is killed and reported: the run fails.
+#[test]
+fn what_the_launcher_leaves_in_its_group_is_killed_and_reported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mpirun = dir.path().join("mpirun");
+    write_script(
+        &mpirun,
+        "#!/bin/sh\nsleep 600 &\n\
+         n=0\n\
+         while [ $n -lt 1000 ] && [ \"$(cat /proc/$!/comm)\" != sleep ]; do n=$((n + 1)); done\n\
+         echo '[1,0]<stdout>:done'\nexit 0\n",
+    );
+    let launcher = Launcher::Mpirun(Mpirun {
+        program: mpirun,
+        ..Mpirun::new(Hosts::List(vec!["a".into(), "b".into()]))
+    });
+    let report = launcher
+        .launch(
+            &spec(Duration::from_secs(30), Duration::from_secs(1)),
+            &mut |_| {},
+        )
+        .expect("the stand-in runs");
+    assert_eq!(report.outcome, Outcome::Success, "{report}");
+    let left: Vec<(&str, &str)> = report
+        .left_behind
+        .iter()
+        .map(|l| (l.node.as_str(), l.command.as_str()))
+        .collect();
+    assert_eq!(left, [("this host", "sleep")], "{report}");
+    assert!(!report.success() && report.exit_code() == 1, "{report}");
+    assert!(group_empty(report.pgid), "the sleep is gone");
 }

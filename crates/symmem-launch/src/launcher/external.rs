@@ -20,7 +20,8 @@ use nix::unistd::Pid;
 
 use super::Sweep;
 use crate::error::LaunchError;
-use crate::report::{Ended, Outcome, OutputLine, RunReport, Stream};
+use crate::group::{command_name, exiting, live_members, signal_group};
+use crate::report::{Ended, LeftBehind, Outcome, OutputLine, RunReport, Stream};
 use crate::signals::SignalGuard;
 use crate::spec::LaunchSpec;
 use crate::watchdog::{Watchdog, new_run_id};
@@ -126,7 +127,8 @@ pub(crate) fn run(
             });
         }
     };
-    let left_behind = job.sweep.map(|s| s.run(spec.grace)).unwrap_or_default();
+    let mut left_behind = end_group(pgid, ended.killed);
+    left_behind.extend(job.sweep.map(|s| s.run(spec.grace)).unwrap_or_default());
     let output_wait = watch.drain();
     for reader in readers {
         if reader.is_finished() {
@@ -175,6 +177,8 @@ fn command(job: &Job<'_>, spec: &LaunchSpec, run_id: &str) -> Command {
 struct End {
     status: ExitStatus,
     stopped: Option<Why>,
+    /// Whether its group got SIGKILL (it outlived the grace period).
+    killed: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -294,13 +298,18 @@ impl Watch<'_> {
     ) -> std::io::Result<End> {
         let deadline = start.checked_add(spec.timeout);
         let mut stopped: Option<(Why, Instant)> = None;
+        let mut killed = false;
         loop {
             while let Ok(line) = self.rx.try_recv() {
                 self.take(line);
             }
             if let Some(status) = child.try_wait()? {
                 let stopped = stopped.map(|(why, _)| why);
-                return Ok(End { status, stopped });
+                return Ok(End {
+                    status,
+                    stopped,
+                    killed,
+                });
             }
             let now = Instant::now();
             let why = match signals.caught() {
@@ -316,6 +325,7 @@ impl Watch<'_> {
                 (Some((_, at)), _) if now >= at + spec.grace => {
                     let pgid = i32::try_from(child.id()).unwrap_or(i32::MAX);
                     let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                    killed = true;
                 }
                 _ => {}
             }
@@ -340,6 +350,33 @@ impl Watch<'_> {
                 Err(RecvTimeoutError::Timeout) => return start.elapsed(),
             }
         }
+    }
+}
+
+/// After the launcher exited: what is still alive in its process group (here, on this host)
+/// outlived it; it gets SIGKILL, and is waited for (within [`DRAIN_LIMIT`]) until it is gone
+/// or a zombie. Returned as left behind unless the group had SIGKILL already (`killed`: then
+/// what is there is only late to die).
+fn end_group(pgid: i32, killed: bool) -> Vec<LeftBehind> {
+    let mut found: Vec<LeftBehind> = Vec::new();
+    let until = Instant::now() + DRAIN_LIMIT;
+    loop {
+        let live = live_members(pgid);
+        if live.is_empty() || Instant::now() >= until {
+            return found;
+        }
+        for &pid in &live {
+            // One in its exit is not left behind, only late.
+            if !killed && !exiting(pid as u32) && !found.iter().any(|l| l.pid == pid) {
+                found.push(LeftBehind {
+                    node: "this host".into(),
+                    pid,
+                    command: command_name(pid),
+                });
+            }
+        }
+        signal_group(pgid, Signal::SIGKILL);
+        std::thread::sleep(POLL);
     }
 }
 
