@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use symmem_launch::{
-    Hosts, LaunchSpec, Launcher, Layout, LeftBehind, Mpirun, Outcome, Srun, Sweep,
+    Hosts, LaunchSpec, Launcher, Layout, LeftBehind, Mpirun, Outcome, RunReport, Srun, Sweep,
 };
 use symmem_test_support::command::write_script;
 use symmem_test_support::process::group_empty;
@@ -16,24 +16,37 @@ fn spec(timeout: Duration, grace: Duration) -> LaunchSpec {
         .grace(grace)
 }
 
+/// A stand-in launcher script `name` with `body`, in a folder that lives as long as the guard.
+fn stand_in(name: &str, body: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join(name);
+    write_script(&path, &format!("#!/bin/sh\n{body}"));
+    (dir, path)
+}
+
+/// Runs a two-node spec with `launcher`.
+fn launch(launcher: &Launcher, timeout: Duration, grace: Duration) -> RunReport {
+    launcher
+        .launch(&spec(timeout, grace), &mut |_| {})
+        .expect("the stand-in runs")
+}
+
+fn two_hosts() -> Hosts {
+    Hosts::List(vec!["a".into(), "b".into()])
+}
+
 /// srun stops its tasks only on a second SIGINT within a second (one only makes it print
 /// their states): at the timeout it gets two, and ends by itself before any SIGKILL.
 #[test]
 fn srun_is_stopped_with_two_interrupts() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = dir.path().join("signals");
-    let srun = dir.path().join("srun");
-    write_script(
-        &srun,
-        &format!(
-            "#!/bin/sh\n\
-             n=0\n\
-             trap 'n=$((n + 1)); echo \"INT $n\" >> {log}; [ $n -ge 2 ] && exit 130' INT\n\
-             echo '0: started'\n\
-             while :; do sleep 0.01; done\n",
-            log = log.display()
-        ),
+    let (_dir, srun) = stand_in(
+        "srun",
+        "n=0\n\
+         trap 'n=$((n + 1)); echo \"INT $n\" >> \"$0.signals\"; [ $n -ge 2 ] && exit 130' INT\n\
+         echo '0: started'\n\
+         while :; do sleep 0.01; done\n",
     );
+    let log = srun.with_extension("signals");
     let launcher = Launcher::Srun(Srun {
         program: srun,
         ..Srun::default()
@@ -60,11 +73,9 @@ fn srun_is_stopped_with_two_interrupts() {
 /// found makes the run a failure.
 #[test]
 fn mpirun_that_ignores_sigterm_is_killed_and_the_sweep_is_reported() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mpirun = dir.path().join("mpirun");
-    write_script(
-        &mpirun,
-        "#!/bin/sh\ntrap '' TERM\necho '[1,1]<stdout>:started'\nsleep 600 &\nwait\n",
+    let (_dir, mpirun) = stand_in(
+        "mpirun",
+        "trap '' TERM\necho '[1,1]<stdout>:started'\nsleep 600 &\nwait\n",
     );
     let asked = Arc::new(Mutex::new(Vec::new()));
     let sweep = {
@@ -81,12 +92,10 @@ fn mpirun_that_ignores_sigterm_is_killed_and_the_sweep_is_reported() {
     let launcher = Launcher::Mpirun(Mpirun {
         program: mpirun,
         sweep: Some(sweep),
-        ..Mpirun::new(Hosts::List(vec!["a".into(), "b".into()]))
+        ..Mpirun::new(two_hosts())
     });
     let grace = Duration::from_millis(300);
-    let report = launcher
-        .launch(&spec(Duration::from_millis(500), grace), &mut |_| {})
-        .expect("the stand-in runs");
+    let report = launch(&launcher, Duration::from_millis(500), grace);
     assert!(
         matches!(report.outcome, Outcome::TimedOut { .. }),
         "{report}"
@@ -108,22 +117,15 @@ fn mpirun_that_ignores_sigterm_is_killed_and_the_sweep_is_reported() {
 /// A launcher that fails without naming a rank is reported as such, with its last words.
 #[test]
 fn a_launcher_failing_on_its_own_is_named_with_what_it_said() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let srun = dir.path().join("srun");
-    write_script(
-        &srun,
-        "#!/bin/sh\necho 'srun: error: Unable to allocate resources: Invalid partition' >&2\nexit 1\n",
+    let (_dir, srun) = stand_in(
+        "srun",
+        "echo 'srun: error: Unable to allocate resources: Invalid partition' >&2\nexit 1\n",
     );
     let launcher = Launcher::Srun(Srun {
         program: srun,
         ..Srun::default()
     });
-    let report = launcher
-        .launch(
-            &spec(Duration::from_secs(30), Duration::from_secs(1)),
-            &mut |_| {},
-        )
-        .expect("the stand-in runs");
+    let report = launch(&launcher, Duration::from_secs(30), Duration::from_secs(1));
     assert!(
         matches!(
             report.outcome,
@@ -147,25 +149,18 @@ fn a_launcher_failing_on_its_own_is_named_with_what_it_said() {
 /// background `sleep`) is killed and reported: the run fails.
 #[test]
 fn what_the_launcher_leaves_in_its_group_is_killed_and_reported() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mpirun = dir.path().join("mpirun");
-    write_script(
-        &mpirun,
-        "#!/bin/sh\nsleep 600 &\n\
+    let (_dir, mpirun) = stand_in(
+        "mpirun",
+        "sleep 600 &\n\
          n=0\n\
          while [ $n -lt 1000 ] && [ \"$(cat /proc/$!/comm)\" != sleep ]; do n=$((n + 1)); done\n\
          echo '[1,0]<stdout>:done'\nexit 0\n",
     );
     let launcher = Launcher::Mpirun(Mpirun {
         program: mpirun,
-        ..Mpirun::new(Hosts::List(vec!["a".into(), "b".into()]))
+        ..Mpirun::new(two_hosts())
     });
-    let report = launcher
-        .launch(
-            &spec(Duration::from_secs(30), Duration::from_secs(1)),
-            &mut |_| {},
-        )
-        .expect("the stand-in runs");
+    let report = launch(&launcher, Duration::from_secs(30), Duration::from_secs(1));
     assert_eq!(report.outcome, Outcome::Success, "{report}");
     let left: Vec<(&str, &str)> = report
         .left_behind
