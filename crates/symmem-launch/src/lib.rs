@@ -54,7 +54,7 @@ pub use layout::Layout;
 pub use output::print_line;
 pub use report::{
     EXIT_CODES, EXIT_INTERRUPTED, EXIT_PEER_FAILED, EXIT_TIMEOUT, EXIT_USAGE, Ended, Escaped,
-    LeftBehind, Lost, Outcome, OutputLine, RankStatus, RunReport, Stream, exit_codes_help,
+    LeftBehind, Lost, Outcome, OutputLine, RankEnd, RankStatus, RunReport, Stream, exit_codes_help,
     signal_name,
 };
 pub use spec::{DEFAULT_GRACE, DEFAULT_TIMEOUT, LaunchSpec, MAX_RANKS};

@@ -193,6 +193,21 @@ pub struct RunReport {
     /// The cluster launcher's own lines (its reports, not the ranks'), for the culprit and
     /// for messages; empty for one host.
     pub launcher_lines: Vec<String>,
+    /// How ranks ended as a cluster launcher reported them, in its order (srun names every
+    /// task that failed, mpirun the first); empty for one host, where [`RunReport::ranks`]
+    /// says it of every rank.
+    pub reported: Vec<RankEnd>,
+}
+
+/// How a cluster launcher reported that one rank ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankEnd {
+    /// The rank.
+    pub rank: usize,
+    /// Its node, when the launcher named it.
+    pub node: Option<String>,
+    /// How it ended.
+    pub how: Ended,
 }
 
 /// A process found on a node after the job: see [`RunReport::left_behind`].
@@ -420,22 +435,22 @@ impl RunReport {
         if how == Ended::Exited(EXIT_PEER_FAILED) {
             f.write_str(" (it gave up on a peer, but no rank was seen failing on its own)")?;
         }
+        if self.ranks.is_empty() {
+            // A cluster launcher's report: what it said of the others.
+            let others = self.reported.iter().filter(|r| r.rank != rank);
+            return write_failed(f, &failed_groups(others.map(|r| (r.rank, r.how))));
+        }
         let others = self.ranks.len().saturating_sub(1);
         if others == 0 {
             return Ok(());
         }
         // How each other rank that ended on its own failed, in the order first seen.
-        let mut failed: Vec<(Ended, Vec<usize>)> = Vec::new();
-        for r in self.ranks.iter().filter(|r| r.rank != rank && !r.stopped) {
-            match r.ended {
-                Some(end) if !end.success() => match failed.iter_mut().find(|(e, _)| *e == end) {
-                    Some((_, ranks)) => ranks.push(r.rank),
-                    None => failed.push((end, vec![r.rank])),
-                },
-                _ => {}
-            }
-        }
-        failed.sort_by_key(|(end, _)| *end != Ended::Exited(EXIT_PEER_FAILED));
+        let failed = failed_groups(
+            self.ranks
+                .iter()
+                .filter(|r| r.rank != rank && !r.stopped)
+                .filter_map(|r| Some((r.rank, r.ended?))),
+        );
         let stopped = self.stopped_except(&[rank]);
         let (other, was) = if others == 1 {
             ("rank", "was")
@@ -446,21 +461,7 @@ impl RunReport {
             return write!(f, "; the other {other} had already finished");
         }
         f.write_str(" first")?;
-        for (end, ranks) in &failed {
-            if *end == Ended::Exited(EXIT_PEER_FAILED) {
-                write!(
-                    f,
-                    "; {} gave up on a lost peer (status {EXIT_PEER_FAILED})",
-                    describe_ranks(ranks)
-                )?;
-            } else {
-                let also = match end {
-                    Ended::Exited(code) => format!("also exited with status {code}"),
-                    Ended::Signaled(_) => format!("{end}").replacen("was", "was also", 1),
-                };
-                write!(f, "; {} {also}", describe_ranks(ranks))?;
-            }
-        }
+        write_failed(f, &failed)?;
         if failed.is_empty() && stopped.len() == others {
             write!(f, "; the other {other} {was} stopped")
         } else {
@@ -508,6 +509,40 @@ impl RunReport {
     }
 }
 
+/// The ranks that failed, grouped by how they ended (in the order first seen), those that
+/// gave up on a lost peer first.
+fn failed_groups(ends: impl Iterator<Item = (usize, Ended)>) -> Vec<(Ended, Vec<usize>)> {
+    let mut failed: Vec<(Ended, Vec<usize>)> = Vec::new();
+    for (rank, end) in ends.filter(|(_, end)| !end.success()) {
+        match failed.iter_mut().find(|(e, _)| *e == end) {
+            Some((_, ranks)) => ranks.push(rank),
+            None => failed.push((end, vec![rank])),
+        }
+    }
+    failed.sort_by_key(|(end, _)| *end != Ended::Exited(EXIT_PEER_FAILED));
+    failed
+}
+
+/// `; ranks 0-2 gave up on a lost peer (status 75); rank 4 also exited with status 3`.
+fn write_failed(f: &mut fmt::Formatter<'_>, failed: &[(Ended, Vec<usize>)]) -> fmt::Result {
+    for (end, ranks) in failed {
+        if *end == Ended::Exited(EXIT_PEER_FAILED) {
+            write!(
+                f,
+                "; {} gave up on a lost peer (status {EXIT_PEER_FAILED})",
+                describe_ranks(ranks)
+            )?;
+        } else {
+            let also = match end {
+                Ended::Exited(code) => format!("also exited with status {code}"),
+                Ended::Signaled(_) => format!("{end}").replacen("was", "was also", 1),
+            };
+            write!(f, "; {} {also}", describe_ranks(ranks))?;
+        }
+    }
+    Ok(())
+}
+
 /// `; rank 3 was stopped`, `; ranks 0-2, 5 were stopped`, or nothing.
 fn write_stopped(f: &mut fmt::Formatter<'_>, stopped: &[usize]) -> fmt::Result {
     match stopped {
@@ -549,6 +584,7 @@ mod tests {
             culprit_node: None,
             left_behind: Vec::new(),
             launcher_lines: Vec::new(),
+            reported: Vec::new(),
         }
     }
 

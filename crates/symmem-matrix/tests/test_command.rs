@@ -344,7 +344,10 @@ fn srun_names_the_task_that_failed_with_its_node_not_the_witnesses() {
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(
-        stdout.contains("2x2: run failed: rank 3 on node-b was killed by signal 9"),
+        stdout.contains(
+            "2x2: run failed: rank 3 on node-b was killed by signal 9 (SIGKILL); ranks 0, 1, 2 gave \
+             up on a lost peer (status 75)"
+        ),
         "{stdout}"
     );
 }

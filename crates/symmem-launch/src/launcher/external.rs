@@ -21,7 +21,9 @@ use nix::unistd::Pid;
 use super::Sweep;
 use crate::error::LaunchError;
 use crate::group::{command_name, exiting, live_members, signal_group};
-use crate::report::{Ended, LeftBehind, Outcome, OutputLine, RunReport, Stream};
+use crate::report::{
+    EXIT_PEER_FAILED, Ended, LeftBehind, Outcome, OutputLine, RankEnd, RunReport, Stream,
+};
 use crate::signals::SignalGuard;
 use crate::spec::LaunchSpec;
 use crate::watchdog::{Watchdog, new_run_id};
@@ -38,14 +40,6 @@ pub(crate) trait Tagger: Send {
     fn feed(&mut self, raw: &str, pipe: Stream) -> Vec<OutputLine>;
     /// What is left once the output has ended.
     fn finish(&mut self) -> Vec<OutputLine>;
-}
-
-/// The rank a launcher's report names as the one that ended the job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Named {
-    pub(crate) rank: usize,
-    pub(crate) node: Option<String>,
-    pub(crate) how: Ended,
 }
 
 /// How a launcher is stopped at the timeout or on a signal; `SIGKILL` to its process group
@@ -68,7 +62,8 @@ pub(crate) struct Job<'a> {
     /// Environment for the launcher itself, before the spec's (which the ranks get).
     pub(crate) env: Vec<(OsString, OsString)>,
     pub(crate) tagger: fn() -> Box<dyn Tagger>,
-    pub(crate) culprit: fn(&[String]) -> Option<Named>,
+    /// How ranks ended, as the launcher's own lines report it.
+    pub(crate) reports: fn(&[String]) -> Vec<RankEnd>,
     pub(crate) stop: Stop,
     pub(crate) sweep: Option<&'a Sweep>,
 }
@@ -136,7 +131,8 @@ pub(crate) fn run(
         }
     }
     let watchdog_lost = watchdog.lost().map(ended_as);
-    let (outcome, culprit_node) = outcome(&job, &ended, &watch.own, spec.ranks);
+    let reported = (job.reports)(&watch.own);
+    let (outcome, culprit_node) = outcome(job.name, &ended, &reported, spec.ranks);
     Ok(RunReport {
         outcome,
         ranks: Vec::new(),
@@ -151,6 +147,7 @@ pub(crate) fn run(
         culprit_node,
         left_behind,
         launcher_lines: watch.own,
+        reported,
     })
 }
 
@@ -187,7 +184,12 @@ enum Why {
     Signal(i32),
 }
 
-fn outcome(job: &Job<'_>, end: &End, own: &[String], ranks: usize) -> (Outcome, Option<String>) {
+fn outcome(
+    launcher: &'static str,
+    end: &End,
+    reported: &[RankEnd],
+    ranks: usize,
+) -> (Outcome, Option<String>) {
     match end.stopped {
         Some(Why::Signal(signal)) => return (Outcome::Interrupted { signal }, None),
         Some(Why::Timeout) => {
@@ -201,22 +203,33 @@ fn outcome(job: &Job<'_>, end: &End, own: &[String], ranks: usize) -> (Outcome, 
     if end.status.success() {
         return (Outcome::Success, None);
     }
-    match (job.culprit)(own) {
+    match culprit(reported) {
         Some(named) => (
             Outcome::RankFailed {
                 rank: named.rank,
                 how: named.how,
             },
-            named.node,
+            named.node.clone(),
         ),
         None => (
             Outcome::LauncherFailed {
-                launcher: job.name,
+                launcher,
                 how: ended_as(end.status),
             },
             None,
         ),
     }
+}
+
+/// The rank that failed on its own: the first reported that did not end with
+/// [`EXIT_PEER_FAILED`] (a witness, never the culprit), else the first reported (which then
+/// gave up on a peer no one saw fail).
+fn culprit(reported: &[RankEnd]) -> Option<&RankEnd> {
+    let witness = Ended::Exited(EXIT_PEER_FAILED);
+    reported
+        .iter()
+        .find(|r| r.how != witness && !r.how.success())
+        .or_else(|| reported.iter().find(|r| !r.how.success()))
 }
 
 fn ended_as(status: ExitStatus) -> Ended {
@@ -393,5 +406,28 @@ fn stop(pid: u32, how: Stop) {
             std::thread::sleep(Duration::from_millis(300));
             let _ = kill(pid, Signal::SIGINT);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn end(rank: usize, how: Ended) -> RankEnd {
+        RankEnd {
+            rank,
+            node: Some(format!("n{rank}")),
+            how,
+        }
+    }
+
+    #[test]
+    fn a_witness_is_never_the_culprit_while_another_failed() {
+        let peer = Ended::Exited(EXIT_PEER_FAILED);
+        let reported = [end(0, peer), end(1, peer), end(3, Ended::Signaled(9))];
+        assert_eq!(culprit(&reported), Some(&reported[2]));
+        // Only witnesses: the first is named (the report says it gave up on a peer).
+        assert_eq!(culprit(&reported[..2]), Some(&reported[0]));
+        assert_eq!(culprit(&[]), None);
     }
 }

@@ -203,6 +203,7 @@ pub fn launch_with(
         culprit_node: None,
         left_behind: Vec::new(),
         launcher_lines: Vec::new(),
+        reported: Vec::new(),
     })
 }
 

@@ -6,10 +6,10 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use super::Sweep;
-use super::external::{self, Job, Named, Stop, Tagger};
+use super::external::{self, Job, Stop, Tagger};
 use crate::error::LaunchError;
 use crate::layout::Layout;
-use crate::report::{Ended, OutputLine, RunReport, Stream};
+use crate::report::{Ended, OutputLine, RankEnd, RunReport, Stream};
 use crate::spec::LaunchSpec;
 
 /// Where `mpirun` may put ranks.
@@ -91,7 +91,7 @@ impl Mpirun {
             words,
             env,
             tagger: || Box::new(Demux::default()),
-            culprit,
+            reports,
             stop: Stop::Terminate,
             sweep: self.sweep.as_ref(),
         };
@@ -234,10 +234,15 @@ impl Tagger for Demux {
     }
 }
 
+/// The rank `mpirun` reported ending the job (it names one).
+fn reports(lines: &[String]) -> Vec<RankEnd> {
+    first_report(lines).into_iter().collect()
+}
+
 /// Open MPI 4's report of the rank that ended the job: `mpirun noticed that process rank 3
 /// with PID 0 on node node-b exited on signal 9 (Killed).`, or `Process name: [[J,1],2]` then
 /// `Exit code: 2`.
-fn culprit(lines: &[String]) -> Option<Named> {
+fn first_report(lines: &[String]) -> Option<RankEnd> {
     for (i, line) in lines.iter().enumerate() {
         if let Some(rest) = line.split("noticed that process rank ").nth(1) {
             let rank = rest.split_whitespace().next()?.parse().ok()?;
@@ -257,7 +262,7 @@ fn culprit(lines: &[String]) -> Option<Named> {
                         .ok()?,
                 )
             };
-            return Some(Named { rank, node, how });
+            return Some(RankEnd { rank, node, how });
         }
         if let Some(name) = line.trim().strip_prefix("Process name:") {
             let rank = name
@@ -272,7 +277,7 @@ fn culprit(lines: &[String]) -> Option<Named> {
                 .take(3)
                 .find_map(|l| l.trim().strip_prefix("Exit code:"))?;
             let how = Ended::Exited(code.trim().parse().ok()?);
-            return Some(Named {
+            return Some(RankEnd {
                 rank,
                 node: None,
                 how,
@@ -342,8 +347,8 @@ mod tests {
             "mpirun noticed that process rank 3 with PID 0 on node node-b exited on signal 9 (Killed).",
         ]);
         assert_eq!(
-            culprit(&signal),
-            Some(Named {
+            first_report(&signal),
+            Some(RankEnd {
                 rank: 3,
                 node: Some("node-b".into()),
                 how: Ended::Signaled(9),
@@ -352,7 +357,7 @@ mod tests {
         let status = lines(&[
             "mpirun noticed that process rank 1 with PID 77 on node a exited with status 4.",
         ]);
-        assert_eq!(culprit(&status).map(|n| n.how), Some(Ended::Exited(4)));
+        assert_eq!(first_report(&status).map(|n| n.how), Some(Ended::Exited(4)));
         let exit = lines(&[
             "mpirun detected that one or more processes exited with non-zero status, thus causing",
             "the job to be terminated. The first process to do so was:",
@@ -361,14 +366,14 @@ mod tests {
             "  Exit code:    2",
         ]);
         assert_eq!(
-            culprit(&exit),
-            Some(Named {
+            first_report(&exit),
+            Some(RankEnd {
                 rank: 2,
                 node: None,
                 how: Ended::Exited(2)
             })
         );
-        assert_eq!(culprit(&lines(&["all fine"])), None);
+        assert_eq!(first_report(&lines(&["all fine"])), None);
     }
 
     #[test]

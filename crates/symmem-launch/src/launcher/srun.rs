@@ -10,10 +10,10 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use super::Sweep;
-use super::external::{self, Job, Named, Stop, Tagger};
+use super::external::{self, Job, Stop, Tagger};
 use crate::error::LaunchError;
 use crate::layout::Layout;
-use crate::report::{EXIT_PEER_FAILED, Ended, OutputLine, RunReport, Stream};
+use crate::report::{Ended, OutputLine, RankEnd, RunReport, Stream};
 use crate::spec::LaunchSpec;
 
 /// How to run `srun`: inside an allocation (`salloc`, `sbatch`), nothing more; the emulated
@@ -58,7 +58,7 @@ impl Srun {
             words: self.words(spec, &spec.program)?,
             env: self.env.clone(),
             tagger: || Box::new(Labels),
-            culprit,
+            reports,
             stop: Stop::InterruptTwice,
             sweep: self.sweep.as_ref(),
         };
@@ -183,21 +183,19 @@ fn slurm_ended(how: &str) -> Option<Ended> {
         .map(|&(_, signal)| Ended::Signaled(signal))
 }
 
-/// The task `srun` reported failing on its own: the first report that is not a peer's
-/// [`EXIT_PEER_FAILED`] (a witness, never the culprit), else the first report.
-fn culprit(lines: &[String]) -> Option<Named> {
-    let reports: Vec<(String, Vec<usize>, Ended)> =
-        lines.iter().filter_map(|l| task_report(l)).collect();
-    let witness = Ended::Exited(EXIT_PEER_FAILED);
-    let (node, tasks, how) = reports
+/// Every task `srun` reported ending, in its order.
+fn reports(lines: &[String]) -> Vec<RankEnd> {
+    lines
         .iter()
-        .find(|(_, _, how)| *how != witness)
-        .or_else(|| reports.first())?;
-    Some(Named {
-        rank: *tasks.first()?,
-        node: Some(node.clone()),
-        how: *how,
-    })
+        .filter_map(|l| task_report(l))
+        .flat_map(|(node, tasks, how)| {
+            tasks.into_iter().map(move |rank| RankEnd {
+                rank,
+                node: Some(node.clone()),
+                how,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -228,35 +226,33 @@ mod tests {
     }
 
     #[test]
-    fn the_culprit_is_the_task_that_failed_on_its_own() {
-        let killed = lines(&[
+    fn every_task_srun_reports_is_read_with_its_node() {
+        let ends = |text: &[&str]| -> Vec<(usize, String, Ended)> {
+            reports(&lines(text))
+                .into_iter()
+                .map(|r| (r.rank, r.node.unwrap_or_default(), r.how))
+                .collect()
+        };
+        let killed = ends(&[
             "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
-            "srun: error: node-a: tasks 0-2: Exited with exit code 75",
+            "srun: error: node-a: tasks 0-1,2: Exited with exit code 75",
             "srun: error: node-b: task 3: Killed",
         ]);
+        let peer = Ended::Exited(75);
         assert_eq!(
-            culprit(&killed),
-            Some(Named {
-                rank: 3,
-                node: Some("node-b".into()),
-                how: Ended::Signaled(9)
-            })
+            killed,
+            [
+                (0, "node-a".into(), peer),
+                (1, "node-a".into(), peer),
+                (2, "node-a".into(), peer),
+                (3, "node-b".into(), Ended::Signaled(9)),
+            ]
         );
-        let exited = lines(&["srun: error: node-b: task 3: Exited with exit code 2"]);
-        assert_eq!(
-            culprit(&exited),
-            Some(Named {
-                rank: 3,
-                node: Some("node-b".into()),
-                how: Ended::Exited(2)
-            })
-        );
-        let segv = lines(&["srun: error: n7: task 12: Segmentation fault (core dumped)"]);
-        assert_eq!(culprit(&segv).map(|n| n.how), Some(Ended::Signaled(11)));
-        // Only witnesses: the first is named (the report says it gave up on a peer).
-        let peers = lines(&["srun: error: node-a: tasks 1,3: Exited with exit code 75"]);
-        assert_eq!(culprit(&peers).map(|n| n.rank), Some(1));
-        assert_eq!(culprit(&lines(&["srun: error: unrelated"])), None);
+        let exited = ends(&["srun: error: node-b: task 3: Exited with exit code 2"]);
+        assert_eq!(exited, [(3, "node-b".into(), Ended::Exited(2))]);
+        let segv = ends(&["srun: error: n7: task 12: Segmentation fault (core dumped)"]);
+        assert_eq!(segv, [(12, "n7".into(), Ended::Signaled(11))]);
+        assert_eq!(ends(&["srun: error: Unable to allocate resources: x"]), []);
         assert_eq!(task_list("0-2,5"), Some(vec![0, 1, 2, 5]));
     }
 
