@@ -15,8 +15,6 @@ pub enum ClusterError {
     },
     #[error("a cluster needs 2 to {max} nodes, not {asked}", max = crate::MAX_NODES)]
     NodeCount { asked: usize },
-    #[error("a job needs at least 1 rank per node")]
-    NoRanks,
     #[error(
         "node {node} did not start: {detail}. The machine must allow `unshare --uts --mount \
          --ipc` (a container needs --privileged or CAP_SYS_ADMIN)"

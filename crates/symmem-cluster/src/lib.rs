@@ -6,9 +6,9 @@
 //! that what one node leaves in them is invisible to the others, as on separate hosts. The
 //! network is the machine's loopback: nothing else is touched.
 //!
-//! Jobs run with Open MPI's `mpirun`, started inside the first node; its rsh launcher reaches
-//! the other nodes through an agent script that enters their namespaces (`nsenter`) where it
-//! would use ssh. There is no private PID namespace: the agent, inside the first node, must
+//! Jobs are `symmem-launch`'s: the cluster hands a launcher ([`Cluster::mpirun`]) its hosts,
+//! a wrapper that starts it inside the first node, an rsh agent script that enters the other
+//! nodes' namespaces (`nsenter`) where it would use ssh, and a sweep of what a job left. There is no private PID namespace: the agent, inside the first node, must
 //! reach the other nodes' holders, and a process cannot enter a sibling PID namespace.
 //! A node's processes are therefore those in its mount namespace.
 //!
@@ -18,13 +18,12 @@
 //! the owner die without dropping it (`kill -9`), a watchdog process does the same.
 
 mod error;
-mod mpirun;
+mod launcher;
 mod procs;
 mod versions;
 mod watchdog;
 
 pub use error::ClusterError;
-pub use mpirun::{Culprit, Job, JobLine, JobOutcome, Stream};
 pub use procs::Process;
 pub use versions::{engine_version, launcher_version};
 
@@ -34,7 +33,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The most nodes a cluster has (names `node-a` .. `node-h`).
 pub const MAX_NODES: usize = 8;
@@ -298,11 +297,6 @@ impl Cluster {
         write(&self.root.join("agent"), &agent, 0o755)
     }
 
-    /// The agent's path as the nodes see it.
-    pub(crate) fn agent_on_nodes(&self) -> String {
-        format!("{NODE_VIEW}/agent")
-    }
-
     /// Processes in `node`'s namespaces other than its holder.
     pub fn processes(&self, node: &Node) -> Vec<Process> {
         procs::in_mount_ns(&node.mount_ns)
@@ -335,28 +329,7 @@ impl Cluster {
     /// Kills every process in the nodes' namespaces but the holders, and waits (at most
     /// `within`) until they are gone. Returns them.
     pub fn sweep(&self, within: Duration) -> Vec<(String, Process)> {
-        let mut killed = Vec::new();
-        let deadline = Instant::now() + within;
-        loop {
-            let mut any = false;
-            for node in &self.nodes {
-                for p in self.processes(node) {
-                    any = true;
-                    // SAFETY: kill has no memory preconditions; the pid was read just now.
-                    unsafe { libc::kill(p.pid as libc::pid_t, libc::SIGKILL) };
-                    if !killed
-                        .iter()
-                        .any(|(_, k): &(String, Process)| k.pid == p.pid)
-                    {
-                        killed.push((node.name.clone(), p));
-                    }
-                }
-            }
-            if !any || Instant::now() >= deadline {
-                return killed;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        procs::sweep(&self.node_refs(), within)
     }
 
     /// Tears the cluster down and says what was still running on its nodes.

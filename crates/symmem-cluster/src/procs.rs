@@ -1,6 +1,9 @@
-//! Processes by namespace, from `/proc`.
+//! Processes by node (mount namespace), from `/proc` through `symmem_launch::procfs`.
 
 use std::fmt;
+use std::time::{Duration, Instant};
+
+use symmem_launch::procfs;
 
 /// A process seen in `/proc`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,56 +20,65 @@ impl fmt::Display for Process {
     }
 }
 
-fn read(pid: u32) -> Option<Process> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
-    let after = &stat[stat.rfind(')')? + 1..];
-    let parent = after.split_whitespace().nth(1)?.parse().ok()?;
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let command = raw
-        .split(|&b| b == 0)
-        .filter(|a| !a.is_empty())
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect::<Vec<_>>()
-        .join(" ");
+/// What a sweep needs of a node, owned (a sweep may outlive the borrow of the cluster).
+#[derive(Clone, Debug)]
+pub(crate) struct NodeRef {
+    pub(crate) name: String,
+    pub(crate) holder: u32,
+    pub(crate) mount_ns: String,
+}
+
+impl NodeRef {
+    /// Processes in the node's namespaces other than its holder.
+    pub(crate) fn processes(&self) -> Vec<Process> {
+        in_mount_ns(&self.mount_ns)
+            .into_iter()
+            .filter(|p| p.pid != self.holder)
+            .collect()
+    }
+}
+
+/// Kills every process on `nodes` but the holders, and waits (at most `within`) until they
+/// are gone. Returns them with their node.
+pub(crate) fn sweep(nodes: &[NodeRef], within: Duration) -> Vec<(String, Process)> {
+    let mut killed: Vec<(String, Process)> = Vec::new();
+    let deadline = Instant::now() + within;
+    loop {
+        let mut any = false;
+        for node in nodes {
+            for p in node.processes() {
+                any = true;
+                let pid = nix::unistd::Pid::from_raw(p.pid as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                if !killed.iter().any(|(_, k)| k.pid == p.pid) {
+                    killed.push((node.name.clone(), p));
+                }
+            }
+        }
+        if !any || Instant::now() >= deadline {
+            return killed;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn read(pid: i32) -> Option<Process> {
+    let stat = procfs::stat(pid)?;
     Some(Process {
-        pid,
-        parent,
-        command,
+        pid: pid as u32,
+        parent: stat.ppid as u32,
+        command: procfs::command_line(pid),
     })
 }
 
-fn pids() -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Processes whose mount namespace is `ns` (as `readlink /proc/PID/ns/mnt` names it).
+/// Live processes whose mount namespace is `ns` (as `readlink /proc/PID/ns/mnt` names it).
 pub(crate) fn in_mount_ns(ns: &str) -> Vec<Process> {
-    pids()
+    procfs::pids()
         .into_iter()
-        .filter(|pid| {
-            std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
-                .is_ok_and(|link| link.as_os_str() == ns)
-        })
+        .filter(|&pid| procfs::mount_namespace(pid).as_deref() == Some(ns))
+        .filter(|&pid| !procfs::gone(pid))
         .filter_map(read)
         .collect()
-}
-
-/// The value of `name` in the environment of `pid`, if it has one.
-pub(crate) fn env_of(pid: u32, name: &str) -> Option<String> {
-    let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    raw.split(|&b| b == 0).find_map(|entry| {
-        let text = std::str::from_utf8(entry).ok()?;
-        let (key, value) = text.split_once('=')?;
-        (key == name).then(|| value.to_string())
-    })
 }
 
 #[cfg(test)]
@@ -75,15 +87,11 @@ mod tests {
 
     #[test]
     fn reads_this_process() {
-        let me = read(std::process::id()).expect("this process is in /proc");
+        let me = read(std::process::id() as i32).expect("this process is in /proc");
         assert_eq!(me.parent, std::os::unix::process::parent_id());
         assert!(!me.command.is_empty());
         let ns = std::fs::read_link("/proc/self/ns/mnt").unwrap();
         let mine = in_mount_ns(&ns.to_string_lossy());
         assert!(mine.iter().any(|p| p.pid == std::process::id()));
-        assert_eq!(
-            env_of(std::process::id(), "PATH"),
-            std::env::var("PATH").ok()
-        );
     }
 }

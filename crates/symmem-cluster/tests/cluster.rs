@@ -1,13 +1,18 @@
-//! The emulated two-node cluster (`symmem-cluster`) with Open MPI's mpirun: ranks on both
-//! nodes, private folders per node, and a `kill -9` of a rank on the second node that ends
-//! the whole job, names the culprit and leaves nothing on either node.
+//! The emulated two-node cluster (`symmem-cluster`) with Open MPI's mpirun, run through
+//! `symmem-launch`'s `Launcher::Mpirun` as the cluster hands it out: ranks on both nodes,
+//! private folders per node, and a `kill -9` of a rank on the second node that ends the whole
+//! job, names the culprit with its node and leaves nothing on either node.
 //!
 //! Needs root and Open MPI (`.ci/cluster` installs it); elsewhere each test prints
 //! "SKIPPED: ..." with the reason.
 
+use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use symmem_cluster::{Cluster, ClusterError, Job, JobOutcome, Stream};
+use symmem_cluster::{Cluster, ClusterError};
+use symmem_launch::{
+    Ended, LaunchSpec, Launcher, Layout, Outcome, OutputLine, RunReport, Stream, procfs,
+};
 
 /// The grace period of symmem's launcher: a job must be over this long after a kill.
 const GRACE: Duration = Duration::from_secs(5);
@@ -23,22 +28,46 @@ fn cluster() -> Option<Cluster> {
     }
 }
 
+/// A script in the cluster's shared folder, as the nodes see it.
 fn script(cluster: &Cluster, name: &str, body: &str) -> PathBuf {
     let path = cluster.shared_dir().join(name);
     symmem_test_support::command::write_script(&path, &format!("#!/bin/sh\n{body}"));
-    path
+    cluster.on_nodes(&path).unwrap()
 }
 
-/// State and start time of a process, from `/proc/PID/stat`.
-fn state_and_start(pid: u32) -> Option<(char, String)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
-    Some((fields.first()?.chars().next()?, fields.get(19)?.to_string()))
+/// State and start time of a process.
+fn state_and_start(pid: u32) -> Option<(char, u64)> {
+    procfs::stat(pid as i32).map(|s| (s.state, s.start_time))
+}
+
+/// Runs `spec` with mpirun across the cluster; `on_line` sees each line as it comes.
+fn mpirun(
+    cluster: &Cluster,
+    spec: &LaunchSpec,
+    on_line: &mut dyn FnMut(&OutputLine),
+) -> (RunReport, Vec<OutputLine>) {
+    let mut lines = Vec::new();
+    let report = Launcher::Mpirun(cluster.mpirun())
+        .launch(spec, &mut |line| {
+            on_line(line);
+            lines.push(line.clone());
+        })
+        .unwrap();
+    (report, lines)
+}
+
+/// Rank `rank`'s lines on `stream`.
+fn rank_lines(lines: &[OutputLine], rank: usize, stream: Stream) -> Vec<&str> {
+    lines
+        .iter()
+        .filter(|l| l.rank == Some(rank) && l.stream == stream)
+        .map(|l| l.text.as_str())
+        .collect()
 }
 
 /// Every process on the nodes, holders included, as (pid, start time): taken while the
 /// nodes are up (their namespaces alive, so their names are theirs alone).
-fn snapshot(namespaces: &[String]) -> Vec<(u32, String)> {
+fn snapshot(namespaces: &[String]) -> Vec<(u32, u64)> {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
@@ -54,7 +83,7 @@ fn snapshot(namespaces: &[String]) -> Vec<(u32, String)> {
 /// After the cluster is down: none of the processes it had still runs (a zombie that this
 /// machine's init has not reaped yet does not run), no mount of the cluster's folder is on
 /// this machine and the folder is removed.
-fn assert_gone(before: &[(u32, String)], folder: &Path) {
+fn assert_gone(before: &[(u32, u64)], folder: &Path) {
     assert!(
         !before.is_empty(),
         "the snapshot holds at least the holders"
@@ -100,9 +129,9 @@ fn down(cluster: Cluster) {
     assert_gone(&before, &folder);
 }
 
-fn show(outcome: &JobOutcome) -> String {
-    let lines: Vec<String> = outcome.lines.iter().map(|l| l.to_string()).collect();
-    format!("{}\n{outcome}\n{}", outcome.command, lines.join("\n"))
+fn show(report: &RunReport, lines: &[OutputLine]) -> String {
+    let lines: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    format!("{report}\n{}", lines.join("\n"))
 }
 
 #[test]
@@ -115,9 +144,11 @@ fn ranks_run_on_both_nodes_each_with_its_own_folders() {
          touch /tmp/mark-$OMPI_COMM_WORLD_RANK /dev/shm/mark-$OMPI_COMM_WORLD_RANK\n\
          echo to-stderr >&2\n",
     );
-    let job = Job::new(&program, 2).timeout(Duration::from_secs(60));
-    let outcome = cluster.mpirun(&job, &mut |_| {}).unwrap();
-    assert!(outcome.success(), "{}", show(&outcome));
+    let spec = LaunchSpec::new(&program, 0)
+        .layout(Layout::even(2, 2))
+        .timeout(Duration::from_secs(60));
+    let (report, lines) = mpirun(&cluster, &spec, &mut |_| {});
+    assert!(report.success(), "{}", show(&report, &lines));
     for rank in 0..4 {
         let node = if rank < 2 {
             "node-a 127.0.0.2"
@@ -125,12 +156,12 @@ fn ranks_run_on_both_nodes_each_with_its_own_folders() {
             "node-b 127.0.0.3"
         };
         assert_eq!(
-            outcome.rank_lines(rank, Stream::Stdout),
+            rank_lines(&lines, rank, Stream::Stdout),
             [node],
             "{}",
-            show(&outcome)
+            show(&report, &lines)
         );
-        assert_eq!(outcome.rank_lines(rank, Stream::Stderr), ["to-stderr"]);
+        assert_eq!(rank_lines(&lines, rank, Stream::Stderr), ["to-stderr"]);
     }
     // Each node's /tmp and /dev/shm hold its own ranks' files only; this machine's neither.
     for (node, mine) in cluster.nodes().iter().zip([[0, 1], [2, 3]]) {
@@ -160,51 +191,52 @@ fn ranks_run_on_both_nodes_each_with_its_own_folders() {
 fn kill_9_of_a_rank_on_node_b_ends_the_job_and_names_it() {
     let Some(cluster) = cluster() else { return };
     let program = script(&cluster, "wait", "echo started\nexec sleep 600\n");
-    let job = Job::new(&program, 2)
+    let spec = LaunchSpec::new(&program, 0)
+        .layout(Layout::even(2, 2))
         .timeout(Duration::from_secs(60))
         .grace(GRACE);
     let mut started = 0;
     let mut killed = None;
-    let outcome = cluster
-        .mpirun(&job, &mut |line| {
-            if line.rank.is_some() && line.text == "started" {
-                started += 1;
-                if started == 4 {
-                    let victim = cluster.signal_rank(3, libc::SIGKILL).unwrap();
-                    killed = Some((Instant::now(), victim));
-                }
+    let (report, lines) = mpirun(&cluster, &spec, &mut |line| {
+        if line.rank.is_some() && line.text == "started" {
+            started += 1;
+            if started == 4 {
+                let victim = cluster.signal_rank(3, Signal::SIGKILL).unwrap();
+                killed = Some((Instant::now(), victim));
             }
-        })
-        .unwrap();
-    let (killed_at, (node, process)) = killed.unwrap_or_else(|| panic!("{}", show(&outcome)));
+        }
+    });
+    // The launch returned once mpirun ended, the nodes were clear and the output drained.
+    let (killed_at, (node, process)) =
+        killed.unwrap_or_else(|| panic!("{}", show(&report, &lines)));
     assert_eq!(node, "node-b", "rank 3 ran as {process}");
-    assert!(
-        !outcome.success() && !outcome.timed_out,
-        "{}",
-        show(&outcome)
-    );
-    let took = outcome.ended - killed_at;
-    eprintln!("the job ended {took:?} after the kill; {outcome}");
+    let took = killed_at.elapsed();
+    eprintln!("the job was over {took:?} after the kill; {report}");
     assert!(
         took <= GRACE,
-        "the job ended {took:?} after the kill, over the {GRACE:?} grace period\n{}",
-        show(&outcome)
+        "the job was over {took:?} after the kill, over the {GRACE:?} grace period\n{}",
+        show(&report, &lines)
     );
-    let culprit = outcome
-        .culprit
-        .clone()
-        .unwrap_or_else(|| panic!("no culprit named\n{}", show(&outcome)));
     assert_eq!(
-        (culprit.rank, culprit.node.as_deref()),
-        (3, Some("node-b")),
+        report.outcome,
+        Outcome::RankFailed {
+            rank: 3,
+            how: Ended::Signaled(9)
+        },
         "{}",
-        show(&outcome)
+        show(&report, &lines)
     );
-    assert!(culprit.how.contains("signal 9"), "{culprit}");
+    assert_eq!(report.culprit_node.as_deref(), Some("node-b"), "{report}");
     assert!(
-        outcome.left_behind.is_empty(),
+        report
+            .to_string()
+            .starts_with("rank 3 on node-b was killed by signal 9"),
+        "{report}"
+    );
+    assert!(
+        report.left_behind.is_empty(),
         "left behind: {:?}",
-        outcome.left_behind
+        report.left_behind
     );
     for node in cluster.nodes() {
         assert_eq!(cluster.processes(node), [], "on {}", node.name());
@@ -223,14 +255,15 @@ fn a_hung_job_is_stopped_and_leaves_nothing() {
         "hang",
         "trap '' TERM\necho started\nexec sleep 600\n",
     );
-    let job = Job::new(&program, 1)
+    let spec = LaunchSpec::new(&program, 0)
+        .layout(Layout::even(2, 1))
         .timeout(Duration::from_secs(3))
         .grace(Duration::from_secs(1));
-    let outcome = cluster.mpirun(&job, &mut |_| {}).unwrap();
+    let (report, lines) = mpirun(&cluster, &spec, &mut |_| {});
     assert!(
-        outcome.timed_out && !outcome.success(),
+        matches!(report.outcome, Outcome::TimedOut { .. }) && !report.success(),
         "{}",
-        show(&outcome)
+        show(&report, &lines)
     );
     for node in cluster.nodes() {
         assert_eq!(cluster.processes(node), [], "on {}", node.name());
@@ -246,16 +279,20 @@ fn what_the_nodes_cannot_see_or_run_is_refused() {
     ));
     let Some(cluster) = cluster() else { return };
     let err = cluster
-        .mpirun(&Job::new("/tmp/some-program", 1), &mut |_| {})
+        .on_nodes(Path::new("/tmp/some-program"))
         .unwrap_err();
     assert!(
         err.to_string().contains("is not visible on the nodes"),
         "{err}"
     );
-    let err = cluster
-        .mpirun(&Job::new("/bin/true", 0), &mut |_| {})
+    let spec = LaunchSpec::new("/bin/true", 0).layout(Layout::PerNode(vec![1, 0]));
+    let err = Launcher::Mpirun(cluster.mpirun())
+        .launch(&spec, &mut |_| {})
         .unwrap_err();
-    assert!(matches!(err, ClusterError::NoRanks), "{err}");
+    assert!(
+        err.is_usage() && err.to_string().contains("at least 1 rank"),
+        "{err}"
+    );
     down(cluster);
 }
 
@@ -278,7 +315,9 @@ fn owner_of_a_cluster() {
         "hang",
         "trap '' TERM\necho started\nexec sleep 600\n",
     );
-    let job = Job::new(&program, 1).timeout(Duration::from_secs(300));
+    let spec = LaunchSpec::new(&program, 0)
+        .layout(Layout::even(2, 1))
+        .timeout(Duration::from_secs(300));
     let mut started = 0;
     let report = || {
         let ns: Vec<&str> = cluster
@@ -288,7 +327,7 @@ fn owner_of_a_cluster() {
             .collect();
         println!("ready {} {}", cluster.folder().display(), ns.join(" "));
     };
-    let _ = cluster.mpirun(&job, &mut |line| {
+    let _ = Launcher::Mpirun(cluster.mpirun()).launch(&spec, &mut |line| {
         if line.rank.is_some() && line.text == "started" {
             started += 1;
             if started == 2 {

@@ -113,6 +113,21 @@ pub enum LaunchError {
         cause: io::Error,
     },
 
+    /// The layout does not fit the ranks, or the launcher cannot place it.
+    #[error("{0}")]
+    Layout(String),
+
+    /// The cluster launcher (`mpirun`, `srun`) could not be started or watched.
+    #[error(
+        "could not run `{command}`: {cause}; check that it is installed and on PATH (Open MPI:          apt-get install openmpi-bin; Slurm: apt-get install slurm-client)"
+    )]
+    Launcher {
+        /// The command line, for the message.
+        command: String,
+        /// The underlying error (in the message).
+        cause: io::Error,
+    },
+
     /// Processes of the run's process group survived `SIGKILL`.
     #[error(
         "processes {} of process group {pgid} are still alive after SIGKILL (stuck in the \
@@ -139,13 +154,15 @@ impl LaunchError {
             | LaunchError::TooManyRanks { .. }
             | LaunchError::RankEnvMismatch { .. }
             | LaunchError::ProgramNotFound { .. }
-            | LaunchError::ProgramNotExecutable { .. } => true,
+            | LaunchError::ProgramNotExecutable { .. }
+            | LaunchError::Layout(_) => true,
             LaunchError::Rendezvous { .. }
             | LaunchError::Port(_)
             | LaunchError::Signals(_)
             | LaunchError::Watchdog(_)
             | LaunchError::Spawn { .. }
             | LaunchError::Wait { .. }
+            | LaunchError::Launcher { .. }
             | LaunchError::Leftover { .. } => false,
         }
     }

@@ -9,6 +9,9 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
+use crate::procfs;
+pub(crate) use crate::procfs::gone;
+
 /// Puts the command in the run's process group (a new one led by the
 /// command itself when `pgid` is 0) and makes it die with the launcher.
 pub(crate) fn join_group(cmd: &mut Command, pgid: i32) {
@@ -75,20 +78,15 @@ pub(crate) fn live_members(pgid: i32) -> Vec<i32> {
 }
 
 fn scan_proc(pgid: i32) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
+    if !std::path::Path::new("/proc/self").exists() {
         // Without /proc we cannot name the members; report the group leader
         // so that the caller still sees a live group.
         return vec![pgid];
-    };
-    let mut pids: Vec<i32> = entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| {
-            // The process may vanish between listing and reading: then it is gone.
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| parse_stat(&stat))
-                .is_some_and(|(state, pgrp)| pgrp == pgid && !matches!(state, 'Z' | 'X' | 'x'))
-        })
+    }
+    // The process may vanish between listing and reading: then it is gone.
+    let mut pids: Vec<i32> = procfs::pids()
+        .into_iter()
+        .filter(|&pid| procfs::stat(pid).is_some_and(|s| s.pgrp == pgid && !s.dead()))
         .collect();
     pids.sort_unstable();
     pids
@@ -104,21 +102,13 @@ fn scan_proc(pgid: i32) -> Vec<i32> {
 pub(crate) fn escaped(run_id: &str, pipes: &[String], pgid: i32) -> Vec<i32> {
     let me = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
     let marker = symmem::settings::RUN_ID.assignment(run_id);
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut pids: Vec<i32> = entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+    let mut pids: Vec<i32> = procfs::pids()
+        .into_iter()
         .filter(|&pid| pid != me)
         .filter(|&pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| parse_stat_parent(&stat))
-                .is_some_and(|(state, ppid, pgrp)| {
-                    pgrp != pgid && ppid != me && !matches!(state, 'Z' | 'X' | 'x')
-                })
+            procfs::stat(pid).is_some_and(|s| s.pgrp != pgid && s.ppid != me && !s.dead())
         })
-        .filter(|&pid| carries(pid, marker.as_bytes()) || holds_any(pid, pipes))
+        .filter(|&pid| procfs::carries(pid, marker.as_bytes()) || holds_any(pid, pipes))
         .collect();
     pids.sort_unstable();
     pids
@@ -135,24 +125,18 @@ pub(crate) fn adopted(own: &[i32]) -> Vec<i32> {
         return Vec::new();
     }
     let me = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
     let mut pids = Vec::new();
-    for pid in entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
+    for pid in procfs::pids() {
         if own.contains(&pid) {
             continue;
         }
-        let Some((state, ppid, _)) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|stat| parse_stat_parent(&stat))
-        else {
+        let Some(stat) = procfs::stat(pid) else {
             continue;
         };
-        if ppid != me {
+        if stat.ppid != me {
             continue;
         }
-        if matches!(state, 'Z' | 'X' | 'x') {
+        if stat.dead() {
             let _ = nix::sys::wait::waitpid(
                 nix::unistd::Pid::from_raw(pid),
                 Some(nix::sys::wait::WaitPidFlag::WNOHANG),
@@ -163,12 +147,6 @@ pub(crate) fn adopted(own: &[i32]) -> Vec<i32> {
     }
     pids.sort_unstable();
     pids
-}
-
-/// Whether `/proc/<pid>/environ` has exactly the entry `entry`.
-fn carries(pid: i32, entry: &[u8]) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .is_ok_and(|env| env.split(|&b| b == 0).any(|e| e == entry))
 }
 
 /// Whether `pid` holds one of `pipes` open for writing (the ranks' end; the launcher holds
@@ -201,27 +179,11 @@ fn opened_for_writing(fdinfo: &str) -> bool {
         .is_some_and(|flags| matches!(flags & 0o3, 1 | 2))
 }
 
-/// Parses `(state, ppid, pgrp)` from `/proc/<pid>/stat`.
-fn parse_stat_parent(stat: &str) -> Option<(char, i32, i32)> {
-    let (state, mut fields) = stat_fields(stat)?;
-    let ppid = fields.next()?.parse().ok()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    Some((state, ppid, pgrp))
-}
-
 /// The command name of `pid` (`/proc/<pid>/comm`), or `?` once it is gone.
 pub(crate) fn command_name(pid: i32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|c| c.trim_end().to_string())
         .unwrap_or_else(|_| "?".to_string())
-}
-
-/// Whether `pid` is gone or a zombie (which holds nothing any more).
-pub(crate) fn gone(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| parse_stat(&stat))
-        .is_none_or(|(state, _)| matches!(state, 'Z' | 'X' | 'x'))
 }
 
 /// What `/proc/self/fd/<fd>` names for one of our pipe ends: `pipe:[inode]`, which every
@@ -239,35 +201,8 @@ const PF_EXITING: u64 = 0x4;
 /// Whether `pid` has begun to exit but is not a zombie yet (its sockets may
 /// already be closed, so its peers may already know it left).
 pub(crate) fn exiting(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| parse_flags(&stat))
-        .is_some_and(|(state, flags)| !matches!(state, 'Z' | 'X' | 'x') && flags & PF_EXITING != 0)
-}
-
-/// Parses `(state, flags)` from `/proc/<pid>/stat` (fields 3 and 9).
-fn parse_flags(stat: &str) -> Option<(char, u64)> {
-    let (state, mut fields) = stat_fields(stat)?;
-    // ppid, pgrp, session, tty_nr, tpgid, then flags.
-    let flags = fields.nth(5)?.parse().ok()?;
-    Some((state, flags))
-}
-
-/// Parses `(state, pgrp)` from `/proc/<pid>/stat`.
-fn parse_stat(stat: &str) -> Option<(char, i32)> {
-    let (state, mut fields) = stat_fields(stat)?;
-    let _ppid = fields.next()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    Some((state, pgrp))
-}
-
-/// The state of a `/proc/<pid>/stat` line and the fields after it (ppid, pgrp, ...). The
-/// command name before them is in parentheses and may contain spaces and parentheses, so the
-/// split is after the last `)`.
-fn stat_fields(stat: &str) -> Option<(char, std::str::SplitAsciiWhitespace<'_>)> {
-    let mut fields = stat[stat.rfind(')')? + 1..].split_ascii_whitespace();
-    let state = fields.next()?.chars().next()?;
-    Some((state, fields))
+    let pid = i32::try_from(pid).unwrap_or(i32::MAX);
+    procfs::stat(pid).is_some_and(|s| !s.dead() && s.flags & PF_EXITING != 0)
 }
 
 #[cfg(test)]
@@ -275,24 +210,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_stat_with_odd_names() {
-        let stat = "4242 (a) b (c) S 1 4200 4200 0 -1 4194560 0 0";
-        assert_eq!(parse_stat(stat), Some(('S', 4200)));
-        assert_eq!(parse_stat("garbage"), None);
-        assert_eq!(parse_flags(stat), Some(('S', 4194560)));
-        assert_eq!(parse_flags("1 (x) R 1 2"), None);
-    }
-
-    #[test]
     fn only_descriptors_open_for_writing_count() {
         assert!(opened_for_writing("pos:\t0\nflags:\t01\nmnt_id:\t15\n"));
         assert!(opened_for_writing("pos:\t0\nflags:\t02000002\n"));
         assert!(!opened_for_writing("pos:\t0\nflags:\t02000000\n"));
         assert!(!opened_for_writing("garbage"));
-        assert_eq!(
-            parse_stat_parent("4242 (a) b (c) S 1 4200 4200 0"),
-            Some(('S', 1, 4200))
-        );
     }
 
     #[test]

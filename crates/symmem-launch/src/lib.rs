@@ -28,24 +28,33 @@
 //! period kills the ranks at once. Outside runs they act as before the first
 //! run (see [`launch`]).
 //!
-//! On clusters, run the same program under torchrun, mpirun or srun instead:
-//! it only relies on the environment described at [`launch`].
+//! # Across nodes
+//!
+//! The same [`LaunchSpec`], with a [`Layout`] across nodes, runs under Open MPI's `mpirun`
+//! or Slurm's `srun` through [`Launcher`], and comes back as the same [`RunReport`]; see the
+//! `launcher` module. The program only relies on the environment described at [`launch`] or
+//! on what mpirun and srun set.
 
 mod culprit;
 mod error;
 mod group;
+mod launcher;
+mod layout;
 mod output;
+pub mod procfs;
 mod report;
-mod run;
 mod signals;
 mod spec;
 mod watchdog;
 
 pub use error::LaunchError;
+pub use launcher::local::{Started, launch, launch_with};
+pub use launcher::{Hosts, Launcher, Mpirun, Srun, Sweep};
+pub use layout::Layout;
 pub use output::print_line;
 pub use report::{
-    EXIT_CODES, EXIT_INTERRUPTED, EXIT_PEER_FAILED, EXIT_TIMEOUT, EXIT_USAGE, Ended, Escaped, Lost,
-    Outcome, OutputLine, RankStatus, RunReport, Stream, exit_codes_help, signal_name,
+    EXIT_CODES, EXIT_INTERRUPTED, EXIT_PEER_FAILED, EXIT_TIMEOUT, EXIT_USAGE, Ended, Escaped,
+    LeftBehind, Lost, Outcome, OutputLine, RankEnd, RankStatus, RunReport, Stream, exit_codes_help,
+    signal_name,
 };
-pub use run::{Started, launch, launch_with};
 pub use spec::{DEFAULT_GRACE, DEFAULT_TIMEOUT, LaunchSpec, MAX_RANKS};

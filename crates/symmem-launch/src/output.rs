@@ -47,7 +47,12 @@ pub(crate) fn spawn_reader<R: Read + Send + 'static>(
                             }
                         }
                         let text = String::from_utf8_lossy(&buf).into_owned();
-                        if tx.send(OutputLine { rank, stream, text }).is_err() {
+                        let line = OutputLine {
+                            rank: Some(rank),
+                            stream,
+                            text,
+                        };
+                        if tx.send(line).is_err() {
                             break;
                         }
                     }
@@ -58,14 +63,24 @@ pub(crate) fn spawn_reader<R: Read + Send + 'static>(
         })
 }
 
-/// The default sink: prints `[rank 3] text` to the launcher's stdout or
-/// stderr, matching the rank's stream. Write errors (e.g. a closed pipe
-/// after `| head`) are ignored so that the run can still be stopped cleanly.
+/// The default sink: prints `[rank 3] text` (a cluster launcher's own lines as they are) to
+/// the launcher's stdout or stderr, matching the rank's stream. Write errors (e.g. a closed
+/// pipe after `| head`) are ignored so that the run can still be stopped cleanly.
 pub fn print_line(line: &OutputLine) {
     let _ = match line.stream {
-        Stream::Stdout => writeln!(io::stdout().lock(), "[rank {}] {}", line.rank, line.text),
-        Stream::Stderr => writeln!(io::stderr().lock(), "[rank {}] {}", line.rank, line.text),
+        Stream::Stdout => writeln!(io::stdout().lock(), "{line}"),
+        Stream::Stderr => writeln!(io::stderr().lock(), "{line}"),
     };
+}
+
+impl std::fmt::Display for OutputLine {
+    /// `[rank 3] text`, or a launcher's own line as it is.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.rank {
+            Some(rank) => write!(f, "[rank {rank}] {}", self.text),
+            None => f.write_str(&self.text),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -87,7 +102,7 @@ mod tests {
         assert!(
             lines
                 .iter()
-                .all(|l| l.rank == 1 && l.stream == Stream::Stderr)
+                .all(|l| l.rank == Some(1) && l.stream == Stream::Stderr)
         );
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use symmem::{count_ranks, describe_ranks, format_duration, format_elapsed, rank_list};
 
 /// Which pipe a line came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Stream {
     /// The rank's standard output.
     Stdout,
@@ -14,12 +14,12 @@ pub enum Stream {
     Stderr,
 }
 
-/// One line written by a rank, without its trailing newline (invalid UTF-8
-/// replaced by U+FFFD).
+/// One line written by a rank, or by a cluster launcher itself (`mpirun`, `srun`), without
+/// its trailing newline (invalid UTF-8 replaced by U+FFFD).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutputLine {
-    /// The rank that wrote it.
-    pub rank: usize,
+    /// The rank that wrote it; `None` for the launcher's own lines.
+    pub rank: Option<usize>,
     /// Which pipe.
     pub stream: Stream,
     /// The text.
@@ -143,6 +143,14 @@ pub enum Outcome {
         /// The signal number.
         signal: i32,
     },
+    /// A cluster launcher (`mpirun`, `srun`) failed without naming a rank that failed: its
+    /// own lines ([`RunReport::launcher_lines`]) say why.
+    LauncherFailed {
+        /// The launcher's name.
+        launcher: &'static str,
+        /// How it ended.
+        how: Ended,
+    },
 }
 
 /// The result of a run that started and was cleaned up.
@@ -150,13 +158,17 @@ pub enum Outcome {
 pub struct RunReport {
     /// Why the run ended.
     pub outcome: Outcome,
-    /// Every rank, in rank order.
+    /// Every rank, in rank order, on one host; empty under a cluster launcher, which reports
+    /// the rank that ended the job (the outcome, [`RunReport::culprit_node`]) and not each
+    /// rank's process.
     pub ranks: Vec<RankStatus>,
     /// From the first spawn until everything was stopped and drained.
     pub elapsed: Duration,
-    /// Time to spawn all ranks (per-rank start cost = `spawn_time / ranks`).
+    /// Time to spawn all ranks (per-rank start cost = `spawn_time / ranks`); under a cluster
+    /// launcher, the time to spawn it.
     pub spawn_time: Duration,
-    /// The process group of the ranks (rank 0's pid).
+    /// The process group of the ranks (rank 0's pid); under a cluster launcher, the
+    /// launcher's own (its pid).
     pub pgid: i32,
     /// The timeout the run had.
     pub timeout: Duration,
@@ -170,6 +182,49 @@ pub struct RunReport {
     /// it during the run (a rank, or another process of the same user); `None` when it guarded
     /// the run to its end.
     pub watchdog_lost: Option<Ended>,
+    /// How many ranks the run had.
+    pub world: usize,
+    /// The node of the culprit of [`Outcome::RankFailed`], when a cluster launcher named it.
+    pub culprit_node: Option<String>,
+    /// What the caller's sweep found still running on the nodes after a cluster launcher
+    /// ended (and killed); always empty for one host, where leftovers are an error
+    /// ([`LaunchError::Leftover`](crate::LaunchError::Leftover)). Not empty is a failure.
+    pub left_behind: Vec<LeftBehind>,
+    /// The cluster launcher's own lines (its reports, not the ranks'), for the culprit and
+    /// for messages; empty for one host.
+    pub launcher_lines: Vec<String>,
+    /// How ranks ended as a cluster launcher reported them, in its order (srun names every
+    /// task that failed, mpirun the first); empty for one host, where [`RunReport::ranks`]
+    /// says it of every rank.
+    pub reported: Vec<RankEnd>,
+}
+
+/// How a cluster launcher reported that one rank ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankEnd {
+    /// The rank.
+    pub rank: usize,
+    /// Its node, when the launcher named it.
+    pub node: Option<String>,
+    /// How it ended.
+    pub how: Ended,
+}
+
+/// A process found on a node after the job: see [`RunReport::left_behind`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftBehind {
+    /// The node it was on.
+    pub node: String,
+    /// Its process id (as this machine sees it).
+    pub pid: i32,
+    /// Its command line.
+    pub command: String,
+}
+
+impl fmt::Display for LeftBehind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pid {} ({}) on {}", self.pid, self.command, self.node)
+    }
 }
 
 /// A process of the run found outside the ranks' process group after the ranks ended.
@@ -233,7 +288,7 @@ pub fn exit_codes_help(codes: &[(&str, &str)]) -> String {
 impl RunReport {
     /// Whether every rank succeeded.
     pub fn success(&self) -> bool {
-        self.outcome == Outcome::Success
+        self.outcome == Outcome::Success && self.left_behind.is_empty()
     }
 
     /// The exit code a launcher should end with: 0 on success, the failing
@@ -243,7 +298,8 @@ impl RunReport {
     /// when interrupted. Never 0 for a failure.
     pub fn exit_code(&self) -> i32 {
         match &self.outcome {
-            Outcome::Success => 0,
+            Outcome::Success if self.left_behind.is_empty() => 0,
+            Outcome::Success => 1,
             Outcome::RankFailed { how, .. } => match how.exit_code() {
                 // Exit statuses are 8 bits; keep a failure a failure.
                 0 => 1,
@@ -252,6 +308,10 @@ impl RunReport {
             Outcome::PeerLost { .. } => EXIT_PEER_FAILED,
             Outcome::TimedOut { .. } => EXIT_TIMEOUT,
             Outcome::Interrupted { .. } => EXIT_INTERRUPTED,
+            Outcome::LauncherFailed { how, .. } => match how.exit_code() {
+                0 => 1,
+                code => code,
+            },
         }
     }
 
@@ -296,6 +356,10 @@ impl fmt::Display for RunReport {
                  the ranks started and the rendezvous folder would have been left behind"
             )?;
         }
+        if !self.left_behind.is_empty() {
+            let list: Vec<String> = self.left_behind.iter().map(|l| l.to_string()).collect();
+            write!(f, "; left behind (killed): {}", list.join(", "))?;
+        }
         if !self.output_wait.is_zero() {
             write!(
                 f,
@@ -314,7 +378,7 @@ impl RunReport {
             Outcome::Success => write!(
                 f,
                 "{} succeeded in {}",
-                count_ranks(self.ranks.len()),
+                count_ranks(self.world),
                 format_elapsed(self.elapsed)
             ),
             Outcome::RankFailed { rank, how } => self.write_rank_failed(f, *rank, *how),
@@ -340,6 +404,18 @@ impl RunReport {
                 let name = signal_name(*signal).unwrap_or("a signal");
                 write!(f, "interrupted by {name}; all ranks stopped")
             }
+            Outcome::LauncherFailed { launcher, how } => {
+                write!(f, "{launcher} {how} without naming a failed rank")?;
+                match self
+                    .launcher_lines
+                    .iter()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                {
+                    Some(last) => write!(f, "; it said last: {}", last.trim()),
+                    None => Ok(()),
+                }
+            }
         }
     }
 
@@ -351,26 +427,30 @@ impl RunReport {
         rank: usize,
         how: Ended,
     ) -> fmt::Result {
-        write!(f, "rank {rank} {how}")?;
+        write!(f, "rank {rank}")?;
+        if let Some(node) = &self.culprit_node {
+            write!(f, " on {node}")?;
+        }
+        write!(f, " {how}")?;
         if how == Ended::Exited(EXIT_PEER_FAILED) {
             f.write_str(" (it gave up on a peer, but no rank was seen failing on its own)")?;
+        }
+        if self.ranks.is_empty() {
+            // A cluster launcher's report: what it said of the others.
+            let others = self.reported.iter().filter(|r| r.rank != rank);
+            return write_failed(f, &failed_groups(others.map(|r| (r.rank, r.how))));
         }
         let others = self.ranks.len().saturating_sub(1);
         if others == 0 {
             return Ok(());
         }
         // How each other rank that ended on its own failed, in the order first seen.
-        let mut failed: Vec<(Ended, Vec<usize>)> = Vec::new();
-        for r in self.ranks.iter().filter(|r| r.rank != rank && !r.stopped) {
-            match r.ended {
-                Some(end) if !end.success() => match failed.iter_mut().find(|(e, _)| *e == end) {
-                    Some((_, ranks)) => ranks.push(r.rank),
-                    None => failed.push((end, vec![r.rank])),
-                },
-                _ => {}
-            }
-        }
-        failed.sort_by_key(|(end, _)| *end != Ended::Exited(EXIT_PEER_FAILED));
+        let failed = failed_groups(
+            self.ranks
+                .iter()
+                .filter(|r| r.rank != rank && !r.stopped)
+                .filter_map(|r| Some((r.rank, r.ended?))),
+        );
         let stopped = self.stopped_except(&[rank]);
         let (other, was) = if others == 1 {
             ("rank", "was")
@@ -381,21 +461,7 @@ impl RunReport {
             return write!(f, "; the other {other} had already finished");
         }
         f.write_str(" first")?;
-        for (end, ranks) in &failed {
-            if *end == Ended::Exited(EXIT_PEER_FAILED) {
-                write!(
-                    f,
-                    "; {} gave up on a lost peer (status {EXIT_PEER_FAILED})",
-                    describe_ranks(ranks)
-                )?;
-            } else {
-                let also = match end {
-                    Ended::Exited(code) => format!("also exited with status {code}"),
-                    Ended::Signaled(_) => format!("{end}").replacen("was", "was also", 1),
-                };
-                write!(f, "; {} {also}", describe_ranks(ranks))?;
-            }
-        }
+        write_failed(f, &failed)?;
         if failed.is_empty() && stopped.len() == others {
             write!(f, "; the other {other} {was} stopped")
         } else {
@@ -443,6 +509,40 @@ impl RunReport {
     }
 }
 
+/// The ranks that failed, grouped by how they ended (in the order first seen), those that
+/// gave up on a lost peer first.
+fn failed_groups(ends: impl Iterator<Item = (usize, Ended)>) -> Vec<(Ended, Vec<usize>)> {
+    let mut failed: Vec<(Ended, Vec<usize>)> = Vec::new();
+    for (rank, end) in ends.filter(|(_, end)| !end.success()) {
+        match failed.iter_mut().find(|(e, _)| *e == end) {
+            Some((_, ranks)) => ranks.push(rank),
+            None => failed.push((end, vec![rank])),
+        }
+    }
+    failed.sort_by_key(|(end, _)| *end != Ended::Exited(EXIT_PEER_FAILED));
+    failed
+}
+
+/// `; ranks 0-2 gave up on a lost peer (status 75); rank 4 also exited with status 3`.
+fn write_failed(f: &mut fmt::Formatter<'_>, failed: &[(Ended, Vec<usize>)]) -> fmt::Result {
+    for (end, ranks) in failed {
+        if *end == Ended::Exited(EXIT_PEER_FAILED) {
+            write!(
+                f,
+                "; {} gave up on a lost peer (status {EXIT_PEER_FAILED})",
+                describe_ranks(ranks)
+            )?;
+        } else {
+            let also = match end {
+                Ended::Exited(code) => format!("also exited with status {code}"),
+                Ended::Signaled(_) => format!("{end}").replacen("was", "was also", 1),
+            };
+            write!(f, "; {} {also}", describe_ranks(ranks))?;
+        }
+    }
+    Ok(())
+}
+
 /// `; rank 3 was stopped`, `; ranks 0-2, 5 were stopped`, or nothing.
 fn write_stopped(f: &mut fmt::Formatter<'_>, stopped: &[usize]) -> fmt::Result {
     match stopped {
@@ -480,6 +580,11 @@ mod tests {
             escaped: Vec::new(),
             output_wait: Duration::ZERO,
             watchdog_lost: None,
+            world: n,
+            culprit_node: None,
+            left_behind: Vec::new(),
+            launcher_lines: Vec::new(),
+            reported: Vec::new(),
         }
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use symmem::settings;
 
 use crate::error::LaunchError;
+use crate::layout::Layout;
 
 /// Most ranks one launch starts. All ranks run on this host, each with its own
 /// process, pipes and reader threads; beyond a few hundred a cluster launcher
@@ -24,7 +25,9 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchSpec {
     /// Program every rank runs. A bare name (no `/`) is looked up in `PATH`
-    /// (the `PATH` of [`LaunchSpec::env`] if it sets one).
+    /// (the `PATH` of [`LaunchSpec::env`] if it sets one). Under a cluster launcher
+    /// ([`Launcher::Mpirun`](crate::Launcher::Mpirun), [`Launcher::Srun`](crate::Launcher::Srun))
+    /// it is passed as it is: a path as the nodes see it, or a name on their `PATH`.
     pub program: PathBuf,
     /// Arguments passed to every rank.
     pub args: Vec<OsString>,
@@ -38,8 +41,11 @@ pub struct LaunchSpec {
     /// Extra environment for every rank, applied after the launcher's own
     /// variables (so it can override them, e.g. `MASTER_ADDR`).
     pub env: Vec<(OsString, OsString)>,
-    /// Per-rank extra environment, applied last: empty, or one entry per rank.
+    /// Per-rank extra environment, applied last: empty, or one entry per rank
+    /// ([`Launcher::Local`](crate::Launcher::Local) only).
     pub rank_env: Vec<Vec<(OsString, OsString)>>,
+    /// Where the ranks run: [`Layout::OneHost`] unless a cluster launcher places them.
+    pub layout: Layout,
 }
 
 impl LaunchSpec {
@@ -54,7 +60,18 @@ impl LaunchSpec {
             grace: DEFAULT_GRACE,
             env: Vec::new(),
             rank_env: Vec::new(),
+            layout: Layout::OneHost,
         }
+    }
+
+    /// Sets where the ranks run (builder style); a [`Layout::PerNode`] sets the rank count
+    /// to its sum too.
+    pub fn layout(mut self, layout: Layout) -> Self {
+        if let Some(ranks) = layout.ranks() {
+            self.ranks = ranks;
+        }
+        self.layout = layout;
+        self
     }
 
     /// Appends arguments (builder style).
@@ -86,8 +103,15 @@ impl LaunchSpec {
     }
 
     /// Checks the spec and resolves the program to the path that will be
-    /// executed.
+    /// executed on this host.
     pub(crate) fn validate(&self) -> Result<PathBuf, LaunchError> {
+        self.check()?;
+        self.resolve_program()
+    }
+
+    /// Checks the counts: ranks, per-rank environment, layout. A cluster launcher checks only
+    /// these: its program is a path as the nodes see it, which this host may not.
+    pub(crate) fn check(&self) -> Result<(), LaunchError> {
         if self.ranks == 0 {
             return Err(LaunchError::NoRanks);
         }
@@ -103,7 +127,7 @@ impl LaunchSpec {
                 ranks: self.ranks,
             });
         }
-        self.resolve_program()
+        self.layout.check(self.ranks)
     }
 
     /// The caller's rendezvous directory, if `env` sets one.

@@ -94,7 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .env(GPU_HEAP_SIZE.name, heap)
             .timeout(std::time::Duration::from_secs(500));
         let report = launch(&spec, &mut |line: &OutputLine| {
-            if line.rank == 0 && line.stream == Stream::Stdout && line.text.starts_with('{') {
+            if line.rank == Some(0) && line.stream == Stream::Stdout && line.text.starts_with('{') {
                 eprintln!("  {}", line.text);
                 figures.push(line.text.clone());
             } else {

@@ -5,9 +5,11 @@
 //! `cargo xtask test` and `cargo xtask bench` build it and run it.
 
 mod bench;
+mod kill_test;
+mod layouts;
 mod programs;
+mod target;
 mod test;
-mod test_nodes;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -1,17 +1,19 @@
 //! `symmem-matrix test`: the conformance matrix, every check at every rank count.
 
+use crate::layouts::{RANKS_HELP, RankList, label, parse_ranks};
 use crate::programs::{RANK, shim_library};
+use crate::target::{Target, WhereArgs};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use symmem::settings::SHIM_LIB;
-use symmem::{ProviderKind, count_ranks, format_duration, parse_duration, parse_timeout};
+use symmem::{ProviderKind, format_duration, parse_duration, parse_timeout};
 use symmem_conformance::{Aggregate, CHECKS, CheckInfo, CheckResult, Status};
 use symmem_launch::{
-    DEFAULT_GRACE, DEFAULT_TIMEOUT, EXIT_INTERRUPTED, LaunchSpec, MAX_RANKS, Outcome, OutputLine,
-    RunReport, Stream, exit_codes_help, launch, print_line,
+    DEFAULT_GRACE, DEFAULT_TIMEOUT, EXIT_INTERRUPTED, LaunchSpec, Launcher, Layout, Outcome,
+    OutputLine, RunReport, Stream, exit_codes_help, print_line,
 };
 
 /// The exit codes of `symmem-matrix test` (and so of `cargo xtask test`), as its `--help` lists
@@ -26,6 +28,20 @@ CONTAINERS
   checkout's tag; the exit code is that of the run inside the image, or the
   engine's own when the engine fails.
 
+ACROSS NODES
+  --nodes N runs the matrix across N emulated nodes of this machine (root,
+  Open MPI). On a real cluster, without root, the same matrix runs through
+  the cluster's launcher, which is how to validate new nodes:
+    symmem-matrix test --launcher mpirun --hostfile hosts --ranks 2x1,2x4,3+1
+    salloc -N 2 symmem-matrix test --launcher srun --ranks 1,4,n4,n3
+    symmem-matrix test --launcher srun -N 2 --ranks 2 -- --partition gpu
+  --ranks K is K ranks on each node (srun -N N --ntasks-per-node K), NxK
+  the same on N nodes, A+B uneven counts (mpirun --host a:A,b:B; srun cannot
+  be told them), nT T ranks in all placed by the launcher (srun -N N -n T,
+  Slurm's block distribution, e.g. 3+1). Checks 9 and 10b test peers on
+  other nodes: across nodes a skip of theirs is a failure. The rank binary
+  (and --shim-lib) must be at the same path on every node.
+
 DURATIONS
   90 or 90s (seconds), 500ms, 2m. --timeout must be above 0; --grace 0 sends
   SIGKILL right after SIGTERM.";
@@ -34,10 +50,11 @@ fn after_help() -> String {
     format!("{}\n\n{HELP_AFTER_EXIT_CODES}", exit_codes_help(EXIT_CODES))
 }
 
-/// Run the conformance suite at several rank counts and print a checks x ranks matrix.
+/// Run the conformance suite at several layouts and print a checks x layouts matrix.
 ///
-/// Each rank count is one launch of the `symmem-conformance` rank binary under symmem's
-/// launcher (all ranks on this host). Ranks' own output is shown prefixed with the rank.
+/// Each layout is one launch of the `symmem-conformance` rank binary: under symmem's launcher
+/// (all ranks on this host), across emulated nodes (--nodes), or under mpirun or srun on a
+/// real cluster (--launcher). Ranks' own output is shown prefixed with the rank.
 /// The exit status is non-zero when any check fails or any run does not finish.
 /// From a checkout, `cargo xtask test ARGS` builds both binaries and runs this with ARGS.
 ///
@@ -45,11 +62,12 @@ fn after_help() -> String {
 ///   symmem-matrix test --ranks 8
 ///   symmem-matrix test --ranks 1,2,4,8 --provider host
 ///   symmem-matrix test --ranks 2 --check 7,9     # only these checks (ids as in the matrix)
+///   symmem-matrix test --nodes 2 --ranks 1,2,3+1 # emulated nodes: 2x1, 2x2, 3+1
+///   symmem-matrix test --launcher srun -N 2 --ranks 2,n4  # a Slurm allocation: 2x2, 4 placed by Slurm
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment, after_help = after_help())]
 pub struct TestArgs {
-    /// Rank counts to run, comma-separated (each 1..=256).
-    #[arg(long, default_value = "1,2,4,8", value_parser = parse_ranks)]
+    #[arg(long, default_value = "1,2,4,8", value_parser = parse_ranks, help = RANKS_HELP)]
     ranks: RankList,
     /// Provider under test [default: host; in the images, the image's: rocshmem in the AMD
     /// image, host in the Debian one].
@@ -75,7 +93,7 @@ pub struct TestArgs {
     #[arg(long = "check", value_name = "ID", value_delimiter = ',', value_parser = parse_check)]
     checks: Vec<&'static CheckInfo>,
     #[command(flatten)]
-    nodes: crate::test_nodes::NodeArgs,
+    place: WhereArgs,
 }
 
 fn parse_check(id: &str) -> Result<&'static CheckInfo, String> {
@@ -90,33 +108,49 @@ fn selected(chosen: &[&'static CheckInfo]) -> Vec<&'static CheckInfo> {
         .collect()
 }
 
-#[derive(Clone, Debug)]
-pub struct RankList(Vec<usize>);
-
-fn parse_ranks(text: &str) -> Result<RankList, String> {
-    let mut ranks = Vec::new();
-    for part in text.split(',').map(str::trim) {
-        let n: usize = part.parse().map_err(|_| {
-            format!("`{part}` is not a rank count; write counts like `8` or `1,2,4,8`")
-        })?;
-        if n == 0 {
-            return Err("a run needs at least 1 rank".into());
-        }
-        if n > MAX_RANKS {
-            return Err(format!(
-                "{n} ranks is more than the {MAX_RANKS} one host runs (symmem-launch's limit); \
-                 for more, run the rank binary under torchrun, mpirun or srun across nodes"
-            ));
-        }
-        if !ranks.contains(&n) {
-            ranks.push(n);
-        }
-    }
-    Ok(RankList(ranks))
+/// What every run of the matrix shares.
+pub struct Plan {
+    pub provider: ProviderKind,
+    /// The rank binary, as the nodes see it.
+    pub binary: PathBuf,
+    /// The shim library for a GPU provider, as the nodes see it.
+    pub shim: Option<PathBuf>,
+    pub timeout: Duration,
+    pub grace: Duration,
+    pub checks: Vec<&'static CheckInfo>,
+    /// Whether --check chose them (then the ranks get `--check`).
+    pub chosen: bool,
 }
 
-/// One rank count's run.
+impl Plan {
+    /// One run of the suite: `ranks` ranks laid out as `layout`, every check of the plan.
+    pub fn spec(&self, ranks: usize, layout: Layout) -> LaunchSpec {
+        let spec = self.bare(ranks, layout);
+        if !self.chosen {
+            return spec;
+        }
+        let ids: Vec<&str> = self.checks.iter().map(|c| c.id).collect();
+        spec.args(["--check".to_string(), ids.join(",")])
+    }
+
+    /// [`Plan::spec`] without `--check`.
+    pub fn bare(&self, ranks: usize, layout: Layout) -> LaunchSpec {
+        let mut spec = LaunchSpec::new(&self.binary, ranks)
+            .layout(layout)
+            .args(["--provider", self.provider.name()])
+            .timeout(self.timeout)
+            .grace(self.grace);
+        if let Some(shim) = &self.shim {
+            spec = spec.env(SHIM_LIB.name, shim);
+        }
+        spec
+    }
+}
+
+/// One layout's run.
 struct Run {
+    /// The matrix column: `8 ranks`, `2x2`, `3+1`.
+    label: String,
     ranks: usize,
     aggregate: Aggregate,
     report: RunReport,
@@ -130,47 +164,59 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    let checks = selected(&args.checks);
-    if args.nodes.asked() {
-        let plan = crate::test_nodes::Plan {
-            ranks_per_node: &args.ranks.0,
-            provider,
-            timeout: args.timeout,
-            grace: args.grace,
-            checks,
-            chosen: !args.checks.is_empty(),
-            binary: &binary,
-        };
-        return crate::test_nodes::run(&args.nodes, &plan);
+    let target = args.place.target()?;
+    if let Some(text) = target.describe() {
+        println!("{text}");
     }
+    let plan = Plan {
+        provider,
+        binary: target.visible(&binary)?,
+        shim: shim.map(|s| target.visible(&s)).transpose()?,
+        timeout: args.timeout,
+        grace: args.grace,
+        checks: selected(&args.checks),
+        chosen: !args.checks.is_empty(),
+    };
+    let layouts = args
+        .ranks
+        .0
+        .iter()
+        .map(|entry| entry.layout(target.nodes()))
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(anyhow::Error::msg)?;
+    if args.place.kill_test {
+        return crate::kill_test::run(&target, &plan, layouts[0].clone());
+    }
+    run_matrix(&target, &plan, layouts)
+}
+
+fn run_matrix(
+    target: &Target,
+    plan: &Plan,
+    layouts: Vec<(usize, Layout)>,
+) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
+    let asked = layouts.len();
     let mut runs = Vec::new();
-    for (i, &ranks) in args.ranks.0.iter().enumerate() {
-        let mut progress = Progress::new(
-            std::io::stderr(),
-            format!("[{}/{}] {}:", i + 1, args.ranks.0.len(), count_ranks(ranks)),
-        );
-        let mut spec = LaunchSpec::new(&binary, ranks)
-            .args(["--provider", provider.name()])
-            .timeout(args.timeout)
-            .grace(args.grace);
-        if !args.checks.is_empty() {
-            let ids: Vec<&str> = checks.iter().map(|c| c.id).collect();
-            spec = spec.args(["--check".to_string(), ids.join(",")]);
+    for (i, (ranks, layout)) in layouts.into_iter().enumerate() {
+        let label = label(ranks, &layout);
+        let mut progress =
+            Progress::new(std::io::stderr(), format!("[{}/{asked}] {label}:", i + 1));
+        let across = layout.nodes() > 1;
+        let spec = plan.spec(ranks, layout);
+        let mut run = run_one(target.launcher(), &spec, &plan.checks, &mut progress)?;
+        if across {
+            require_across_nodes(&mut run.aggregate);
         }
-        if let Some(shim) = &shim {
-            spec = spec.env(SHIM_LIB.name, shim);
-        }
-        let run = run_one(spec, ranks, &checks, &mut progress)?;
         let interrupted = matches!(run.report.outcome, Outcome::Interrupted { .. });
-        runs.push(run);
+        runs.push(Run { label, ..run });
         if interrupted {
-            eprintln!("interrupted: not running the remaining rank counts");
+            eprintln!("interrupted: not running the remaining layouts");
             break;
         }
     }
     let total = started.elapsed();
-    print_matrix(&runs, &checks);
+    print_matrix(&runs, &plan.checks);
     let count = |s| runs.iter().map(|r| r.aggregate.count(s)).sum::<usize>();
     let runs_failed = runs.iter().filter(|r| !r.report.success()).count();
     println!(
@@ -179,13 +225,16 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         count(Status::Fail),
         count(Status::Skip)
     );
-    let spawned: Duration = runs.iter().map(|r| r.report.spawn_time).sum();
-    let rank_total: usize = runs.iter().map(|r| r.ranks).sum();
-    println!(
-        "matrix time {:.2} s; launcher start cost {:.0} us per rank",
-        total.as_secs_f64(),
-        spawned.as_secs_f64() * 1e6 / rank_total.max(1) as f64
-    );
+    print!("matrix time {:.2} s", total.as_secs_f64());
+    if matches!(target, Target::Local) {
+        let spawned: Duration = runs.iter().map(|r| r.report.spawn_time).sum();
+        let rank_total: usize = runs.iter().map(|r| r.ranks).sum();
+        print!(
+            "; launcher start cost {:.0} us per rank",
+            spawned.as_secs_f64() * 1e6 / rank_total.max(1) as f64
+        );
+    }
+    println!();
     if runs
         .iter()
         .any(|r| matches!(r.report.outcome, Outcome::Interrupted { .. }))
@@ -193,10 +242,25 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         // As symmem-run and a shell after Ctrl-C.
         return Ok(ExitCode::from(EXIT_INTERRUPTED as u8));
     }
-    if count(Status::Fail) > 0 || runs_failed > 0 || runs.len() < args.ranks.0.len() {
+    if count(Status::Fail) > 0 || runs_failed > 0 || runs.len() < asked {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A skip of an [`CheckInfo::across_nodes`] check in a run across nodes becomes a failure
+/// that says why.
+fn require_across_nodes(aggregate: &mut Aggregate) {
+    for v in &mut aggregate.verdicts {
+        let across = symmem_conformance::check(v.id).is_ok_and(|c| c.across_nodes);
+        if across && v.status == Status::Skip {
+            v.status = Status::Fail;
+            v.detail = format!(
+                "skipped across nodes, where it must pass (it tests peers on other nodes): {}",
+                v.detail
+            );
+        }
+    }
 }
 
 /// The progress line of one run (`[2/4] 8 ranks: 1 2 3! 4 ... ok (1.20 s)`), which the ranks'
@@ -253,16 +317,20 @@ impl<W: Write> Progress<W> {
     }
 }
 
+/// Runs `spec` with `launcher`: the progress line as checks complete, the ranks' other lines
+/// as they come, the results folded.
 fn run_one(
-    spec: LaunchSpec,
-    ranks: usize,
+    launcher: &Launcher,
+    spec: &LaunchSpec,
     checks: &[&CheckInfo],
     progress: &mut Progress<impl Write>,
 ) -> anyhow::Result<Run> {
+    let ranks = spec.ranks;
     let mut results: Vec<CheckResult> = Vec::new();
     let mut arrived: BTreeMap<String, usize> = BTreeMap::new();
-    let launched = launch(&spec, &mut |line: &OutputLine| {
-        if line.stream == Stream::Stdout
+    let launched = launcher.launch(spec, &mut |line: &OutputLine| {
+        if line.rank.is_some()
+            && line.stream == Stream::Stdout
             && let Some(result) = CheckResult::parse(&line.text)
         {
             // Progress: a check is done once every rank reported it.
@@ -300,6 +368,7 @@ fn run_one(
         ));
     }
     Ok(Run {
+        label: String::new(),
         ranks,
         aggregate,
         report,
@@ -311,7 +380,7 @@ fn print_matrix(runs: &[Run], checks: &[&CheckInfo]) {
     let mut out = String::new();
     out.push_str(&format!("\n{:<4}{:<NAME$}", "", "check"));
     for run in runs {
-        out.push_str(&format!("{:>14}", count_ranks(run.ranks)));
+        out.push_str(&format!("{:>14}", run.label));
     }
     out.push('\n');
     for (i, info) in checks.iter().enumerate() {
@@ -334,20 +403,13 @@ fn print_matrix(runs: &[Run], checks: &[&CheckInfo]) {
     let mut notes = Vec::new();
     for run in runs {
         if !run.report.success() {
-            notes.push(format!(
-                "{}: run failed: {}",
-                count_ranks(run.ranks),
-                run.report
-            ));
+            notes.push(format!("{}: run failed: {}", run.label, run.report));
         }
         for v in &run.aggregate.verdicts {
             if v.status != Status::Pass {
                 notes.push(format!(
                     "{}, check {} {}: {}",
-                    count_ranks(run.ranks),
-                    v.id,
-                    v.status,
-                    v.detail
+                    run.label, v.id, v.status, v.detail
                 ));
             }
         }
@@ -415,25 +477,78 @@ mod tests {
     }
 
     #[test]
-    fn rank_lists() {
-        assert_eq!(parse_ranks("1,2,4,8").unwrap().0, vec![1, 2, 4, 8]);
-        assert_eq!(parse_ranks(" 8 ").unwrap().0, vec![8]);
-        assert_eq!(parse_ranks("2,2,1").unwrap().0, vec![2, 1]);
-        assert!(parse_ranks("0").unwrap_err().contains("at least 1 rank"));
+    fn across_node_checks_come_from_the_table_and_must_pass() {
+        let across: Vec<&str> = CHECKS
+            .iter()
+            .filter(|c| c.across_nodes)
+            .map(|c| c.id)
+            .collect();
+        assert_eq!(across, ["9", "10b"]);
+        let nine = symmem_conformance::check("9").unwrap();
+        let one = symmem_conformance::check("1").unwrap();
+        let skip = |check: &str| {
+            serde_json::json!({"check": check, "name": "n", "rank": 0, "world_size": 1,
+                "provider": "host", "status": "skip", "detail": "why", "micros": 1})
+        };
+        let results: Vec<CheckResult> = [skip("9"), skip("1")]
+            .iter()
+            .map(|v| CheckResult::parse(&v.to_string()).expect("a result line"))
+            .collect();
+        let mut aggregate = Aggregate::of(1, &[nine, one], &results);
+        require_across_nodes(&mut aggregate);
+        assert_eq!(aggregate.verdicts[0].status, Status::Fail);
+        assert!(aggregate.verdicts[0].detail.ends_with(": why"));
+        assert_eq!(aggregate.verdicts[1].status, Status::Skip);
+    }
+
+    fn place(args: &[&str]) -> Result<WhereArgs, String> {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            place: WhereArgs,
+        }
+        Wrapper::try_parse_from(std::iter::once("test").chain(args.iter().copied()))
+            .map(|w| w.place)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn where_the_ranks_run() {
+        assert!(matches!(place(&[]).unwrap().target(), Ok(Target::Local)));
         assert!(
-            parse_ranks("abc")
+            place(&["--nodes", "9"])
                 .unwrap_err()
-                .contains("`abc` is not a rank count")
+                .contains("9 is not in 1..=8")
         );
-        assert!(
-            parse_ranks("4,")
-                .unwrap_err()
-                .contains("is not a rank count")
-        );
-        assert!(
-            parse_ranks("100000")
-                .unwrap_err()
-                .contains("more than the 256")
-        );
+        let target = |args: &[&str]| place(args).unwrap().target().err().unwrap().to_string();
+        assert!(target(&["--launcher", "mpirun"]).contains("--hostfile FILE or --host a,b"));
+        assert!(target(&["--host", "a"]).contains("add --launcher mpirun"));
+        assert!(target(&["--nodes", "2", "--host", "a"]).contains("drop one or the other"));
+        assert!(target(&["--nodes", "2", "--launcher", "srun"]).contains("no Slurm daemons"));
+        let mpirun = place(&[
+            "--launcher",
+            "mpirun",
+            "--host",
+            "a,b,c",
+            "--",
+            "--mca",
+            "x",
+        ])
+        .unwrap()
+        .target()
+        .unwrap();
+        let Target::Cluster(symmem_launch::Launcher::Mpirun(m), 3) = mpirun else {
+            panic!("mpirun over 3 hosts");
+        };
+        assert_eq!(m.args, ["--mca", "x"]);
+        let srun = place(&["--launcher", "srun", "-N", "2"])
+            .unwrap()
+            .target()
+            .unwrap();
+        assert!(matches!(
+            srun,
+            Target::Cluster(symmem_launch::Launcher::Srun(_), 2)
+        ));
     }
 }

@@ -174,8 +174,9 @@ fn sigterm_stops_the_ranks_and_exits_130_as_symmem_run_does() {
         }
     }
     let sent = Instant::now();
-    // SAFETY: kill(2) on the pid of our own child, which has not been reaped yet.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    // Our own child, not reaped yet.
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
     let status = loop {
         if let Some(status) = child.try_wait().expect("try_wait") {
             break status;
@@ -191,7 +192,7 @@ fn sigterm_stops_the_ranks_and_exits_130_as_symmem_run_does() {
     assert_eq!(status.code(), Some(130), "{status:?}\n{stderr}");
     assert!(stderr.contains("interrupted by SIGTERM"), "{stderr}");
     assert!(
-        stderr.contains("not running the remaining rank counts"),
+        stderr.contains("not running the remaining layouts"),
         "{stderr}"
     );
     for pid in pids {
@@ -227,4 +228,157 @@ fn help_lists_the_exit_codes() {
     let (help, _) = text(&out);
     let (codes, section) = exit_codes_in_help(&help);
     assert_eq!(codes, ["0", "1", "2", "130"], "{section}");
+}
+
+/// A stand-in `srun` and `mpirun` (first on PATH, by the name it is called by): writes its
+/// arguments to `$FAKE_ARGV`, then runs the program `--ntasks` (srun) or `-np` (mpirun) times
+/// with `RANK`, `WORLD_SIZE` set, each line prefixed as srun's `--label` (`N: `) or mpirun's
+/// `--tag-output` (`[1,N]<stdout>:`) does; with `$FAKE_SRUN_FAIL` set it then reports that
+/// task failure (and three witnesses) as srun does and exits 1.
+const FAKE_LAUNCHER: &str = r#"#!/bin/sh
+printf '%s\n' "$*" >> "$FAKE_ARGV"
+n=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --ntasks=*) n=${1#--ntasks=} ;;
+    -np) n=$2; shift ;;
+    --mca) shift 2 ;;
+    --host|-x|--bind-to) shift ;;
+    -*) ;;
+    *) break ;;
+  esac
+  shift
+done
+i=0
+while [ "$i" -lt "$n" ]; do
+  case "$(basename "$0")" in
+    srun) out="$i: " err="$i: " ;;
+    *) out="[1,$i]<stdout>:" err="[1,$i]<stderr>:" ;;
+  esac
+  # stdout and stderr each prefixed, each on its own stream.
+  ( (RANK=$i WORLD_SIZE=$n "$@" 2>&1 1>&3 | sed "s/^/$err/" >&2) 3>&1 | sed "s/^/$out/") &
+  i=$((i + 1))
+done
+wait
+if [ -n "$FAKE_SRUN_FAIL" ]; then
+  echo "srun: error: node-a: tasks 0-2: Exited with exit code 75" >&2
+  echo "srun: error: $FAKE_SRUN_FAIL" >&2
+  exit 1
+fi
+"#;
+
+/// `symmem-matrix test ARGS` with the stand-in launchers first on PATH; its output, and the
+/// argument lines the launcher was started with.
+fn under_fake_launchers(args: &str, env: &[(&str, &str)]) -> (Output, Vec<String>) {
+    let args: Vec<&str> = args.split_whitespace().collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("mkdir");
+    for name in ["srun", "mpirun"] {
+        symmem_test_support::command::write_script(&bin.join(name), FAKE_LAUNCHER);
+    }
+    let argv = dir.path().join("argv");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = matrix_test(&args)
+        .env("PATH", path)
+        .env("FAKE_ARGV", &argv)
+        .envs(env.iter().copied())
+        .env_remove("SLURM_JOB_NUM_NODES")
+        .env_remove("SLURM_NNODES")
+        .output()
+        .expect("run symmem-matrix");
+    let lines = std::fs::read_to_string(&argv)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    (out, lines)
+}
+
+#[test]
+fn srun_gets_each_layout_as_nodes_and_tasks_and_the_matrix_its_labels() {
+    let (out, argv) = under_fake_launchers(
+        "--launcher srun -N 2 --ranks 2,n3 --check 9 -- --partition=debug",
+        &[],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let rank = fake_rank().display().to_string();
+    assert_eq!(
+        argv,
+        [
+            format!(
+                "--mpi=pmix --label --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=2 \
+                 --ntasks=4 --partition=debug {rank} --provider host --check 9"
+            ),
+            format!(
+                "--mpi=pmix --label --kill-on-bad-exit=1 --nodes=2 --ntasks=3 \
+                 --partition=debug {rank} --provider host --check 9"
+            ),
+        ]
+    );
+    assert!(stdout.contains("cluster: 2 nodes through srun"), "{stdout}");
+    let header = stdout
+        .lines()
+        .find(|l| l.contains("check"))
+        .unwrap_or_default();
+    assert!(
+        header.contains("2x2") && header.contains("3 on 2"),
+        "{stdout}"
+    );
+    // Every task's results came back through the labels: 4 + 3 passes of check 9.
+    assert!(stdout.contains("2 passed, 0 failed, 0 skipped"), "{stdout}");
+    assert!(stderr.contains("[rank 2] rank 2 of 3 starting"), "{stderr}");
+}
+
+#[test]
+fn srun_names_the_task_that_failed_with_its_node_not_the_witnesses() {
+    let (out, _) = under_fake_launchers(
+        "--launcher srun -N 2 --ranks 2 --check 1",
+        &[("FAKE_SRUN_FAIL", "node-b: task 3: Killed")],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(
+            "2x2: run failed: rank 3 on node-b was killed by signal 9 (SIGKILL); ranks 0, 1, 2 gave \
+             up on a lost peer (status 75)"
+        ),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_uneven_layout_goes_to_mpirun_as_host_slots_and_srun_refuses_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hostfile = dir.path().join("hosts");
+    std::fs::write(&hostfile, "# two nodes\nn1 slots=4\nn2 slots=4\n").expect("hostfile");
+    let hostfile = hostfile.display().to_string();
+    let (out, argv) = under_fake_launchers(
+        &format!("--launcher mpirun --hostfile {hostfile} --ranks 3+1 --check 10b"),
+        &[],
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(argv.len(), 1, "{argv:?}");
+    assert!(
+        argv[0].starts_with("--tag-output --host n1:3,n2:1 -np 4 "),
+        "{argv:?}"
+    );
+    assert!(
+        stdout.contains("3+1") && stdout.contains("1 passed"),
+        "{stdout}"
+    );
+
+    let (out, argv) = under_fake_launchers("--launcher srun -N 2 --ranks 3+1", &[]);
+    let (stdout, stderr) = text(&out);
+    assert!(
+        !out.status.success() && argv.is_empty(),
+        "{stdout}\n{stderr}"
+    );
+    assert!(stderr.contains("without --ntasks-per-node"), "{stderr}");
 }

@@ -30,17 +30,14 @@ pub fn host_ranks(program: impl AsRef<Path>, ranks: usize) -> LaunchSpec {
 pub fn lines_of(lines: &[OutputLine], rank: usize) -> Vec<&str> {
     lines
         .iter()
-        .filter(|l| l.rank == rank)
+        .filter(|l| l.rank == Some(rank))
         .map(|l| l.text.as_str())
         .collect()
 }
 
-/// Every line as `[rank N] text`, one a line: for assertion messages.
+/// Every line as `[rank N] text` (a launcher's own as it is), one a line: for assertion messages.
 pub fn output(lines: &[OutputLine]) -> String {
-    lines
-        .iter()
-        .map(|l| format!("[rank {}] {}\n", l.rank, l.text))
-        .collect()
+    lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
 /// Runs `spec`, collecting every output line; also says how long the launch took.

@@ -25,35 +25,19 @@ pub fn group_empty(pgid: i32) -> bool {
 
 /// The live (non-zombie) processes of group `pgid`.
 pub fn group_members(pgid: i32) -> Vec<i32> {
-    let entries = std::fs::read_dir("/proc").expect("read /proc");
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+    symmem_launch::procfs::pids()
+        .into_iter()
         .filter(|&pid| stat(pid).is_some_and(|s| s.pgrp == pgid))
         .filter(|&pid| !is_zombie(pid))
         .collect()
 }
 
 fn is_zombie(pid: i32) -> bool {
-    stat(pid).is_none_or(|s| matches!(s.state, 'Z' | 'X'))
+    symmem_launch::procfs::gone(pid)
 }
 
-/// The fields of `/proc/<pid>/stat` the tests read.
-struct Stat {
-    state: char,
-    pgrp: i32,
-}
-
-/// `None` if the process is gone.
-fn stat(pid: i32) -> Option<Stat> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command name, which is in parentheses and may hold anything.
-    let mut fields = stat[stat.rfind(')')? + 1..].split_ascii_whitespace();
-    let state = fields.next()?.chars().next()?;
-    fields.next()?; // ppid
-    Some(Stat {
-        state,
-        pgrp: fields.next()?.parse().ok()?,
-    })
+fn stat(pid: i32) -> Option<symmem_launch::procfs::Stat> {
+    symmem_launch::procfs::stat(pid)
 }
 
 /// Whether `signal` is in the `SigIgn` mask of `status`, the text of a `/proc/<pid>/status`.
@@ -107,7 +91,7 @@ mod tests {
         let pid = child.id() as i32;
         // Not waited for: it stays a zombie, which holds nothing.
         assert!(eventually(Duration::from_secs(10), || gone(pid)));
-        assert!(stat(pid).is_some_and(|s| s.state == 'Z'), "not a zombie");
+        assert!(stat(pid).is_some_and(|s| s.dead()), "not a zombie");
         child.wait().expect("reap");
     }
 }

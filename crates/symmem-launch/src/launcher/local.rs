@@ -199,6 +199,11 @@ pub fn launch_with(
         escaped: std::mem::take(&mut run.escaped),
         output_wait: run.output_wait,
         watchdog_lost,
+        world: spec.ranks,
+        culprit_node: None,
+        left_behind: Vec::new(),
+        launcher_lines: Vec::new(),
+        reported: Vec::new(),
     })
 }
 

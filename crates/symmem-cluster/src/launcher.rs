@@ -1,0 +1,147 @@
+//! What the emulated cluster hands a launcher: its hosts, the rsh agent, a wrapper that runs
+//! the launcher inside the first node, and a sweep of what a job left on the nodes. Jobs
+//! themselves are `symmem-launch`'s ([`symmem_launch::Launcher`]); this crate defines none.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use symmem_launch::{Hosts, LeftBehind, Mpirun, Sweep, procfs};
+
+use crate::procs::{self, NodeRef, Process};
+use crate::{Cluster, ClusterError, NODE_VIEW};
+
+/// The variables that hold a rank's number under the launchers the cluster runs (Open MPI's
+/// `mpirun`, Slurm's `srun`).
+const RANK_VARIABLES: [&str; 2] = ["OMPI_COMM_WORLD_RANK", "SLURM_PROCID"];
+
+impl Cluster {
+    /// The nodes' host names, in order (`node-a`, `node-b`, ...).
+    pub fn hosts(&self) -> Vec<String> {
+        self.nodes().iter().map(|n| n.name().to_string()).collect()
+    }
+
+    /// The rsh agent as the nodes see it: `agent HOST CMD...` runs CMD on HOST, as ssh would.
+    pub fn agent(&self) -> PathBuf {
+        PathBuf::from(format!("{NODE_VIEW}/agent"))
+    }
+
+    /// The command prefix that runs a launcher inside the first node: its namespaces, `/` as
+    /// the working folder, and without the folders named for this machine's `/run` and `/tmp`
+    /// (the node has its own).
+    pub fn wrapper(&self) -> Vec<OsString> {
+        let pid = self.first_node().pid().to_string();
+        let mut words: Vec<OsString> = vec![self.nsenter_path().into()];
+        words.extend(
+            [
+                "-t",
+                &pid,
+                "-u",
+                "-m",
+                "-i",
+                "--",
+                "env",
+                "-C",
+                "/",
+                "-u",
+                "XDG_RUNTIME_DIR",
+                "-u",
+                "TMPDIR",
+            ]
+            .map(OsString::from),
+        );
+        words
+    }
+
+    /// A sweep for the launcher: after a job, what still runs on a node gets the grace period
+    /// to end by itself, then is killed and reported.
+    pub fn sweeper(&self) -> Sweep {
+        let nodes = self.node_refs();
+        Sweep::new(move |grace| {
+            let settle = Instant::now() + grace;
+            while nodes.iter().any(|n| !n.processes().is_empty()) && Instant::now() < settle {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            procs::sweep(&nodes, Duration::from_secs(5))
+                .into_iter()
+                .map(|(node, p)| LeftBehind {
+                    node,
+                    pid: p.pid as i32,
+                    command: p.command,
+                })
+                .collect()
+        })
+    }
+
+    /// `mpirun` across every node: the cluster's hosts, agent, wrapper and sweep, over the
+    /// loopback (the nodes share this machine's network).
+    pub fn mpirun(&self) -> Mpirun {
+        Mpirun {
+            program: self.mpirun_path().to_path_buf(),
+            rsh_agent: Some(self.agent()),
+            wrapper: self.wrapper(),
+            args: ["--mca", "oob_tcp_if_include", "lo", "--bind-to", "none"]
+                .map(OsString::from)
+                .to_vec(),
+            sweep: Some(self.sweeper()),
+            ..Mpirun::new(Hosts::List(self.hosts()))
+        }
+    }
+
+    /// The process of rank `rank` of the running job and its node: the outermost process on
+    /// a node whose environment names that rank.
+    pub fn rank_process(&self, rank: usize) -> Option<(String, Process)> {
+        let wanted = rank.to_string();
+        for node in self.nodes() {
+            let procs = self.processes(node);
+            let mine: Vec<&Process> = procs
+                .iter()
+                .filter(|p| {
+                    RANK_VARIABLES
+                        .iter()
+                        .any(|name| procfs::env_var(p.pid as i32, name).as_deref() == Some(&wanted))
+                })
+                .collect();
+            if let Some(top) = mine
+                .iter()
+                .find(|p| !mine.iter().any(|q| q.pid == p.parent))
+            {
+                return Some((node.name().to_string(), (*top).clone()));
+            }
+        }
+        None
+    }
+
+    /// Sends `signal` to rank `rank` of the running job; returns its node and process.
+    pub fn signal_rank(
+        &self,
+        rank: usize,
+        signal: nix::sys::signal::Signal,
+    ) -> Result<(String, Process), ClusterError> {
+        let (node, process) = self.rank_process(rank).ok_or_else(|| {
+            ClusterError::io(format!("finding rank {rank}"))(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no process on any node has it (not started yet, or already ended)",
+            ))
+        })?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(process.pid as i32), signal)
+            .map_err(|e| ClusterError::io(format!("signalling rank {rank}"))(e.into()))?;
+        Ok((node, process))
+    }
+
+    /// The temp folder of the cluster (for reports).
+    pub fn folder(&self) -> &std::path::Path {
+        self.root()
+    }
+
+    pub(crate) fn node_refs(&self) -> Vec<NodeRef> {
+        self.nodes()
+            .iter()
+            .map(|n| NodeRef {
+                name: n.name().to_string(),
+                holder: n.pid(),
+                mount_ns: n.mount_namespace().to_string(),
+            })
+            .collect()
+    }
+}

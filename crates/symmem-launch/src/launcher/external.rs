@@ -1,0 +1,433 @@
+//! Running a cluster launcher (`mpirun`, `srun`) as one child process: what [`Mpirun`] and
+//! [`Srun`] share. The variant builds the command line and says how to read the launcher's
+//! output and its report; this file starts it, hands every line to the sink, stops it at the
+//! timeout or on a signal, asks the caller's sweep what it left on the nodes, and writes the
+//! [`RunReport`].
+//!
+//! [`Mpirun`]: super::Mpirun
+//! [`Srun`]: super::Srun
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+
+use super::Sweep;
+use crate::error::LaunchError;
+use crate::group::{command_name, exiting, live_members, signal_group};
+use crate::report::{
+    EXIT_PEER_FAILED, Ended, LeftBehind, Outcome, OutputLine, RankEnd, RunReport, Stream,
+};
+use crate::signals::SignalGuard;
+use crate::spec::LaunchSpec;
+use crate::watchdog::{Watchdog, new_run_id};
+
+/// How often the launcher is polled (and the longest a line waits).
+const POLL: Duration = Duration::from_millis(10);
+
+/// After the launcher ended, how long to wait for the last output.
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// Splits a launcher's output into ranks' lines and its own: one per pipe.
+pub(crate) trait Tagger: Send {
+    /// The lines that `raw` (one line of the launcher's output on `pipe`) completes.
+    fn feed(&mut self, raw: &str, pipe: Stream) -> Vec<OutputLine>;
+    /// What is left once the output has ended.
+    fn finish(&mut self) -> Vec<OutputLine>;
+}
+
+/// How a launcher is stopped at the timeout or on a signal; `SIGKILL` to its process group
+/// follows after the grace period either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// `SIGTERM` (mpirun forwards it to the ranks, then exits).
+    Terminate,
+    /// `SIGINT` twice within a second (srun then sends the tasks SIGINT, SIGCONT, SIGTERM and
+    /// SIGKILL; one SIGINT alone only makes it print the tasks' states).
+    InterruptTwice,
+}
+
+/// One run of a cluster launcher, as its variant describes it.
+pub(crate) struct Job<'a> {
+    /// `mpirun`, `srun`: for messages.
+    pub(crate) name: &'static str,
+    /// The whole command line: wrapper, launcher, its arguments, the program, its arguments.
+    pub(crate) words: Vec<OsString>,
+    /// Environment for the launcher itself, before the spec's (which the ranks get).
+    pub(crate) env: Vec<(OsString, OsString)>,
+    pub(crate) tagger: fn() -> Box<dyn Tagger>,
+    /// How ranks ended, as the launcher's own lines report it.
+    pub(crate) reports: fn(&[String]) -> Vec<RankEnd>,
+    pub(crate) stop: Stop,
+    pub(crate) sweep: Option<&'a Sweep>,
+}
+
+/// Text lines as a launcher's own lines come: for the parsers' tests.
+#[cfg(test)]
+pub(crate) fn lines(text: &[&str]) -> Vec<String> {
+    text.iter().map(|l| l.to_string()).collect()
+}
+
+/// The command line of `command`, for messages.
+pub(crate) fn shown(command: &Command) -> String {
+    std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|w| w.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs `job` for `spec` to the end; `sink` gets every line, the ranks' and the launcher's.
+pub(crate) fn run(
+    job: Job<'_>,
+    spec: &LaunchSpec,
+    sink: &mut dyn FnMut(&OutputLine),
+) -> Result<RunReport, LaunchError> {
+    spec.check()?;
+    super::refuse_rank_env(spec, job.name)?;
+    let signals = SignalGuard::install()?;
+    let run_id = new_run_id()?;
+    let mut watchdog = Watchdog::start(&run_id, None)?;
+    let mut command = command(&job, spec, &run_id);
+    let shown = shown(&command);
+    let start = Instant::now();
+    let mut child = command.spawn().map_err(|cause| LaunchError::Launcher {
+        command: shown.clone(),
+        cause,
+    })?;
+    let spawn_time = start.elapsed();
+    let pgid = i32::try_from(child.id()).unwrap_or(i32::MAX);
+    watchdog.guard_group(pgid);
+    let (rx, readers) = spawn_readers(&mut child, job.tagger);
+    let mut watch = Watch {
+        rx,
+        sink,
+        own: Vec::new(),
+    };
+    let ended = watch.until_exit(&mut child, &job, spec, &signals, start);
+    let ended = match ended {
+        Ok(ended) => ended,
+        Err(cause) => {
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+            let _ = child.wait();
+            return Err(LaunchError::Launcher {
+                command: shown,
+                cause,
+            });
+        }
+    };
+    let mut left_behind = end_group(pgid, ended.killed);
+    left_behind.extend(job.sweep.map(|s| s.run(spec.grace)).unwrap_or_default());
+    let output_wait = watch.drain();
+    for reader in readers {
+        if reader.is_finished() {
+            let _ = reader.join();
+        }
+    }
+    let watchdog_lost = watchdog.lost().map(ended_as);
+    let reported = (job.reports)(&watch.own);
+    let (outcome, culprit_node) = outcome(job.name, &ended, &reported, spec.ranks);
+    Ok(RunReport {
+        outcome,
+        ranks: Vec::new(),
+        elapsed: start.elapsed(),
+        spawn_time,
+        pgid,
+        timeout: spec.timeout,
+        escaped: Vec::new(),
+        output_wait,
+        watchdog_lost,
+        world: spec.ranks,
+        culprit_node,
+        left_behind,
+        launcher_lines: watch.own,
+        reported,
+    })
+}
+
+/// The launcher's command: its words, its environment then the spec's, the run's id; its own
+/// process group (Ctrl-C is ours to handle, and SIGKILL reaches all it started here).
+fn command(job: &Job<'_>, spec: &LaunchSpec, run_id: &str) -> Command {
+    let (first, rest) = job
+        .words
+        .split_first()
+        .expect("the launcher's name comes first");
+    let mut command = Command::new(first);
+    command
+        .args(rest)
+        .envs(job.env.iter().chain(&spec.env).map(|(k, v)| (k, v)))
+        .env(symmem::settings::RUN_ID.name, run_id)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    command
+}
+
+/// How the launcher ended: its status, and why it was stopped if it was.
+struct End {
+    status: ExitStatus,
+    stopped: Option<Why>,
+    /// Whether its group got SIGKILL (it outlived the grace period).
+    killed: bool,
+}
+
+#[derive(Clone, Copy)]
+enum Why {
+    Timeout,
+    Signal(i32),
+}
+
+fn outcome(
+    launcher: &'static str,
+    end: &End,
+    reported: &[RankEnd],
+    ranks: usize,
+) -> (Outcome, Option<String>) {
+    match end.stopped {
+        Some(Why::Signal(signal)) => return (Outcome::Interrupted { signal }, None),
+        Some(Why::Timeout) => {
+            // The launcher does not say which ranks were still running: all of them, as far
+            // as this side can tell.
+            let still_running = (0..ranks).collect();
+            return (Outcome::TimedOut { still_running }, None);
+        }
+        None => {}
+    }
+    if end.status.success() {
+        return (Outcome::Success, None);
+    }
+    match culprit(reported) {
+        Some(named) => (
+            Outcome::RankFailed {
+                rank: named.rank,
+                how: named.how,
+            },
+            named.node.clone(),
+        ),
+        None => (
+            Outcome::LauncherFailed {
+                launcher,
+                how: ended_as(end.status),
+            },
+            None,
+        ),
+    }
+}
+
+/// The rank that failed on its own: the first reported that did not end with
+/// [`EXIT_PEER_FAILED`] (a witness, never the culprit), else the first reported (which then
+/// gave up on a peer no one saw fail).
+fn culprit(reported: &[RankEnd]) -> Option<&RankEnd> {
+    let witness = Ended::Exited(EXIT_PEER_FAILED);
+    reported
+        .iter()
+        .find(|r| r.how != witness && !r.how.success())
+        .or_else(|| reported.iter().find(|r| !r.how.success()))
+}
+
+fn ended_as(status: ExitStatus) -> Ended {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Ended::Exited(code),
+        (None, Some(signal)) => Ended::Signaled(signal),
+        (None, None) => Ended::Exited(status.into_raw()),
+    }
+}
+
+/// Threads that read the launcher's stdout and stderr, tag their lines and send them on.
+fn spawn_readers(
+    child: &mut Child,
+    tagger: fn() -> Box<dyn Tagger>,
+) -> (Receiver<OutputLine>, Vec<JoinHandle<()>>) {
+    let (tx, rx) = mpsc::channel::<OutputLine>();
+    let pipes: [Option<(Box<dyn Read + Send>, Stream)>; 2] = [
+        child
+            .stdout
+            .take()
+            .map(|p| (Box::new(p) as Box<dyn Read + Send>, Stream::Stdout)),
+        child
+            .stderr
+            .take()
+            .map(|p| (Box::new(p) as Box<dyn Read + Send>, Stream::Stderr)),
+    ];
+    let readers = pipes
+        .into_iter()
+        .flatten()
+        .map(|(pipe, stream)| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut tags = tagger();
+                let mut reader = BufReader::new(pipe);
+                let mut buf = Vec::new();
+                while matches!(reader.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
+                    let raw = String::from_utf8_lossy(&buf);
+                    let raw = raw.trim_end_matches(['\n', '\r']);
+                    for line in tags.feed(raw, stream) {
+                        if tx.send(line).is_err() {
+                            return;
+                        }
+                    }
+                    buf.clear();
+                }
+                for line in tags.finish() {
+                    let _ = tx.send(line);
+                }
+            })
+        })
+        .collect();
+    (rx, readers)
+}
+
+/// The lines so far, and where they go.
+struct Watch<'s> {
+    rx: Receiver<OutputLine>,
+    sink: &'s mut dyn FnMut(&OutputLine),
+    /// The launcher's own lines.
+    own: Vec<String>,
+}
+
+impl Watch<'_> {
+    fn take(&mut self, line: OutputLine) {
+        (self.sink)(&line);
+        if line.rank.is_none() {
+            self.own.push(line.text);
+        }
+    }
+
+    /// Hands on lines until the launcher exits; stops it at the timeout or on a signal.
+    fn until_exit(
+        &mut self,
+        child: &mut Child,
+        job: &Job<'_>,
+        spec: &LaunchSpec,
+        signals: &SignalGuard,
+        start: Instant,
+    ) -> std::io::Result<End> {
+        let deadline = start.checked_add(spec.timeout);
+        let mut stopped: Option<(Why, Instant)> = None;
+        let mut killed = false;
+        loop {
+            while let Ok(line) = self.rx.try_recv() {
+                self.take(line);
+            }
+            if let Some(status) = child.try_wait()? {
+                let stopped = stopped.map(|(why, _)| why);
+                return Ok(End {
+                    status,
+                    stopped,
+                    killed,
+                });
+            }
+            let now = Instant::now();
+            let why = match signals.caught() {
+                Some(signal) => Some(Why::Signal(signal)),
+                None if deadline.is_some_and(|d| now >= d) => Some(Why::Timeout),
+                None => None,
+            };
+            match (stopped, why) {
+                (None, Some(why)) => {
+                    stop(child.id(), job.stop);
+                    stopped = Some((why, now));
+                }
+                (Some((_, at)), _) if now >= at + spec.grace => {
+                    let pgid = i32::try_from(child.id()).unwrap_or(i32::MAX);
+                    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                    killed = true;
+                }
+                _ => {}
+            }
+            if let Ok(line) = self.rx.recv_timeout(POLL) {
+                self.take(line);
+            }
+        }
+    }
+
+    /// Takes the lines still coming, within [`DRAIN_LIMIT`]; how long it waited when the pipes
+    /// stayed open that long (a process left behind still holds them), else zero.
+    fn drain(&mut self) -> Duration {
+        let start = Instant::now();
+        let until = start + DRAIN_LIMIT;
+        loop {
+            match self
+                .rx
+                .recv_timeout(until.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) => self.take(line),
+                Err(RecvTimeoutError::Disconnected) => return Duration::ZERO,
+                Err(RecvTimeoutError::Timeout) => return start.elapsed(),
+            }
+        }
+    }
+}
+
+/// After the launcher exited: what is still alive in its process group (here, on this host)
+/// outlived it; it gets SIGKILL, and is waited for (within [`DRAIN_LIMIT`]) until it is gone
+/// or a zombie. Returned as left behind unless the group had SIGKILL already (`killed`: then
+/// what is there is only late to die).
+fn end_group(pgid: i32, killed: bool) -> Vec<LeftBehind> {
+    let mut found: Vec<LeftBehind> = Vec::new();
+    let until = Instant::now() + DRAIN_LIMIT;
+    loop {
+        let live = live_members(pgid);
+        if live.is_empty() || Instant::now() >= until {
+            return found;
+        }
+        for &pid in &live {
+            // One in its exit is not left behind, only late.
+            if !killed && !exiting(pid as u32) && !found.iter().any(|l| l.pid == pid) {
+                found.push(LeftBehind {
+                    node: "this host".into(),
+                    pid,
+                    command: command_name(pid),
+                });
+            }
+        }
+        signal_group(pgid, Signal::SIGKILL);
+        std::thread::sleep(POLL);
+    }
+}
+
+fn stop(pid: u32, how: Stop) {
+    let pid = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
+    match how {
+        Stop::Terminate => {
+            let _ = kill(pid, Signal::SIGTERM);
+        }
+        Stop::InterruptTwice => {
+            // Apart enough that the first is handled before the second comes (the kernel
+            // merges a signal into one still pending), well within srun's one second.
+            let _ = kill(pid, Signal::SIGINT);
+            std::thread::sleep(Duration::from_millis(300));
+            let _ = kill(pid, Signal::SIGINT);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn end(rank: usize, how: Ended) -> RankEnd {
+        RankEnd {
+            rank,
+            node: Some(format!("n{rank}")),
+            how,
+        }
+    }
+
+    #[test]
+    fn a_witness_is_never_the_culprit_while_another_failed() {
+        let peer = Ended::Exited(EXIT_PEER_FAILED);
+        let reported = [end(0, peer), end(1, peer), end(3, Ended::Signaled(9))];
+        assert_eq!(culprit(&reported), Some(&reported[2]));
+        // Only witnesses: the first is named (the report says it gave up on a peer).
+        assert_eq!(culprit(&reported[..2]), Some(&reported[0]));
+        assert_eq!(culprit(&[]), None);
+    }
+}

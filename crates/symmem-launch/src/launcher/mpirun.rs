@@ -1,0 +1,411 @@
+//! [`Launcher::Mpirun`](crate::Launcher::Mpirun): Open MPI's `mpirun` across hosts, its
+//! `--tag-output` lines put back together, and its report of the rank that ended the job.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use super::Sweep;
+use super::external::{self, Job, Stop, Tagger};
+use crate::error::LaunchError;
+use crate::layout::Layout;
+use crate::report::{Ended, OutputLine, RankEnd, RunReport, Stream};
+use crate::spec::LaunchSpec;
+
+/// Where `mpirun` may put ranks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hosts {
+    /// These hosts, in order.
+    List(Vec<String>),
+    /// The hosts of an Open MPI hostfile (`name [slots=N]` a line, `#` comments), in order.
+    File(PathBuf),
+}
+
+/// How to run `mpirun`: on a real cluster, a hostfile and nothing else; the emulated cluster
+/// adds its rsh agent, a wrapper that enters its first node, and a sweep of its nodes.
+#[derive(Debug, Clone)]
+pub struct Mpirun {
+    /// The `mpirun` program (default: `mpirun` on PATH).
+    pub program: PathBuf,
+    /// The hosts; layouts take them in order.
+    pub hosts: Hosts,
+    /// Open MPI's `plm_rsh_agent` (default: its own, ssh).
+    pub rsh_agent: Option<PathBuf>,
+    /// A command prefix, e.g. `nsenter -t PID -u -m -i --` to run `mpirun` inside a node.
+    pub wrapper: Vec<OsString>,
+    /// More arguments of `mpirun`, before the program (`--mca btl tcp,self`, ...).
+    pub args: Vec<OsString>,
+    /// What the caller sweeps from the nodes after the job.
+    pub sweep: Option<Sweep>,
+}
+
+impl Hosts {
+    /// The host names, in order (a hostfile's read now).
+    pub fn names(&self) -> Result<Vec<String>, LaunchError> {
+        match self {
+            Hosts::List(names) => Ok(names.clone()),
+            Hosts::File(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    LaunchError::Layout(format!(
+                        "cannot read the hostfile {}: {e}; give a readable Open MPI hostfile \
+                         (one `name slots=N` a line)",
+                        path.display()
+                    ))
+                })?;
+                Ok(hostfile_names(&text))
+            }
+        }
+    }
+}
+
+impl Mpirun {
+    /// `mpirun` on PATH over `hosts`, without agent, wrapper, arguments or sweep.
+    pub fn new(hosts: Hosts) -> Self {
+        Self {
+            program: PathBuf::from("mpirun"),
+            hosts,
+            rsh_agent: None,
+            wrapper: Vec::new(),
+            args: Vec::new(),
+            sweep: None,
+        }
+    }
+
+    pub(crate) fn launch(
+        &self,
+        spec: &LaunchSpec,
+        sink: &mut dyn FnMut(&OutputLine),
+    ) -> Result<RunReport, LaunchError> {
+        let hosts = self.hosts.names()?;
+        let words = self.words(spec, &spec.program, &hosts)?;
+        // Open MPI refuses to run as root unless told twice.
+        let env = if nix::unistd::geteuid().is_root() {
+            ["OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]
+                .map(|name| (OsString::from(name), OsString::from("1")))
+                .to_vec()
+        } else {
+            Vec::new()
+        };
+        let job = Job {
+            name: "mpirun",
+            words,
+            env,
+            tagger: || Box::new(Demux::default()),
+            reports,
+            stop: Stop::Terminate,
+            sweep: self.sweep.as_ref(),
+        };
+        external::run(job, spec, sink)
+    }
+
+    /// The whole command line: wrapper, `mpirun` and its arguments, the program, its arguments.
+    fn words(
+        &self,
+        spec: &LaunchSpec,
+        program: &Path,
+        hosts: &[String],
+    ) -> Result<Vec<OsString>, LaunchError> {
+        let counts = spec.layout.counts(spec.ranks);
+        if counts.len() > hosts.len() {
+            return Err(LaunchError::Layout(format!(
+                "the layout {} needs {} hosts but mpirun was given {} ({}): add hosts, or ask \
+                 for fewer nodes",
+                layout_name(&spec.layout, spec.ranks),
+                counts.len(),
+                hosts.len(),
+                hosts.join(", ")
+            )));
+        }
+        let placed: Vec<String> = hosts
+            .iter()
+            .zip(&counts)
+            .map(|(host, n)| format!("{host}:{n}"))
+            .collect();
+        let mut words: Vec<OsString> = self.wrapper.clone();
+        words.push(self.program.clone().into());
+        if let Some(agent) = &self.rsh_agent {
+            words.extend(["--mca".into(), "plm_rsh_agent".into(), agent.into()]);
+        }
+        words.extend(self.args.iter().cloned());
+        words.extend([
+            "--tag-output".into(),
+            "--host".into(),
+            placed.join(",").into(),
+        ]);
+        words.extend(["-np".into(), spec.ranks.to_string().into()]);
+        for (name, _) in &spec.env {
+            words.extend(["-x".into(), name.clone()]);
+        }
+        words.push(program.into());
+        words.extend(spec.args.iter().cloned());
+        Ok(words)
+    }
+}
+
+fn layout_name(layout: &Layout, ranks: usize) -> String {
+    match layout {
+        Layout::Spread { nodes } => format!("{ranks} ranks on {nodes} nodes"),
+        other => other.to_string(),
+    }
+}
+
+/// The host names of an Open MPI hostfile, in order.
+fn hostfile_names(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or_default())
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// A tag of `mpirun --tag-output` at the start of `text`: `[1,3]<stdout>:` gives rank 3,
+/// its stream and the tag's length.
+fn tag_at(text: &str) -> Option<(usize, Stream, usize)> {
+    let rest = text.strip_prefix('[')?;
+    let (ids, rest) = rest.split_once(']')?;
+    let (job, rank) = ids.split_once(',')?;
+    if job.is_empty() || !job.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let rank = rank.parse().ok()?;
+    let (stream, name) = if rest.starts_with("<stdout>:") {
+        (Stream::Stdout, "<stdout>:")
+    } else if rest.starts_with("<stderr>:") {
+        (Stream::Stderr, "<stderr>:")
+    } else {
+        return None;
+    };
+    Some((rank, stream, 1 + ids.len() + 1 + name.len()))
+}
+
+/// Puts ranks' lines back together. `mpirun --tag-output` tags each piece a rank wrote, and
+/// a line written in several pieces (Rust's unbuffered stderr) reaches mpirun's output as
+/// tagged fragments, possibly amid another rank's: `[1,0]<stderr>:a: [1,1]<stderr>:b\n`
+/// is rank 1's line `b` and the start of rank 0's next line. A raw line is split at its tags;
+/// its end ends the line of its last fragment's rank.
+#[derive(Default)]
+struct Demux {
+    partial: BTreeMap<(usize, Stream), String>,
+}
+
+impl Tagger for Demux {
+    fn feed(&mut self, raw: &str, pipe: Stream) -> Vec<OutputLine> {
+        let mut starts: Vec<(usize, usize, Stream, usize)> = Vec::new();
+        for (at, _) in raw.match_indices('[') {
+            if let Some((rank, stream, len)) = tag_at(&raw[at..]) {
+                starts.push((at, rank, stream, len));
+            }
+        }
+        let mut lines = Vec::new();
+        let own_end = starts.first().map_or(raw.len(), |s| s.0);
+        if starts.is_empty() || own_end > 0 {
+            lines.push(OutputLine {
+                rank: None,
+                stream: pipe,
+                text: raw[..own_end].to_string(),
+            });
+        }
+        for (i, &(at, rank, stream, len)) in starts.iter().enumerate() {
+            let end = starts.get(i + 1).map_or(raw.len(), |next| next.0);
+            let buffer = self.partial.entry((rank, stream)).or_default();
+            buffer.push_str(&raw[at + len..end]);
+            if i + 1 == starts.len() {
+                let text = std::mem::take(buffer);
+                self.partial.remove(&(rank, stream));
+                lines.push(OutputLine {
+                    rank: Some(rank),
+                    stream,
+                    text,
+                });
+            }
+        }
+        lines
+    }
+
+    fn finish(&mut self) -> Vec<OutputLine> {
+        std::mem::take(&mut self.partial)
+            .into_iter()
+            .map(|((rank, stream), text)| OutputLine {
+                rank: Some(rank),
+                stream,
+                text,
+            })
+            .collect()
+    }
+}
+
+/// The rank `mpirun` reported ending the job (it names one).
+fn reports(lines: &[String]) -> Vec<RankEnd> {
+    first_report(lines).into_iter().collect()
+}
+
+/// Open MPI 4's report of the rank that ended the job: `mpirun noticed that process rank 3
+/// with PID 0 on node node-b exited on signal 9 (Killed).`, or `Process name: [[J,1],2]` then
+/// `Exit code: 2`.
+fn first_report(lines: &[String]) -> Option<RankEnd> {
+    for (i, line) in lines.iter().enumerate() {
+        if let Some(rest) = line.split("noticed that process rank ").nth(1) {
+            let rank = rest.split_whitespace().next()?.parse().ok()?;
+            let node = rest
+                .split(" on node ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .map(str::to_string);
+            let how = if let Some(signal) = rest.split(" on signal ").nth(1) {
+                Ended::Signaled(signal.split_whitespace().next()?.parse().ok()?)
+            } else {
+                Ended::Exited(
+                    rest.split(" status ")
+                        .nth(1)?
+                        .trim_end_matches('.')
+                        .parse()
+                        .ok()?,
+                )
+            };
+            return Some(RankEnd { rank, node, how });
+        }
+        if let Some(name) = line.trim().strip_prefix("Process name:") {
+            let rank = name
+                .trim()
+                .trim_end_matches(']')
+                .rsplit(',')
+                .next()?
+                .parse()
+                .ok()?;
+            let code = lines[i + 1..]
+                .iter()
+                .take(3)
+                .find_map(|l| l.trim().strip_prefix("Exit code:"))?;
+            let how = Ended::Exited(code.trim().parse().ok()?);
+            return Some(RankEnd {
+                rank,
+                node: None,
+                how,
+            });
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launcher::external::lines;
+
+    fn feed(demux: &mut Demux, raw: &str) -> Vec<(Option<usize>, Stream, String)> {
+        demux
+            .feed(raw, Stream::Stderr)
+            .into_iter()
+            .map(|l| (l.rank, l.stream, l.text))
+            .collect()
+    }
+
+    #[test]
+    fn tagged_lines() {
+        let mut d = Demux::default();
+        assert_eq!(
+            feed(&mut d, "[1,3]<stdout>:hello [x] [2]<a>"),
+            [(Some(3), Stream::Stdout, "hello [x] [2]<a>".into())]
+        );
+        assert_eq!(
+            feed(&mut d, "[1,0]<stderr>:"),
+            [(Some(0), Stream::Stderr, "".into())]
+        );
+        assert_eq!(
+            feed(&mut d, "[node-a:123] mpirun said"),
+            [(None, Stream::Stderr, "[node-a:123] mpirun said".into())]
+        );
+    }
+
+    #[test]
+    fn fragments_of_a_line_are_put_back_together() {
+        let mut d = Demux::default();
+        // Rank 0's line starts, rank 1's whole line follows on the same raw line.
+        assert_eq!(
+            feed(&mut d, "[1,0]<stderr>:prog: [1,1]<stderr>:prog: failed"),
+            [(Some(1), Stream::Stderr, "prog: failed".into())]
+        );
+        // Rank 2's line in pieces, then rank 0's line ends.
+        assert_eq!(
+            feed(&mut d, "[1,2]<stderr>:a[1,2]<stderr>:: [1,2]<stderr>:b"),
+            [(Some(2), Stream::Stderr, "a: b".into())]
+        );
+        assert_eq!(
+            feed(&mut d, "[1,0]<stderr>:failed too"),
+            [(Some(0), Stream::Stderr, "prog: failed too".into())]
+        );
+        // A piece never ended comes out at the end.
+        assert!(feed(&mut d, "[1,1]<stdout>:x[1,2]<stderr>:y").len() == 1);
+        let rest: Vec<_> = d.finish().into_iter().map(|l| (l.rank, l.text)).collect();
+        assert_eq!(rest, [(Some(1), "x".into())]);
+    }
+
+    #[test]
+    fn culprits_from_open_mpi_reports() {
+        let signal = lines(&[
+            "-----",
+            "mpirun noticed that process rank 3 with PID 0 on node node-b exited on signal 9 (Killed).",
+        ]);
+        assert_eq!(
+            first_report(&signal),
+            Some(RankEnd {
+                rank: 3,
+                node: Some("node-b".into()),
+                how: Ended::Signaled(9),
+            })
+        );
+        let status = lines(&[
+            "mpirun noticed that process rank 1 with PID 77 on node a exited with status 4.",
+        ]);
+        assert_eq!(first_report(&status).map(|n| n.how), Some(Ended::Exited(4)));
+        let exit = lines(&[
+            "mpirun detected that one or more processes exited with non-zero status, thus causing",
+            "the job to be terminated. The first process to do so was:",
+            "",
+            "  Process name: [[21097,1],2]",
+            "  Exit code:    2",
+        ]);
+        assert_eq!(
+            first_report(&exit),
+            Some(RankEnd {
+                rank: 2,
+                node: None,
+                how: Ended::Exited(2)
+            })
+        );
+        assert_eq!(first_report(&lines(&["all fine"])), None);
+    }
+
+    #[test]
+    fn layouts_become_host_slots_and_the_environment_is_exported() {
+        let mut mpirun = Mpirun::new(Hosts::List(vec!["a".into(), "b".into()]));
+        mpirun.wrapper = vec!["nsenter".into(), "--".into()];
+        mpirun.rsh_agent = Some("/run/agent".into());
+        let spec = LaunchSpec::new("/bin/true", 0)
+            .layout(Layout::PerNode(vec![3, 1]))
+            .env("X", "1")
+            .args(["--flag"]);
+        let words = mpirun
+            .words(&spec, Path::new("/bin/true"), &["a".into(), "b".into()])
+            .unwrap();
+        let words: Vec<String> = words.iter().map(|w| w.to_string_lossy().into()).collect();
+        assert_eq!(
+            words.join(" "),
+            "nsenter -- mpirun --mca plm_rsh_agent /run/agent --tag-output --host a:3,b:1 \
+             -np 4 -x X /bin/true --flag"
+        );
+        let spread = LaunchSpec::new("/bin/true", 3).layout(Layout::Spread { nodes: 2 });
+        let words = mpirun
+            .words(&spread, Path::new("/bin/true"), &["a".into(), "b".into()])
+            .unwrap();
+        assert!(words.contains(&"a:2,b:1".into()), "{words:?}");
+        let err = mpirun
+            .words(&spread, Path::new("/bin/true"), &["a".into()])
+            .unwrap_err();
+        assert!(err.to_string().contains("needs 2 hosts"), "{err}");
+        assert_eq!(
+            hostfile_names("# nodes\nn1 slots=4\n\n  n2  # spare\n"),
+            ["n1", "n2"]
+        );
+    }
+}

@@ -1,0 +1,152 @@
+//! `symmem-matrix test --kill-test`: one rank ends mid-run, and the launcher must end the whole
+//! job, name that rank (and its node, where the launcher says it) and leave nothing behind.
+//! The same [`RunReport`](symmem_launch::RunReport) under every launcher.
+
+use anyhow::{Context, bail};
+use nix::sys::signal::Signal;
+use std::process::ExitCode;
+use std::time::Instant;
+use symmem::count_ranks;
+use symmem_cluster::Cluster;
+use symmem_conformance::{CHECKS, CONFORMANCE_FAULT, CheckResult};
+use symmem_launch::{Ended, Layout, Outcome, OutputLine, RunReport, print_line};
+
+use crate::layouts::label;
+use crate::target::Target;
+use crate::test::Plan;
+
+/// Rank `victim` ends once every rank reported the first check. On the emulated nodes it gets
+/// `kill -9` (rank 0 hangs in the second check meanwhile, so the job is surely mid-run); on a
+/// cluster this side cannot reach, and on one host, it panics in the second check instead.
+pub fn run(
+    target: &Target,
+    plan: &Plan,
+    (world, layout): (usize, Layout),
+) -> anyhow::Result<ExitCode> {
+    let victim = world - 1;
+    let [first, second, ..] = CHECKS;
+    let cluster = match target {
+        Target::Emulated(cluster, _) => Some(cluster),
+        _ => None,
+    };
+    let (fault, how, expected) = match cluster {
+        Some(_) => ("hang@0".to_string(), "gets SIGKILL", Ended::Signaled(9)),
+        None => (format!("panic@{victim}"), "panics", Ended::Exited(101)),
+    };
+    println!(
+        "kill test at {} ({}): rank {victim} {how} once every rank reported check {}",
+        label(world, &layout),
+        count_ranks(world),
+        first.id
+    );
+    let spec = plan
+        .bare(world, layout)
+        .args(["--check".to_string(), format!("{},{}", first.id, second.id)])
+        .env(CONFORMANCE_FAULT.name, format!("{fault}:{}", second.id));
+    let (report, mid_run) = launch_and_end(target, &spec, cluster, victim, world)?;
+    let last_node = cluster.map(|c| c.hosts().last().cloned().unwrap_or_default());
+    let mut problems = judge(
+        &report,
+        plan,
+        mid_run,
+        victim,
+        expected,
+        last_node.as_deref(),
+    );
+    if let Some(cluster) = cluster {
+        for dir in ["/tmp", "/dev/shm"] {
+            for (node, path) in cluster.leftovers(dir, "symmem") {
+                problems.push(format!("{path} left on {node}"));
+            }
+        }
+    }
+    if problems.is_empty() {
+        println!("kill test passed: the job ended at once, culprit named, nothing left behind");
+        return Ok(ExitCode::SUCCESS);
+    }
+    for p in &problems {
+        println!("kill test FAILED: {p}");
+    }
+    Ok(ExitCode::FAILURE)
+}
+
+/// Runs `spec`, printing its lines; once every rank reported the first check (the job is
+/// mid-run: the moment returned), kills rank `victim` on the emulated `cluster` (elsewhere it
+/// ends by its injected fault).
+fn launch_and_end(
+    target: &Target,
+    spec: &symmem_launch::LaunchSpec,
+    cluster: Option<&Cluster>,
+    victim: usize,
+    world: usize,
+) -> anyhow::Result<(RunReport, Instant)> {
+    let first = CHECKS[0].id;
+    let mut reported = 0;
+    let mut mid_run = None;
+    let mut kill_error = None;
+    let report = target.launcher().launch(spec, &mut |line: &OutputLine| {
+        print_line(line);
+        let done =
+            line.rank.is_some() && CheckResult::parse(&line.text).is_some_and(|r| r.check == first);
+        reported += usize::from(done);
+        if done && reported == world {
+            mid_run = Some(Instant::now());
+            if let Some(cluster) = cluster {
+                match cluster.signal_rank(victim, Signal::SIGKILL) {
+                    Ok((node, process)) => println!("  kill -9 rank {victim}: {process} on {node}"),
+                    Err(e) => kill_error = Some(e),
+                }
+            }
+        }
+    })?;
+    if let Some(e) = kill_error {
+        return Err(e).context("killing the rank");
+    }
+    let Some(mid_run) = mid_run else {
+        bail!("the job never got past check {first} on every rank, so no rank was ended: {report}");
+    };
+    Ok((report, mid_run))
+}
+
+/// What is wrong with how the job ended.
+fn judge(
+    report: &RunReport,
+    plan: &Plan,
+    mid_run: Instant,
+    victim: usize,
+    expected: Ended,
+    node: Option<&str>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    // The launch returned once the job ended, the nodes were swept and the output drained.
+    let took = mid_run.elapsed();
+    println!(
+        "job over {:.2} s after the kill ({report})",
+        took.as_secs_f64()
+    );
+    if took > plan.grace {
+        problems.push(format!(
+            "the job was over {:.2} s after the kill, past the {:.2} s grace period",
+            took.as_secs_f64(),
+            plan.grace.as_secs_f64()
+        ));
+    }
+    let named = Outcome::RankFailed {
+        rank: victim,
+        how: expected,
+    };
+    if report.outcome != named {
+        problems.push(format!(
+            "rank {victim} was not named as the culprit: {report}"
+        ));
+    }
+    if let Some(node) = node
+        && report.culprit_node.as_deref() != Some(node)
+    {
+        problems.push(format!("the culprit's node was not named {node}: {report}"));
+    }
+    if !report.left_behind.is_empty() {
+        problems.push(format!("processes left behind: {report}"));
+    }
+    problems
+}
