@@ -20,12 +20,14 @@
 mod error;
 mod mpirun;
 mod procs;
+mod slurm;
 mod versions;
 mod watchdog;
 
 pub use error::ClusterError;
 pub use mpirun::{Culprit, Job, JobLine, JobOutcome, Stream};
 pub use procs::Process;
+pub use slurm::{CPUS_PER_NODE, SLURM_FIX, SLURM_PROGRAMS, Slurm};
 pub use versions::{engine_version, launcher_version};
 
 use std::io::{BufRead, BufReader, Read};
@@ -296,6 +298,35 @@ impl Cluster {
             nsenter = sh_quote(&self.nsenter.to_string_lossy()),
         );
         write(&self.root.join("agent"), &agent, 0o755)
+    }
+
+    /// The words that run a command inside `node` (its UTS, mount and IPC namespaces):
+    /// `nsenter -t PID -u -m -i --`, then the command.
+    pub fn enter_words(&self, node: &Node) -> Vec<String> {
+        vec![
+            self.nsenter.to_string_lossy().into_owned(),
+            "-t".into(),
+            node.pid().to_string(),
+            "-u".into(),
+            "-m".into(),
+            "-i".into(),
+            "--".into(),
+        ]
+    }
+
+    /// A command inside `node` (add the program and its arguments): [`Cluster::enter_words`],
+    /// in `/`, stdin from /dev/null, without this machine's `TMPDIR` and `XDG_RUNTIME_DIR`
+    /// (the node has its own /tmp and /run).
+    pub fn on_node(&self, node: &Node) -> Command {
+        let words = self.enter_words(node);
+        let mut command = Command::new(&words[0]);
+        command
+            .args(&words[1..])
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("TMPDIR");
+        command
     }
 
     /// The agent's path as the nodes see it.

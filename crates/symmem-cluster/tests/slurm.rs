@@ -1,0 +1,319 @@
+//! Debian's Slurm on the emulated nodes (`Cluster::slurm`): `srun --mpi=pmix` places tasks on
+//! both nodes (2+2 with `--ntasks-per-node`, Slurm's block 3+1 without), each task is a PMIx
+//! client, a `kill -9` of a task on node-b ends the step with srun naming it, and nothing of
+//! Slurm or munge is left once it is down, also when its owner is killed with 9.
+//!
+//! Needs root, util-linux and Slurm (`.ci/cluster` installs it); elsewhere each test prints
+//! "SKIPPED: ..." with the reason (a failure under `CI=true`).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use symmem_cluster::{Cluster, ClusterError, Slurm};
+
+/// How long one `srun` of these tests may take.
+const SRUN_LIMIT: Duration = Duration::from_secs(60);
+
+/// Slurm on `cluster`, or `None` (skipped) when Slurm is not installed.
+fn slurm(cluster: &Cluster) -> Option<Slurm<'_>> {
+    match cluster.slurm() {
+        Ok(slurm) => Some(slurm),
+        Err(e @ (ClusterError::SlurmMissing { .. } | ClusterError::SlurmNoPmix { .. })) => {
+            common::skip(e);
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// `srun ARGS` inside node-a, its output piped.
+fn spawn_srun(slurm: &Slurm, args: &[&str]) -> Child {
+    slurm
+        .command(slurm.srun())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting srun")
+}
+
+/// A thread that reads `pipe` to its end and sends each line.
+fn lines_of(pipe: impl Read + Send + 'static, tx: mpsc::Sender<String>) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// `srun ARGS` to its end (at most [`SRUN_LIMIT`]): status, stdout and stderr lines.
+fn srun(slurm: &Slurm, args: &[&str]) -> (ExitStatus, Vec<String>, Vec<String>) {
+    let mut child = spawn_srun(slurm, args);
+    let (out_tx, out) = mpsc::channel();
+    let (err_tx, err) = mpsc::channel();
+    lines_of(child.stdout.take().unwrap(), out_tx);
+    lines_of(child.stderr.take().unwrap(), err_tx);
+    let status = symmem_test_support::command::wait_within(&mut child, SRUN_LIMIT);
+    let collect = |rx: mpsc::Receiver<String>| rx.iter().collect::<Vec<_>>();
+    (status, collect(out), collect(err))
+}
+
+/// Which node ran each task: `(task, node)` from lines `TASK NODE ...`, sorted.
+fn tasks_on(lines: &[String]) -> Vec<(usize, String)> {
+    let mut found: Vec<(usize, String)> = lines
+        .iter()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            Some((words.next()?.parse().ok()?, words.next()?.to_string()))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Once Slurm is stopped: nothing runs on the nodes and its folders are gone.
+fn assert_slurm_gone(cluster: &Cluster) {
+    for node in cluster.nodes() {
+        let left: Vec<_> = cluster.processes(node);
+        assert_eq!(left, [], "on {} after Slurm stopped", node.name());
+        assert!(!node.view("/run/munge").exists() && !node.view("/tmp/slurm").exists());
+    }
+}
+
+#[test]
+fn srun_places_tasks_on_both_nodes_as_pmix_clients() {
+    let Some(cluster) = common::cluster(2) else {
+        return;
+    };
+    let Some(slurm) = slurm(&cluster) else { return };
+    eprintln!(
+        "slurmd: {}; srun: {}",
+        slurm.slurmd_version(),
+        slurm.srun_version()
+    );
+    let report =
+        "echo \"$SLURM_PROCID $(hostname) $PMIX_RANK $PMIX_NAMESPACE $SLURM_TASKS_PER_NODE\"";
+    let even = [
+        "--mpi=pmix",
+        "-N2",
+        "-n4",
+        "--ntasks-per-node=2",
+        "sh",
+        "-c",
+        report,
+    ];
+    let (status, out, err) = srun(&slurm, &even);
+    assert!(status.success(), "{status}: {out:?} {err:?}");
+    let node = |n: &str| n.to_string();
+    assert_eq!(
+        tasks_on(&out),
+        [
+            (0, node("node-a")),
+            (1, node("node-a")),
+            (2, node("node-b")),
+            (3, node("node-b"))
+        ],
+        "{out:?}"
+    );
+    // Every task is a PMIx client of the step's namespace, with its own rank.
+    let namespaces: Vec<&str> = out
+        .iter()
+        .map(|l| l.split(' ').nth(3).unwrap_or(""))
+        .collect();
+    for line in &out {
+        let words: Vec<&str> = line.split(' ').collect();
+        assert_eq!(words[2], words[0], "PMIX_RANK is the task's number: {line}");
+        assert!(!words[3].is_empty() && words[3] == namespaces[0], "{line}");
+        assert_eq!(words[4], "2(x2)", "{line}");
+    }
+    // Slurm's block distribution: 3 + 1.
+    let (status, out, err) = srun(&slurm, &["--mpi=pmix", "-N2", "-n4", "sh", "-c", report]);
+    assert!(status.success(), "{status}: {out:?} {err:?}");
+    let on_a = tasks_on(&out).iter().filter(|(_, n)| n == "node-a").count();
+    assert_eq!((out.len(), on_a), (4, 3), "{out:?}");
+    assert!(out.iter().all(|l| l.ends_with(" 3,1")), "{out:?}");
+    drop(slurm);
+    assert_slurm_gone(&cluster);
+    common::down(cluster);
+}
+
+/// The outermost process on `node` whose environment has `SLURM_PROCID=task`.
+fn task_pid(cluster: &Cluster, node: usize, task: usize) -> Option<u32> {
+    let node = &cluster.nodes()[node];
+    let procs = cluster.processes(node);
+    let environ = |pid: u32| std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let wanted = format!("SLURM_PROCID={task}");
+    let mine: Vec<_> = procs
+        .iter()
+        .filter(|p| {
+            environ(p.pid)
+                .split(|&b| b == 0)
+                .any(|e| e == wanted.as_bytes())
+        })
+        .collect();
+    mine.iter()
+        .find(|p| !mine.iter().any(|q| q.pid == p.parent))
+        .map(|p| p.pid)
+}
+
+#[test]
+fn kill_9_of_a_task_on_node_b_ends_the_step_and_srun_names_it() {
+    let Some(cluster) = common::cluster(2) else {
+        return;
+    };
+    let Some(slurm) = slurm(&cluster) else { return };
+    // Without --kill-on-bad-exit (and KillOnBadExit in slurm.conf, off as by default) srun
+    // waits for the step's other tasks, which here never end by themselves.
+    let args = [
+        "--mpi=pmix",
+        "--kill-on-bad-exit=1",
+        "-N2",
+        "-n4",
+        "--ntasks-per-node=2",
+        "sh",
+        "-c",
+        "echo started; exec sleep 600",
+    ];
+    let mut child = spawn_srun(&slurm, &args);
+    let (out_tx, out) = mpsc::channel();
+    let (err_tx, err) = mpsc::channel();
+    lines_of(child.stdout.take().unwrap(), out_tx);
+    lines_of(child.stderr.take().unwrap(), err_tx);
+    let deadline = Instant::now() + SRUN_LIMIT;
+    let started = (0..4).all(|_| {
+        out.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .is_ok_and(|l| l == "started")
+    });
+    assert!(
+        started,
+        "the four tasks did not all start: {:?}",
+        err.try_iter().collect::<Vec<_>>()
+    );
+    let victim = task_pid(&cluster, 1, 3).expect("task 3 runs on node-b");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(victim as i32),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
+    let status = symmem_test_support::command::wait_within(&mut child, SRUN_LIMIT);
+    let err: Vec<String> = err.iter().collect();
+    assert!(!status.success(), "{status}: {err:?}");
+    assert!(
+        err.iter().any(|l| l.contains("node-b: task 3")),
+        "srun does not name node-b's task 3: {err:?}"
+    );
+    // Slurm ends the other tasks of the step (bounded: KillWait is 5 s).
+    let tasks = || -> Vec<_> {
+        cluster
+            .nodes()
+            .iter()
+            .flat_map(|node| cluster.processes(node))
+            .filter(|p| p.command.starts_with("sleep") || p.command.starts_with("sh -c"))
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !tasks().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(tasks(), [], "tasks of the step left on the nodes");
+    drop(slurm);
+    assert_slurm_gone(&cluster);
+    common::down(cluster);
+}
+
+/// Set for the copy of this test binary that owns the cluster in
+/// `an_owner_killed_with_9_leaves_no_slurm`.
+const OWNER: &str = "SLURM_TEST_OWNER";
+
+/// The owner: brings up the cluster and Slurm, starts a step, says where everything is and
+/// waits to be killed.
+#[test]
+#[ignore = "the owner process of an_owner_killed_with_9_leaves_no_slurm, which runs it"]
+fn owner_of_a_slurm() {
+    assert!(
+        std::env::var_os(OWNER).is_some(),
+        "run by an_owner_killed_with_9_leaves_no_slurm"
+    );
+    let cluster = Cluster::up(2).unwrap();
+    let slurm = cluster.slurm().unwrap();
+    let mut child = spawn_srun(
+        &slurm,
+        &["-N2", "-n2", "sh", "-c", "echo started; exec sleep 600"],
+    );
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let started = out
+        .lines()
+        .map_while(Result::ok)
+        .filter(|l| l == "started")
+        .take(2)
+        .count();
+    assert_eq!(started, 2);
+    let ns = common::namespaces(&cluster);
+    println!("ready {} {}", cluster.folder().display(), ns.join(" "));
+    let _ = child.wait();
+    unreachable!("the step runs until this process is killed");
+}
+
+#[test]
+fn an_owner_killed_with_9_leaves_no_slurm() {
+    let Some(cluster) = common::cluster(2) else {
+        return;
+    };
+    if slurm(&cluster).is_none() {
+        return;
+    }
+    drop(cluster);
+    let mut owner = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "owner_of_a_slurm",
+            "--include-ignored",
+            "--nocapture",
+        ])
+        .env(OWNER, "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(owner.stdout.take().unwrap());
+    let ready = out
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("ready "));
+    let Some(ready) = ready else {
+        owner.kill().unwrap();
+        owner.wait().unwrap();
+        panic!("the owner never reported its cluster");
+    };
+    let mut words = ready.split_whitespace().skip(1);
+    let folder = PathBuf::from(words.next().unwrap());
+    let namespaces: Vec<String> = words.map(str::to_string).collect();
+    let before = common::snapshot(&namespaces);
+    let names = |pids: &[(u32, String)]| -> Vec<String> {
+        pids.iter()
+            .filter_map(|(pid, _)| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
+            .map(|c| c.trim().to_string())
+            .collect()
+    };
+    let running = names(&before);
+    for daemon in ["slurmctld", "slurmd", "slurmstepd", "munged"] {
+        assert!(
+            running.iter().any(|n| n == daemon),
+            "no {daemon} in {running:?}"
+        );
+    }
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    // The watchdog needs a moment; bounded.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while folder.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    common::assert_gone(&before, &folder);
+}
