@@ -44,6 +44,9 @@ pub const MAX_NODES: usize = 8;
 /// Where a node sees the cluster's folder (the agent script, [`Cluster::shared_dir`]).
 pub const NODE_VIEW: &str = "/run/symmem-cluster";
 
+/// The PATH sshd gives a remote command (Debian's default).
+pub const SSH_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// How to install what a cluster job needs (Debian / Ubuntu).
 pub const OPEN_MPI_FIX: &str =
     "apt-get install openmpi-bin libopenmpi-dev libpmix-dev (Debian / Ubuntu)";
@@ -279,6 +282,8 @@ impl Cluster {
                 node.pid()
             ));
         }
+        // As sshd would, the command starts with a clean environment: HOME, USER, LOGNAME,
+        // SHELL of the user and the system PATH; mpirun's `-x` carries what the job exports.
         let agent = format!(
             "#!/bin/sh\n\
              # mpirun's rsh agent for the emulated cluster: enters the node's namespaces.\n\
@@ -288,7 +293,12 @@ impl Cluster {
              {cases}\
              \x20 *) echo \"symmem-cluster agent: no node named $host (nodes: {names})\" >&2; exit 255 ;;\n\
              esac\n\
-             exec {nsenter} -t \"$pid\" -u -m -i -- /bin/sh -c \"$*\"\n",
+             user=$(id -un)\n\
+             entry=$(getent passwd \"$user\")\n\
+             home=$(echo \"$entry\" | cut -d: -f6)\n\
+             shell=$(echo \"$entry\" | cut -d: -f7)\n\
+             exec {nsenter} -t \"$pid\" -u -m -i -- env -i \"HOME=${{home:-/}}\" \"USER=$user\" \\\n\
+             \x20 \"LOGNAME=$user\" \"SHELL=${{shell:-/bin/sh}}\" \"PATH={SSH_PATH}\" /bin/sh -c \"$*\"\n",
             names = self
                 .nodes
                 .iter()
@@ -329,8 +339,10 @@ impl Cluster {
         command
     }
 
-    /// The agent's path as the nodes see it.
-    pub(crate) fn agent_on_nodes(&self) -> String {
+    /// The rsh agent's path as the nodes see it (`mpirun --mca plm_rsh_agent`): `AGENT HOST
+    /// CMD...` runs CMD on node HOST (its name or address) with the clean environment ssh
+    /// gives (HOME, USER, LOGNAME, SHELL and [`SSH_PATH`]), nothing of the caller's.
+    pub fn agent_on_nodes(&self) -> String {
         format!("{NODE_VIEW}/agent")
     }
 

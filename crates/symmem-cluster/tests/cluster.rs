@@ -3,7 +3,9 @@
 //! the whole job, names the culprit and leaves nothing on either node.
 //!
 //! Needs root and Open MPI (`.ci/cluster` installs it); elsewhere each test prints
-//! "SKIPPED: ..." with the reason.
+//! "SKIPPED: ..." with the reason (a failure under `CI=true`).
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -13,14 +15,7 @@ use symmem_cluster::{Cluster, ClusterError, Job, JobOutcome, Stream};
 const GRACE: Duration = Duration::from_secs(5);
 
 fn cluster() -> Option<Cluster> {
-    match Cluster::up(2) {
-        Ok(cluster) => Some(cluster),
-        Err(e @ (ClusterError::NotRoot | ClusterError::ToolMissing { .. })) => {
-            eprintln!("SKIPPED: {e}");
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
+    common::cluster(2)
 }
 
 fn script(cluster: &Cluster, name: &str, body: &str) -> PathBuf {
@@ -29,76 +24,7 @@ fn script(cluster: &Cluster, name: &str, body: &str) -> PathBuf {
     path
 }
 
-/// State and start time of a process, from `/proc/PID/stat`.
-fn state_and_start(pid: u32) -> Option<(char, String)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
-    Some((fields.first()?.chars().next()?, fields.get(19)?.to_string()))
-}
-
-/// Every process on the nodes, holders included, as (pid, start time): taken while the
-/// nodes are up (their namespaces alive, so their names are theirs alone).
-fn snapshot(namespaces: &[String]) -> Vec<(u32, String)> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
-                .is_ok_and(|l| namespaces.iter().any(|ns| l.to_string_lossy() == *ns))
-        })
-        .filter_map(|pid| Some((pid, state_and_start(pid)?.1)))
-        .collect()
-}
-
-/// After the cluster is down: none of the processes it had still runs (a zombie that this
-/// machine's init has not reaped yet does not run), no mount of the cluster's folder is on
-/// this machine and the folder is removed.
-fn assert_gone(before: &[(u32, String)], folder: &Path) {
-    assert!(
-        !before.is_empty(),
-        "the snapshot holds at least the holders"
-    );
-    let running: Vec<String> = before
-        .iter()
-        .filter(|(pid, start)| {
-            state_and_start(*pid).is_some_and(|(state, now)| now == *start && state != 'Z')
-        })
-        .map(|(pid, _)| {
-            std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
-                .unwrap_or_default()
-                .replace('\0', " ")
-        })
-        .collect();
-    assert!(running.is_empty(), "still running: {running:?}");
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let name = folder.to_string_lossy();
-    assert!(
-        !mounts.contains(name.as_ref()),
-        "a mount of {name} is left:\n{mounts}"
-    );
-    assert!(!folder.exists(), "{} is left", folder.display());
-}
-
-fn namespaces(cluster: &Cluster) -> Vec<String> {
-    cluster
-        .nodes()
-        .iter()
-        .map(|n| n.mount_namespace().to_string())
-        .collect()
-}
-
-fn down(cluster: Cluster) {
-    let before = snapshot(&namespaces(&cluster));
-    let folder = cluster.folder().to_path_buf();
-    let teardown = cluster.down();
-    assert!(
-        teardown.killed.is_empty(),
-        "still running at teardown: {:?}",
-        teardown.killed
-    );
-    assert_gone(&before, &folder);
-}
+use common::{assert_gone, down, snapshot};
 
 fn show(outcome: &JobOutcome) -> String {
     let lines: Vec<String> = outcome.lines.iter().map(|l| l.to_string()).collect();
@@ -433,4 +359,49 @@ fn what_is_missing_is_named() {
             && no_mpirun.contains("openmpi-bin libopenmpi-dev libpmix-dev"),
         "{no_mpirun}"
     );
+}
+
+/// The rsh agent, run inside node-a as mpirun runs it, reaches node-b with what sshd would
+/// give the command (HOME, USER, LOGNAME, SHELL, the system PATH) and nothing of the caller's
+/// environment: a variable the job does not export with `-x` does not reach node-b.
+#[test]
+fn the_agent_passes_only_what_ssh_would() {
+    let Some(cluster) = cluster() else { return };
+    let out = cluster
+        .on_node(&cluster.nodes()[0])
+        .arg(cluster.agent_on_nodes())
+        .args(["node-b", "hostname;", "env"])
+        .env("SYMMEM_LEAK_PROBE", "leaked")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("node-b"), "{text}");
+    let names: Vec<&str> = lines.filter_map(|l| Some(l.split_once('=')?.0)).collect();
+    for given in ["HOME", "USER", "LOGNAME", "SHELL", "PATH"] {
+        assert!(
+            names.contains(&given),
+            "{given} is not set on node-b: {text}"
+        );
+    }
+    // /bin/sh adds PWD (and some shells SHLVL, _); nothing else may come.
+    let extra: Vec<&&str> = names
+        .iter()
+        .filter(|n| {
+            ![
+                "HOME", "USER", "LOGNAME", "SHELL", "PATH", "PWD", "SHLVL", "_",
+            ]
+            .contains(n)
+        })
+        .collect();
+    assert!(
+        extra.is_empty(),
+        "the caller's environment reached node-b: {extra:?}"
+    );
+    assert!(
+        text.contains(&format!("PATH={}\n", symmem_cluster::SSH_PATH)),
+        "{text}"
+    );
+    down(cluster);
 }
