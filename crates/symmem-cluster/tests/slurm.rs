@@ -1,10 +1,11 @@
 //! Debian's Slurm on the emulated nodes (`Cluster::slurm`): `srun --mpi=pmix` places tasks on
 //! both nodes (2+2 with `--ntasks-per-node`, Slurm's block 3+1 without), each task is a PMIx
-//! client, a `kill -9` of a task on node-b ends the step with srun naming it, and nothing of
-//! Slurm or munge is left once it is down, also when its owner is killed with 9.
+//! client, a `kill -9` of a task on node-b ends the step with srun naming it, a rule on
+//! node-b's address cuts it off, and nothing of Slurm or munge is left once it is down, also
+//! when its owner is killed with 9.
 //!
-//! Needs root, util-linux and Slurm (`.ci/cluster` installs it); elsewhere each test prints
-//! "SKIPPED: ..." with the reason (a failure under `CI=true`).
+//! Needs root, util-linux, Slurm and nftables (`.ci/cluster` installs them); elsewhere each
+//! test prints "SKIPPED: ..." with the reason (a failure under `CI=true`).
 
 mod common;
 
@@ -316,4 +317,76 @@ fn an_owner_killed_with_9_leaves_no_slurm() {
         std::thread::sleep(Duration::from_millis(50));
     }
     common::assert_gone(&before, &folder);
+}
+
+/// An nftables table on this machine that makes every new TCP connection to `address` fail
+/// (reset): the node with that address is cut off from whoever connects to it. Removed on drop.
+struct Cut {
+    table: String,
+}
+
+impl Cut {
+    /// `None` (skipped) without `nft`.
+    fn off(address: &str) -> Option<Self> {
+        let table = format!("symmem-cluster-cut-{}", std::process::id());
+        let rules = format!(
+            "table ip {table} {{\n chain out {{\n type filter hook output priority 0;\n \
+             meta l4proto tcp ip daddr {address} reject with tcp reset\n }}\n}}\n"
+        );
+        match std::process::Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+        {
+            Err(e) => {
+                common::skip(format!("nft (Debian package nftables) cannot run: {e}"));
+                None
+            }
+            Ok(mut nft) => {
+                use std::io::Write;
+                nft.stdin
+                    .take()
+                    .unwrap()
+                    .write_all(rules.as_bytes())
+                    .unwrap();
+                assert!(nft.wait().unwrap().success(), "nft refused {rules}");
+                Some(Self { table })
+            }
+        }
+    }
+}
+
+impl Drop for Cut {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("nft")
+            .args(["delete", "table", "ip", &self.table])
+            .status();
+    }
+}
+
+/// Slurm's daemons are reached at their node's own address (`NodeAddr`): a rule that resets
+/// connections to node-b's 127.0.0.3 stops a step that needs node-b, and srun names it.
+#[test]
+fn cutting_node_b_off_by_its_address_stops_steps_that_need_it() {
+    let Some(cluster) = common::cluster(2) else {
+        return;
+    };
+    let Some(slurm) = slurm(&cluster) else { return };
+    let both = ["-N2", "-n2", "hostname"];
+    let (status, out, err) = srun(&slurm, &both);
+    assert!(status.success(), "{status}: {out:?} {err:?}");
+    let Some(cut) = Cut::off(&cluster.nodes()[1].address().to_string()) else {
+        return;
+    };
+    let (status, out, err) = srun(&slurm, &both);
+    assert!(
+        !status.success() && err.iter().any(|l| l.contains("failed on node node-b")),
+        "{status}: {out:?} {err:?}"
+    );
+    // Only node-b is named: node-a is still reached at its own address.
+    assert!(!err.iter().any(|l| l.contains("node-a")), "{err:?}");
+    drop(cut);
+    drop(slurm);
+    assert_slurm_gone(&cluster);
+    common::down(cluster);
 }
