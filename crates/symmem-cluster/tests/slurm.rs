@@ -390,3 +390,35 @@ fn cutting_node_b_off_by_its_address_stops_steps_that_need_it() {
     assert_slurm_gone(&cluster);
     common::down(cluster);
 }
+
+/// Slurm comes up on the most nodes a cluster has, and a step reaches each of them, which
+/// sees its own hostname and address.
+#[test]
+fn a_step_spans_the_largest_cluster() {
+    let Some(cluster) = common::cluster(symmem_cluster::MAX_NODES) else {
+        return;
+    };
+    let Some(slurm) = slurm(&cluster) else { return };
+    let n = format!("{}", symmem_cluster::MAX_NODES);
+    let report =
+        "echo \"$SLURM_PROCID $(hostname) $(getent hosts \"$(hostname)\" | cut -d' ' -f1)\"";
+    let (status, out, err) = srun(&slurm, &["-N", &n, "-n", &n, "sh", "-c", report]);
+    assert!(status.success(), "{status}: {out:?} {err:?}");
+    let mut seen: Vec<(String, String)> = out
+        .iter()
+        .filter_map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            Some((words.get(1)?.to_string(), words.get(2)?.to_string()))
+        })
+        .collect();
+    seen.sort();
+    let nodes: Vec<(String, String)> = cluster
+        .nodes()
+        .iter()
+        .map(|node| (node.name().to_string(), node.address().to_string()))
+        .collect();
+    assert_eq!(seen, nodes, "{out:?}");
+    drop(slurm);
+    assert_slurm_gone(&cluster);
+    common::down(cluster);
+}
