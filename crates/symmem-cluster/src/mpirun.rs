@@ -344,7 +344,7 @@ impl Cluster {
             self.agent_on_nodes(),
             "--mca".into(),
             "oob_tcp_if_include".into(),
-            "lo".into(),
+            self.network().mpi_interfaces().into(),
             "--bind-to".into(),
             "none".into(),
             "--tag-output".into(),
@@ -364,11 +364,10 @@ impl Cluster {
 
     /// `words` run inside the first node's namespaces, with the job's environment.
     fn mpirun_command(&self, job: &Job, words: &[String]) -> Command {
-        let mut command = Command::new(self.nsenter_path());
+        let enter = self.enter_words(self.first_node());
+        let mut command = Command::new(&enter[0]);
         command
-            .arg("-t")
-            .arg(self.first_node().pid().to_string())
-            .args(["-u", "-m", "-i", "--"])
+            .args(&enter[1..])
             .args(words)
             .current_dir("/")
             .stdin(Stdio::null())

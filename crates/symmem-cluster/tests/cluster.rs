@@ -405,3 +405,39 @@ fn the_agent_passes_only_what_ssh_would() {
     );
     down(cluster);
 }
+
+/// On an isolated network, mpirun's daemons talk over the nodes' own addresses
+/// (`oob_tcp_if_include` = their subnet): ranks run on both nodes, each seeing its node's
+/// address, and the rsh agent enters the node's network namespace too.
+#[test]
+fn mpirun_runs_across_an_isolated_network() {
+    let cluster = match Cluster::up_with(2, symmem_cluster::Network::Isolated) {
+        Ok(cluster) => cluster,
+        Err(e @ (ClusterError::NotRoot | ClusterError::ToolMissing { .. })) => {
+            return common::skip(e);
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let program = script(
+        &cluster,
+        "where",
+        "echo \"$(hostname) $(getent hosts \"$(hostname)\" | cut -d' ' -f1)\"\n",
+    );
+    let job = Job::new(&program, 2).timeout(Duration::from_secs(60));
+    let outcome = cluster.mpirun(&job, &mut |_| {}).unwrap();
+    assert!(outcome.success(), "{}", show(&outcome));
+    for rank in 0..4 {
+        let node = if rank < 2 {
+            "node-a 198.18.0.2"
+        } else {
+            "node-b 198.18.0.3"
+        };
+        assert_eq!(
+            outcome.rank_lines(rank, Stream::Stdout),
+            [node],
+            "{}",
+            show(&outcome)
+        );
+    }
+    down(cluster);
+}

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Child, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use symmem_cluster::{Cluster, ClusterError, Slurm};
+use symmem_cluster::{Cluster, ClusterError, Network, Slurm};
 
 /// How long one `srun` of these tests may take.
 const SRUN_LIMIT: Duration = Duration::from_secs(60);
@@ -418,6 +418,50 @@ fn a_step_spans_the_largest_cluster() {
         .map(|node| (node.name().to_string(), node.address().to_string()))
         .collect();
     assert_eq!(seen, nodes, "{out:?}");
+    drop(slurm);
+    assert_slurm_gone(&cluster);
+    common::down(cluster);
+}
+
+/// On an isolated network (a network namespace per node, linked by a bridge), Slurm and its
+/// PMIx steps run across the nodes at their own addresses, and a rule in the fabric that drops
+/// node-b's address cuts it off: a step that needs it fails, naming it.
+#[test]
+fn on_an_isolated_network_a_rule_on_node_b_s_address_cuts_it_off() {
+    let cluster = match Cluster::up_with(2, Network::Isolated) {
+        Ok(cluster) => cluster,
+        Err(e @ (ClusterError::NotRoot | ClusterError::ToolMissing { .. })) => {
+            return common::skip(e);
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let Some(slurm) = slurm(&cluster) else { return };
+    let report =
+        "echo \"$SLURM_PROCID $(hostname) $(getent hosts \"$(hostname)\" | cut -d' ' -f1)\"";
+    let args = ["--mpi=pmix", "-N2", "-n2", "sh", "-c", report];
+    let (status, out, err) = srun(&slurm, &args);
+    assert!(status.success(), "{status}: {out:?} {err:?}");
+    let mut out = out;
+    out.sort();
+    assert_eq!(out, ["0 node-a 198.18.0.2", "1 node-b 198.18.0.3"]);
+    let fabric = cluster
+        .fabric_pid()
+        .expect("an isolated network has a fabric")
+        .to_string();
+    let rules = "table bridge cut {\n chain forward {\n type filter hook forward priority 0;\n \
+                 ip saddr 198.18.0.3 drop\n ip daddr 198.18.0.3 drop\n }\n}\n";
+    let mut nft = std::process::Command::new("nsenter")
+        .args(["-t", &fabric, "-n", "--", "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("nsenter nft");
+    std::io::Write::write_all(&mut nft.stdin.take().unwrap(), rules.as_bytes()).unwrap();
+    assert!(nft.wait().unwrap().success(), "nft refused {rules}");
+    let (status, out, err) = srun(&slurm, &args);
+    assert!(
+        !status.success() && err.iter().any(|l| l.contains("failed on node node-b")),
+        "{status}: {out:?} {err:?}"
+    );
     drop(slurm);
     assert_slurm_gone(&cluster);
     common::down(cluster);
