@@ -31,6 +31,10 @@ pub enum ClusterError {
     #[error("{what} was not found; install {package}: {fix}", fix = crate::SLURM_FIX)]
     SlurmMissing { what: String, package: &'static str },
     #[error(
+        "Slurm already runs on this cluster: use its handle, or drop it before starting another"
+    )]
+    SlurmRunning,
+    #[error(
         "this Slurm has no PMIx plugin (`srun --mpi=list` shows no pmix): install \
          slurm-wlm-basic-plugins (Debian / Ubuntu). It printed:\n{list}"
     )]

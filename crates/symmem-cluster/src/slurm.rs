@@ -55,6 +55,8 @@ pub struct Slurm<'c> {
     sinfo: PathBuf,
     slurmd_version: String,
     srun_version: String,
+    /// slurmctld's port, then each node's slurmd's.
+    ports: Vec<u16>,
 }
 
 /// A program on PATH or in the system folders (`sudo` may keep a PATH without /usr/sbin),
@@ -84,18 +86,40 @@ impl Programs {
     }
 }
 
-/// `count` distinct TCP ports that are free on this machine now.
+/// The lowest port the system hands out for outgoing connections (and `bind(0)`).
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
+}
+
+/// `count` TCP ports free on every address now, below the ephemeral range (so that no
+/// outgoing connection, srun's own included, takes one before its daemon binds it), and never
+/// handed out before by this process (tests start several clusters at once).
 fn free_ports(count: usize) -> Result<Vec<u16>, ClusterError> {
-    // All are held open at once, so the system hands out distinct ones.
-    let listeners = (0..count)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(ClusterError::io("finding free ports for the Slurm daemons"))?;
-    listeners
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.port()))
-        .collect::<Result<_, _>>()
-        .map_err(ClusterError::io("finding free ports for the Slurm daemons"))
+    static CLAIMED: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut claimed = CLAIMED.lock().unwrap_or_else(|e| e.into_inner());
+    let (low, high) = (10_000u16, ephemeral_low().max(10_001));
+    let span = u32::from(high - low);
+    let start = (std::process::id() * 7919) % span;
+    let mut ports = Vec::new();
+    for step in 0..span {
+        let port = low + ((start + step) % span) as u16;
+        if claimed.contains(&port) || std::net::TcpListener::bind(("0.0.0.0", port)).is_err() {
+            continue;
+        }
+        ports.push(port);
+        if ports.len() == count {
+            claimed.extend(&ports);
+            return Ok(ports);
+        }
+    }
+    Err(
+        ClusterError::io("finding free ports for the Slurm daemons")(
+            std::io::ErrorKind::AddrInUse.into(),
+        ),
+    )
 }
 
 /// slurm.conf for `nodes`: the controller on the first at `ports[0]`, node i's slurmd at
@@ -187,7 +211,10 @@ impl Cluster {
     pub fn slurm(&self) -> Result<Slurm<'_>, ClusterError> {
         let programs = Programs::find()?;
         let dir = self.shared_dir().join("slurm");
-        std::fs::create_dir_all(&dir).map_err(ClusterError::io("creating the Slurm folder"))?;
+        std::fs::create_dir(&dir).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => ClusterError::SlurmRunning,
+            _ => ClusterError::io("creating the Slurm folder")(e),
+        })?;
         let ports = free_ports(self.nodes().len() + 1)?;
         let conf = dir.join("slurm.conf");
         crate::write(&conf, &slurm_conf(self.nodes(), &ports), 0o644)?;
@@ -198,6 +225,7 @@ impl Cluster {
             sinfo: programs.sinfo.clone(),
             slurmd_version: first_line(Command::new(&programs.slurmd).arg("-V")),
             srun_version: first_line(Command::new(&programs.srun).arg("--version")),
+            ports,
         };
         // From here on, an error drops `slurm`, which stops what was started.
         slurm.check_pmix()?;
@@ -241,6 +269,16 @@ impl<'c> Slurm<'c> {
         let mut command = self.cluster.on_node(&self.cluster.nodes()[0]);
         command.arg(program).envs(self.env());
         command
+    }
+
+    /// The port of `node`'s slurmd (at the node's address).
+    pub fn slurmd_port(&self, node: &Node) -> u16 {
+        let index = self
+            .cluster
+            .nodes()
+            .iter()
+            .position(|n| n.pid() == node.pid());
+        self.ports[1 + index.expect("a node of this Slurm's cluster")]
     }
 
     /// `srun`'s path on this machine (the nodes see the same).

@@ -93,6 +93,8 @@ fn srun_places_tasks_on_both_nodes_as_pmix_clients() {
         return;
     };
     let Some(slurm) = slurm(&cluster) else { return };
+    let again = cluster.slurm().map(|_| ()).unwrap_err();
+    assert!(matches!(again, ClusterError::SlurmRunning), "{again}");
     eprintln!(
         "slurmd: {}; srun: {}",
         slurm.slurmd_version(),
@@ -319,19 +321,20 @@ fn an_owner_killed_with_9_leaves_no_slurm() {
     common::assert_gone(&before, &folder);
 }
 
-/// An nftables table on this machine that makes every new TCP connection to `address` fail
-/// (reset): the node with that address is cut off from whoever connects to it. Removed on drop.
+/// An nftables table on this machine that makes every new TCP connection to `address`:`port`
+/// fail (reset). The port keeps the rule to this test's own daemon: other clusters on this
+/// machine have nodes at the same address. Removed on drop.
 struct Cut {
     table: String,
 }
 
 impl Cut {
     /// `None` (skipped) without `nft`.
-    fn off(address: &str) -> Option<Self> {
+    fn off(address: &str, port: u16) -> Option<Self> {
         let table = format!("symmem-cluster-cut-{}", std::process::id());
         let rules = format!(
             "table ip {table} {{\n chain out {{\n type filter hook output priority 0;\n \
-             meta l4proto tcp ip daddr {address} reject with tcp reset\n }}\n}}\n"
+             ip daddr {address} tcp dport {port} reject with tcp reset\n }}\n}}\n"
         );
         match std::process::Command::new("nft")
             .args(["-f", "-"])
@@ -365,7 +368,9 @@ impl Drop for Cut {
 }
 
 /// Slurm's daemons are reached at their node's own address (`NodeAddr`): a rule that resets
-/// connections to node-b's 127.0.0.3 stops a step that needs node-b, and srun names it.
+/// connections to node-b's slurmd at 127.0.0.3 stops a step that needs node-b, and srun names
+/// it. (On the shared network that is all a rule can cut: what node-b opens leaves from
+/// 127.0.0.1; see the isolated network's test for a cut both ways.)
 #[test]
 fn cutting_node_b_off_by_its_address_stops_steps_that_need_it() {
     let Some(cluster) = common::cluster(2) else {
@@ -375,7 +380,8 @@ fn cutting_node_b_off_by_its_address_stops_steps_that_need_it() {
     let both = ["-N2", "-n2", "hostname"];
     let (status, out, err) = srun(&slurm, &both);
     assert!(status.success(), "{status}: {out:?} {err:?}");
-    let Some(cut) = Cut::off(&cluster.nodes()[1].address().to_string()) else {
+    let node_b = &cluster.nodes()[1];
+    let Some(cut) = Cut::off(&node_b.address().to_string(), slurm.slurmd_port(node_b)) else {
         return;
     };
     let (status, out, err) = srun(&slurm, &both);
