@@ -230,20 +230,22 @@ fn kill_9_of_a_task_on_node_b_ends_the_step_and_srun_names_it() {
     common::down(cluster);
 }
 
-/// Set for the copy of this test binary that owns the cluster in
-/// `an_owner_killed_with_9_leaves_no_slurm`.
+/// Set for the copy of this test binary that owns the cluster in the owner tests: the
+/// cluster's network, `shared` or `isolated`.
 const OWNER: &str = "SLURM_TEST_OWNER";
 
-/// The owner: brings up the cluster and Slurm, starts a step, says where everything is and
-/// waits to be killed.
+/// The owner: brings up the cluster and Slurm, starts a step, says where everything is (the
+/// folder, then the mount namespaces of the nodes and of the fabric, if any) and waits to be
+/// killed.
 #[test]
-#[ignore = "the owner process of an_owner_killed_with_9_leaves_no_slurm, which runs it"]
+#[ignore = "the owner process of the an_owner_killed_with_9_... tests, which run it"]
 fn owner_of_a_slurm() {
-    assert!(
-        std::env::var_os(OWNER).is_some(),
-        "run by an_owner_killed_with_9_leaves_no_slurm"
-    );
-    let cluster = Cluster::up(2).unwrap();
+    let network = match std::env::var(OWNER).as_deref() {
+        Ok("shared") => Network::Shared,
+        Ok("isolated") => Network::Isolated,
+        other => panic!("run by the an_owner_killed_with_9_... tests, not with {other:?}"),
+    };
+    let cluster = Cluster::up_with(2, network).unwrap();
     let slurm = cluster.slurm().unwrap();
     let mut child = spawn_srun(
         &slurm,
@@ -257,14 +259,19 @@ fn owner_of_a_slurm() {
         .take(2)
         .count();
     assert_eq!(started, 2);
-    let ns = common::namespaces(&cluster);
+    let mut ns = common::namespaces(&cluster);
+    if let Some(fabric) = cluster.fabric_pid() {
+        let link = std::fs::read_link(format!("/proc/{fabric}/ns/mnt")).unwrap();
+        ns.push(link.to_string_lossy().into_owned());
+    }
     println!("ready {} {}", cluster.folder().display(), ns.join(" "));
     let _ = child.wait();
     unreachable!("the step runs until this process is killed");
 }
 
-#[test]
-fn an_owner_killed_with_9_leaves_no_slurm() {
+/// Runs `owner_of_a_slurm` on `network`, kills it with 9 once its step runs, and checks that
+/// the watchdog leaves nothing: no daemon, no holder, no mount, no folder.
+fn owner_killed_with_9(network: &str) {
     let Some(cluster) = common::cluster(2) else {
         return;
     };
@@ -279,7 +286,7 @@ fn an_owner_killed_with_9_leaves_no_slurm() {
             "--include-ignored",
             "--nocapture",
         ])
-        .env(OWNER, "1")
+        .env(OWNER, network)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -298,13 +305,11 @@ fn an_owner_killed_with_9_leaves_no_slurm() {
     let folder = PathBuf::from(words.next().unwrap());
     let namespaces: Vec<String> = words.map(str::to_string).collect();
     let before = common::snapshot(&namespaces);
-    let names = |pids: &[(u32, String)]| -> Vec<String> {
-        pids.iter()
-            .filter_map(|(pid, _)| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
-            .map(|c| c.trim().to_string())
-            .collect()
-    };
-    let running = names(&before);
+    let running: Vec<String> = before
+        .iter()
+        .filter_map(|(pid, _)| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
+        .map(|c| c.trim().to_string())
+        .collect();
     for daemon in ["slurmctld", "slurmd", "slurmstepd", "munged"] {
         assert!(
             running.iter().any(|n| n == daemon),
@@ -319,6 +324,18 @@ fn an_owner_killed_with_9_leaves_no_slurm() {
         std::thread::sleep(Duration::from_millis(50));
     }
     common::assert_gone(&before, &folder);
+}
+
+#[test]
+fn an_owner_killed_with_9_leaves_no_slurm() {
+    owner_killed_with_9("shared");
+}
+
+/// The same on an isolated network: the fabric's holder goes too (and with the last process
+/// of each network namespace, its veth).
+#[test]
+fn an_owner_killed_with_9_leaves_no_slurm_nor_fabric() {
+    owner_killed_with_9("isolated");
 }
 
 /// An nftables table on this machine that makes every new TCP connection to `address`:`port`
