@@ -215,20 +215,28 @@ impl Cluster {
             std::io::ErrorKind::AlreadyExists => ClusterError::SlurmRunning,
             _ => ClusterError::io("creating the Slurm folder")(e),
         })?;
-        let ports = free_ports(self.nodes().len() + 1)?;
         let conf = dir.join("slurm.conf");
-        crate::write(&conf, &slurm_conf(self.nodes(), &ports), 0o644)?;
+        let made = free_ports(self.nodes().len() + 1).and_then(|ports| {
+            crate::write(&conf, &slurm_conf(self.nodes(), &ports), 0o644)?;
+            Ok((ports, self.on_nodes(&conf)?))
+        });
+        if made.is_err() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        let (ports, conf) = made?;
         let mut slurm = Slurm {
             cluster: self,
-            conf: self.on_nodes(&conf)?,
+            conf,
             srun: programs.srun.clone(),
             sinfo: programs.sinfo.clone(),
             slurmd_version: first_line(Command::new(&programs.slurmd).arg("-V")),
-            srun_version: first_line(Command::new(&programs.srun).arg("--version")),
+            srun_version: String::new(),
             ports,
         };
         // From here on, an error drops `slurm`, which stops what was started.
         slurm.check_pmix()?;
+        // srun reads slurm.conf even for --version.
+        slurm.srun_version = first_line(slurm.command(&slurm.srun).arg("--version"));
         for node in self.nodes() {
             slurm.prepare(node)?;
             slurm.start_munged(node, &programs)?;
@@ -239,7 +247,6 @@ impl Cluster {
             slurm.start_daemon(node, "slurmd", &programs.slurmd, &["-N", node.name()])?;
         }
         slurm.wait_idle()?;
-        slurm.srun_version = first_line(slurm.command(&slurm.srun).arg("--version"));
         Ok(slurm)
     }
 }

@@ -95,11 +95,9 @@ fn srun_places_tasks_on_both_nodes_as_pmix_clients() {
     let Some(slurm) = slurm(&cluster) else { return };
     let again = cluster.slurm().map(|_| ()).unwrap_err();
     assert!(matches!(again, ClusterError::SlurmRunning), "{again}");
-    eprintln!(
-        "slurmd: {}; srun: {}",
-        slurm.slurmd_version(),
-        slurm.srun_version()
-    );
+    for version in [slurm.slurmd_version(), slurm.srun_version()] {
+        assert!(version.starts_with("slurm"), "not a version: {version}");
+    }
     let report =
         "echo \"$SLURM_PROCID $(hostname) $PMIX_RANK $PMIX_NAMESPACE $SLURM_TASKS_PER_NODE\"";
     let even = [
