@@ -163,6 +163,24 @@ fn task_pid(cluster: &Cluster, node: usize, task: usize) -> Option<u32> {
         .map(|p| p.pid)
 }
 
+/// Slurm ends the step's other tasks (`sh -c ...`, `sleep`) on every node: waits for that,
+/// bounded (KillWait is 5 s), and fails if some still run.
+fn assert_tasks_end(cluster: &Cluster) {
+    let tasks = || -> Vec<_> {
+        cluster
+            .nodes()
+            .iter()
+            .flat_map(|node| cluster.processes(node))
+            .filter(|p| p.command.starts_with("sleep") || p.command.starts_with("sh -c"))
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !tasks().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(tasks(), [], "tasks of the step left on the nodes");
+}
+
 #[test]
 fn kill_9_of_a_task_on_node_b_ends_the_step_and_srun_names_it() {
     let Some(cluster) = common::cluster(2) else {
@@ -209,20 +227,7 @@ fn kill_9_of_a_task_on_node_b_ends_the_step_and_srun_names_it() {
         err.iter().any(|l| l.contains("node-b: task 3")),
         "srun does not name node-b's task 3: {err:?}"
     );
-    // Slurm ends the other tasks of the step (bounded: KillWait is 5 s).
-    let tasks = || -> Vec<_> {
-        cluster
-            .nodes()
-            .iter()
-            .flat_map(|node| cluster.processes(node))
-            .filter(|p| p.command.starts_with("sleep") || p.command.starts_with("sh -c"))
-            .collect()
-    };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !tasks().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(tasks(), [], "tasks of the step left on the nodes");
+    assert_tasks_end(&cluster);
     drop(slurm);
     assert_slurm_gone(&cluster);
     common::down(cluster);
