@@ -1,8 +1,10 @@
 //! Debian's Slurm on the emulated nodes: `munged` and `slurmd` on every node, `slurmctld` on
 //! the first, all sharing one slurm.conf in the cluster's shared folder.
 //!
-//! The nodes share this machine's network namespace, so every `slurmd` has its own port
-//! (picked free at start) and its node's own address (`NodeAddr`). Spool, state and logs are in
+//! Every daemon is reached at its node's own address (`NodeAddr`, `SlurmctldHost`). On the
+//! shared network the nodes share this machine's network namespace, so every daemon also has
+//! its own port, picked free below the ephemeral range at start (on an isolated network the
+//! same ports serve, in each node's own namespace). Spool, state and logs are in
 //! each node's private `/tmp/slurm`, pid files and munge's socket in its private `/run`. No
 //! cgroups: `proctrack/linuxproc` and `task/none`. [`Slurm`] drops by stopping every daemon
 //! (and `slurmstepd`, `srun`) on the nodes; the cluster's sweep and watchdog end whatever is
@@ -36,7 +38,7 @@ const READY_WITHIN: Duration = Duration::from_secs(30);
 /// machine has), so that 8 ranks fit on each.
 pub const CPUS_PER_NODE: usize = 8;
 
-/// The programs Slurm needs and the Debian package of each.
+/// The programs Slurm needs (see [`program`] for the Debian package of each).
 struct Programs {
     slurmctld: PathBuf,
     slurmd: PathBuf,
