@@ -26,6 +26,34 @@ pub enum ClusterError {
         .0.display()
     )]
     HiddenOnNodes(PathBuf),
+    #[error("{what} was not found; install {package}: {fix}", fix = crate::SLURM_FIX)]
+    SlurmMissing { what: String, package: &'static str },
+    #[error(
+        "Slurm already runs on this cluster: use its handle, or drop it before starting another"
+    )]
+    SlurmRunning,
+    #[error(
+        "this Slurm has no PMIx plugin (`srun --mpi=list` shows no pmix): install \
+         slurm-wlm-basic-plugins (Debian / Ubuntu). It printed:\n{list}"
+    )]
+    SlurmNoPmix { list: String },
+    #[error(
+        "{daemon} did not start on {node}; fix what its output and log say (last lines):\n{log}"
+    )]
+    SlurmDaemon {
+        daemon: String,
+        node: String,
+        log: String,
+    },
+    #[error(
+        "the Slurm nodes were not all idle within {within:?}; sinfo says:\n{sinfo}\nFix what \
+         the daemons' logs say (last lines):\n{logs}"
+    )]
+    SlurmNotReady {
+        within: std::time::Duration,
+        sinfo: String,
+        logs: String,
+    },
     #[error("{what}: {source}")]
     Io {
         what: String,

@@ -21,34 +21,24 @@ impl Cluster {
         self.nodes().iter().map(|n| n.name().to_string()).collect()
     }
 
-    /// The rsh agent as the nodes see it: `agent HOST CMD...` runs CMD on HOST, as ssh would.
+    /// The rsh agent as the nodes see it: `agent HOST CMD...` runs CMD on HOST (its name or
+    /// address) with the clean environment ssh gives (HOME, USER, LOGNAME, SHELL and
+    /// [`SSH_PATH`](crate::SSH_PATH)), nothing of the caller's.
     pub fn agent(&self) -> PathBuf {
         PathBuf::from(format!("{NODE_VIEW}/agent"))
     }
 
-    /// The command prefix that runs a launcher inside the first node: its namespaces, `/` as
-    /// the working folder, and without the folders named for this machine's `/run` and `/tmp`
-    /// (the node has its own).
+    /// The command prefix that runs a launcher inside the first node: its namespaces
+    /// ([`Cluster::enter_words`]), `/` as the working folder, and without the folders named for
+    /// this machine's `/run` and `/tmp` (the node has its own).
     pub fn wrapper(&self) -> Vec<OsString> {
-        let pid = self.first_node().pid().to_string();
-        let mut words: Vec<OsString> = vec![self.nsenter_path().into()];
+        let mut words: Vec<OsString> = self
+            .enter_words(self.first_node())
+            .into_iter()
+            .map(OsString::from)
+            .collect();
         words.extend(
-            [
-                "-t",
-                &pid,
-                "-u",
-                "-m",
-                "-i",
-                "--",
-                "env",
-                "-C",
-                "/",
-                "-u",
-                "XDG_RUNTIME_DIR",
-                "-u",
-                "TMPDIR",
-            ]
-            .map(OsString::from),
+            ["env", "-C", "/", "-u", "XDG_RUNTIME_DIR", "-u", "TMPDIR"].map(OsString::from),
         );
         words
     }
@@ -74,15 +64,21 @@ impl Cluster {
     }
 
     /// `mpirun` across every node: the cluster's hosts, agent, wrapper and sweep, over the
-    /// loopback (the nodes share this machine's network).
+    /// cluster's [`Network`](crate::Network) (its interfaces for Open MPI's out-of-band channel).
     pub fn mpirun(&self) -> Mpirun {
         Mpirun {
             program: self.mpirun_path().to_path_buf(),
             rsh_agent: Some(self.agent()),
             wrapper: self.wrapper(),
-            args: ["--mca", "oob_tcp_if_include", "lo", "--bind-to", "none"]
-                .map(OsString::from)
-                .to_vec(),
+            args: [
+                "--mca",
+                "oob_tcp_if_include",
+                self.network().mpi_interfaces(),
+                "--bind-to",
+                "none",
+            ]
+            .map(OsString::from)
+            .to_vec(),
             sweep: Some(self.sweeper()),
             ..Mpirun::new(Hosts::List(self.hosts()))
         }

@@ -4,7 +4,13 @@
 //! (`node-a`, `node-b`, ...), an `/etc/hosts` that maps every node to its own loopback address
 //! (127.0.0.2, 127.0.0.3, ...), and private tmpfs mounts on `/tmp`, `/run` and `/dev/shm`, so
 //! that what one node leaves in them is invisible to the others, as on separate hosts. The
-//! network is the machine's loopback: nothing else is touched.
+//! network is the machine's loopback ([`Network::Shared`]), or, with
+//! [`Network::Isolated`], a network namespace per node linked by a bridge in one more
+//! namespace, so that the nodes talk over their own addresses only; see [`Network`]. Nothing
+//! of this machine's network is touched.
+//!
+//! [`Cluster::slurm`] starts Debian's Slurm on the nodes (munged and slurmd on each,
+//! slurmctld on the first); see [`Slurm`].
 //!
 //! Jobs are `symmem-launch`'s: the cluster hands a launcher ([`Cluster::mpirun`]) its hosts,
 //! a wrapper that starts it inside the first node, an rsh agent script that enters the other
@@ -19,12 +25,16 @@
 
 mod error;
 mod launcher;
+mod network;
 mod procs;
+mod slurm;
 mod versions;
 mod watchdog;
 
 pub use error::ClusterError;
+pub use network::Network;
 pub use procs::Process;
+pub use slurm::{CPUS_PER_NODE, SLURM_FIX, SLURM_PROGRAMS, Slurm};
 pub use versions::{engine_version, launcher_version};
 
 use std::io::{BufRead, BufReader, Read};
@@ -40,6 +50,9 @@ pub const MAX_NODES: usize = 8;
 
 /// Where a node sees the cluster's folder (the agent script, [`Cluster::shared_dir`]).
 pub const NODE_VIEW: &str = "/run/symmem-cluster";
+
+/// The PATH sshd gives a remote command (Debian's default).
+pub const SSH_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// How to install what a cluster job needs (Debian / Ubuntu).
 pub const OPEN_MPI_FIX: &str =
@@ -85,6 +98,9 @@ pub struct Cluster {
     nodes: Vec<Node>,
     mpirun: PathBuf,
     nsenter: PathBuf,
+    network: Network,
+    /// The bridge's namespace of an isolated network.
+    fabric: Option<network::Fabric>,
     watchdog: Option<watchdog::Watchdog>,
 }
 
@@ -123,47 +139,93 @@ pub(crate) fn sh_quote(text: &str) -> String {
 }
 
 impl Cluster {
-    /// Starts `nodes` nodes (2 ..= [`MAX_NODES`]). Needs root, util-linux's `unshare` and
-    /// `nsenter`, and Open MPI's `mpirun`; each missing piece is an error naming the fix.
+    /// Starts `nodes` nodes (2 ..= [`MAX_NODES`]) on this machine's loopback
+    /// ([`Network::Shared`]). Needs root, util-linux's `unshare` and `nsenter`, and Open MPI's
+    /// `mpirun`; each missing piece is an error naming the fix.
     pub fn up(nodes: usize) -> Result<Self, ClusterError> {
+        Self::up_with(nodes, Network::Shared)
+    }
+
+    /// Starts `nodes` nodes wired as `network` says ([`Network::Isolated`] also needs
+    /// iproute2's `ip`).
+    pub fn up_with(nodes: usize, network: Network) -> Result<Self, ClusterError> {
         if !(2..=MAX_NODES).contains(&nodes) {
             return Err(ClusterError::NodeCount { asked: nodes });
         }
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        if unsafe { libc::geteuid() } != 0 {
+        if !nix::unistd::geteuid().is_root() {
             return Err(ClusterError::NotRoot);
         }
         const UTIL_LINUX: &str = "apt-get install util-linux (Debian / Ubuntu)";
         let unshare = tool("unshare", UTIL_LINUX)?;
         let nsenter = tool("nsenter", UTIL_LINUX)?;
         let mpirun = find_mpirun()?;
-        let root = fresh_dir()?;
+        let ip = match network {
+            Network::Shared => None,
+            Network::Isolated => Some(tool("ip", "apt-get install iproute2 (Debian / Ubuntu)")?),
+        };
         let mut cluster = Cluster {
-            root,
+            root: fresh_dir()?,
             nodes: Vec::new(),
             mpirun,
             nsenter,
+            network,
+            fabric: None,
             watchdog: None,
         };
         cluster.watchdog = Some(watchdog::Watchdog::start(&cluster.root)?);
         // From here on, an error drops `cluster`, which removes what was made so far.
         std::fs::create_dir(cluster.shared_dir())
             .map_err(ClusterError::io("creating the cluster's shared folder"))?;
-        let mut hosts = String::from("127.0.0.1 localhost\n");
-        for i in 0..nodes {
-            hosts.push_str(&format!("{} {}\n", address(i), node_name(i)));
+        if let Some(ip) = ip {
+            cluster.start_fabric(&unshare, ip)?;
         }
-        write(&cluster.root.join("hosts"), &hosts, 0o644)?;
-        for i in 0..nodes {
-            let node = cluster.start_node(&unshare, i)?;
-            let (holder, ns) = (node.pid(), node.mount_ns.clone());
-            cluster.nodes.push(node);
-            if let Some(watchdog) = &mut cluster.watchdog {
-                watchdog.watch(holder, &ns)?;
-            }
-        }
+        cluster.start_nodes(&unshare, nodes)?;
         cluster.write_agent()?;
         Ok(cluster)
+    }
+
+    /// The hosts file, then the nodes, each watched and linked to the fabric (if any).
+    fn start_nodes(&mut self, unshare: &Path, nodes: usize) -> Result<(), ClusterError> {
+        let mut hosts = String::from("127.0.0.1 localhost\n");
+        for i in 0..nodes {
+            hosts.push_str(&format!("{} {}\n", self.network.address(i), node_name(i)));
+        }
+        write(&self.root.join("hosts"), &hosts, 0o644)?;
+        for i in 0..nodes {
+            let node = self.start_node(unshare, i)?;
+            let (holder, ns) = (node.pid(), node.mount_ns.clone());
+            self.nodes.push(node);
+            if let Some(watchdog) = &mut self.watchdog {
+                watchdog.watch(holder, &ns)?;
+            }
+            if let Some(fabric) = &self.fabric {
+                fabric.connect(&self.nodes[i], i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The fabric of an isolated network, watched like a node.
+    fn start_fabric(&mut self, unshare: &Path, ip: PathBuf) -> Result<(), ClusterError> {
+        let script = network::Fabric::script();
+        let (holder, ns) = self.spawn_holder(unshare, "fabric", &["--net", "--mount"], &script)?;
+        let pid = holder.id();
+        self.fabric = Some(network::Fabric::new(holder, ip, self.nsenter.clone()));
+        if let Some(watchdog) = &mut self.watchdog {
+            watchdog.watch(pid, &ns)?;
+        }
+        Ok(())
+    }
+
+    /// How the nodes are wired.
+    pub fn network(&self) -> Network {
+        self.network
+    }
+
+    /// The pid of the fabric's holder in an isolated network: `nsenter -t PID -n` enters the
+    /// namespace of the bridge between the nodes (where a rule cuts a node off both ways).
+    pub fn fabric_pid(&self) -> Option<u32> {
+        self.fabric.as_ref().map(network::Fabric::pid)
     }
 
     pub fn nodes(&self) -> &[Node] {
@@ -204,6 +266,7 @@ impl Cluster {
         let script = format!(
             "set -e\n\
              hostname {name}\n\
+             {network}\
              mount --bind {hosts} /etc/hosts\n\
              mount -t tmpfs -o mode=0755,size=64m symmem-cluster-run /run\n\
              mkdir {view}\n\
@@ -212,29 +275,37 @@ impl Cluster {
              mount -t tmpfs -o mode=1777 symmem-cluster-shm /dev/shm\n\
              echo ready\n\
              exec sleep infinity\n",
+            network = self.network.node_script(),
             hosts = sh_quote(&format!("{root}/hosts")),
             view = NODE_VIEW,
             root = sh_quote(root),
         );
+        let flags = self.network.unshare_flags();
+        let (holder, mount_ns) = self.spawn_holder(unshare, &name, flags, &script)?;
+        Ok(Node {
+            name,
+            address: self.network.address(index),
+            holder,
+            mount_ns,
+        })
+    }
+
+    /// A holder process in new namespaces `flags` that runs `script` until it prints
+    /// `ready`; its stderr goes to `<name>.stderr` in the cluster's folder. Returns it and
+    /// its mount namespace.
+    fn spawn_holder(
+        &self,
+        unshare: &Path,
+        name: &str,
+        flags: &[&str],
+        script: &str,
+    ) -> Result<(Child, String), ClusterError> {
         let stderr_path = self.root.join(format!("{name}.stderr"));
         let stderr = std::fs::File::create(&stderr_path)
             .map_err(ClusterError::io("creating a node's log"))?;
-        let mut command = Command::new(unshare);
-        command
-            .args([
-                "--uts",
-                "--mount",
-                "--ipc",
-                "--propagation",
-                "private",
-                "--",
-            ])
-            .args(["/bin/sh", "-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(stderr);
+        let mut command = network::holder_command(unshare, flags, script, stderr);
         let mut holder = command.spawn().map_err(|e| ClusterError::NodeStart {
-            node: name.clone(),
+            node: name.to_string(),
             detail: format!("starting {}: {e}", unshare.display()),
         })?;
         let mut line = String::new();
@@ -249,7 +320,7 @@ impl Cluster {
             let mut log = String::new();
             let _ = std::fs::File::open(&stderr_path).and_then(|mut f| f.read_to_string(&mut log));
             return Err(ClusterError::NodeStart {
-                node: name,
+                node: name.to_string(),
                 detail: format!("its set-up failed: {}", log.trim()),
             });
         }
@@ -257,12 +328,7 @@ impl Cluster {
             .map_err(ClusterError::io("reading a node's mount namespace"))?
             .to_string_lossy()
             .into_owned();
-        Ok(Node {
-            name,
-            address: address(index),
-            holder,
-            mount_ns,
-        })
+        Ok((holder, mount_ns))
     }
 
     /// The rsh agent: `agent HOST CMD...` runs CMD in HOST's namespaces, as ssh would.
@@ -276,6 +342,8 @@ impl Cluster {
                 node.pid()
             ));
         }
+        // As sshd would, the command starts with a clean environment: HOME, USER, LOGNAME,
+        // SHELL of the user and the system PATH; mpirun's `-x` carries what the job exports.
         let agent = format!(
             "#!/bin/sh\n\
              # mpirun's rsh agent for the emulated cluster: enters the node's namespaces.\n\
@@ -285,7 +353,12 @@ impl Cluster {
              {cases}\
              \x20 *) echo \"symmem-cluster agent: no node named $host (nodes: {names})\" >&2; exit 255 ;;\n\
              esac\n\
-             exec {nsenter} -t \"$pid\" -u -m -i -- /bin/sh -c \"$*\"\n",
+             user=$(id -un)\n\
+             entry=$(getent passwd \"$user\")\n\
+             home=$(echo \"$entry\" | cut -d: -f6)\n\
+             shell=$(echo \"$entry\" | cut -d: -f7)\n\
+             exec {nsenter} -t \"$pid\" {flags} -- env -i \"HOME=${{home:-/}}\" \"USER=$user\" \\\n\
+             \x20 \"LOGNAME=$user\" \"SHELL=${{shell:-/bin/sh}}\" \"PATH={SSH_PATH}\" /bin/sh -c \"$*\"\n",
             names = self
                 .nodes
                 .iter()
@@ -293,8 +366,37 @@ impl Cluster {
                 .collect::<Vec<_>>()
                 .join(" "),
             nsenter = sh_quote(&self.nsenter.to_string_lossy()),
+            flags = self.network.nsenter_flags().join(" "),
         );
         write(&self.root.join("agent"), &agent, 0o755)
+    }
+
+    /// The words that run a command inside `node` (its UTS, mount and IPC namespaces):
+    /// `nsenter -t PID -u -m -i [-n] --`, then the command.
+    pub fn enter_words(&self, node: &Node) -> Vec<String> {
+        let mut words = vec![
+            self.nsenter.to_string_lossy().into_owned(),
+            "-t".into(),
+            node.pid().to_string(),
+        ];
+        words.extend(self.network.nsenter_flags().iter().map(|f| f.to_string()));
+        words.push("--".into());
+        words
+    }
+
+    /// A command inside `node` (add the program and its arguments): [`Cluster::enter_words`],
+    /// in `/`, stdin from /dev/null, without this machine's `TMPDIR` and `XDG_RUNTIME_DIR`
+    /// (the node has its own /tmp and /run).
+    pub fn on_node(&self, node: &Node) -> Command {
+        let words = self.enter_words(node);
+        let mut command = Command::new(&words[0]);
+        command
+            .args(&words[1..])
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("TMPDIR");
+        command
     }
 
     /// Processes in `node`'s namespaces other than its holder.
@@ -347,6 +449,10 @@ impl Cluster {
         }
         // The namespaces, and with them the nodes' mounts, end with their last process.
         self.nodes.clear();
+        if let Some(mut fabric) = self.fabric.take() {
+            let _ = fabric.holder.kill();
+            let _ = fabric.holder.wait();
+        }
         let _ = std::fs::remove_dir_all(&self.root);
         if let Some(mut watchdog) = self.watchdog.take() {
             watchdog.stand_down();
@@ -360,9 +466,6 @@ impl Cluster {
     pub(crate) fn mpirun_path(&self) -> &Path {
         &self.mpirun
     }
-    pub(crate) fn nsenter_path(&self) -> &Path {
-        &self.nsenter
-    }
     pub(crate) fn root(&self) -> &Path {
         &self.root
     }
@@ -372,10 +475,6 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         self.teardown();
     }
-}
-
-fn address(index: usize) -> Ipv4Addr {
-    Ipv4Addr::new(127, 0, 0, 2 + index as u8)
 }
 
 fn write(path: &Path, text: &str, mode: u32) -> Result<(), ClusterError> {

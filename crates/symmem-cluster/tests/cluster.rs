@@ -4,28 +4,21 @@
 //! job, names the culprit with its node and leaves nothing on either node.
 //!
 //! Needs root and Open MPI (`.ci/cluster` installs it); elsewhere each test prints
-//! "SKIPPED: ..." with the reason.
+//! "SKIPPED: ..." with the reason (a failure under `CI=true`).
+
+mod common;
 
 use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use symmem_cluster::{Cluster, ClusterError};
-use symmem_launch::{
-    Ended, LaunchSpec, Launcher, Layout, Outcome, OutputLine, RunReport, Stream, procfs,
-};
+use symmem_launch::{Ended, LaunchSpec, Launcher, Layout, Outcome, OutputLine, RunReport, Stream};
 
 /// The grace period of symmem's launcher: a job must be over this long after a kill.
 const GRACE: Duration = Duration::from_secs(5);
 
 fn cluster() -> Option<Cluster> {
-    match Cluster::up(2) {
-        Ok(cluster) => Some(cluster),
-        Err(e @ (ClusterError::NotRoot | ClusterError::ToolMissing { .. })) => {
-            eprintln!("SKIPPED: {e}");
-            None
-        }
-        Err(e) => panic!("{e}"),
-    }
+    common::cluster(2)
 }
 
 /// A script in the cluster's shared folder, as the nodes see it.
@@ -35,10 +28,7 @@ fn script(cluster: &Cluster, name: &str, body: &str) -> PathBuf {
     cluster.on_nodes(&path).unwrap()
 }
 
-/// State and start time of a process.
-fn state_and_start(pid: u32) -> Option<(char, u64)> {
-    procfs::stat(pid as i32).map(|s| (s.state, s.start_time))
-}
+use common::{assert_gone, down, snapshot};
 
 /// Runs `spec` with mpirun across the cluster; `on_line` sees each line as it comes.
 fn mpirun(
@@ -63,70 +53,6 @@ fn rank_lines(lines: &[OutputLine], rank: usize, stream: Stream) -> Vec<&str> {
         .filter(|l| l.rank == Some(rank) && l.stream == stream)
         .map(|l| l.text.as_str())
         .collect()
-}
-
-/// Every process on the nodes, holders included, as (pid, start time): taken while the
-/// nodes are up (their namespaces alive, so their names are theirs alone).
-fn snapshot(namespaces: &[String]) -> Vec<(u32, u64)> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
-                .is_ok_and(|l| namespaces.iter().any(|ns| l.to_string_lossy() == *ns))
-        })
-        .filter_map(|pid| Some((pid, state_and_start(pid)?.1)))
-        .collect()
-}
-
-/// After the cluster is down: none of the processes it had still runs (a zombie that this
-/// machine's init has not reaped yet does not run), no mount of the cluster's folder is on
-/// this machine and the folder is removed.
-fn assert_gone(before: &[(u32, u64)], folder: &Path) {
-    assert!(
-        !before.is_empty(),
-        "the snapshot holds at least the holders"
-    );
-    let running: Vec<String> = before
-        .iter()
-        .filter(|(pid, start)| {
-            state_and_start(*pid).is_some_and(|(state, now)| now == *start && state != 'Z')
-        })
-        .map(|(pid, _)| {
-            std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
-                .unwrap_or_default()
-                .replace('\0', " ")
-        })
-        .collect();
-    assert!(running.is_empty(), "still running: {running:?}");
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let name = folder.to_string_lossy();
-    assert!(
-        !mounts.contains(name.as_ref()),
-        "a mount of {name} is left:\n{mounts}"
-    );
-    assert!(!folder.exists(), "{} is left", folder.display());
-}
-
-fn namespaces(cluster: &Cluster) -> Vec<String> {
-    cluster
-        .nodes()
-        .iter()
-        .map(|n| n.mount_namespace().to_string())
-        .collect()
-}
-
-fn down(cluster: Cluster) {
-    let before = snapshot(&namespaces(&cluster));
-    let folder = cluster.folder().to_path_buf();
-    let teardown = cluster.down();
-    assert!(
-        teardown.killed.is_empty(),
-        "still running at teardown: {:?}",
-        teardown.killed
-    );
-    assert_gone(&before, &folder);
 }
 
 fn show(report: &RunReport, lines: &[OutputLine]) -> String {
@@ -472,4 +398,87 @@ fn what_is_missing_is_named() {
             && no_mpirun.contains("openmpi-bin libopenmpi-dev libpmix-dev"),
         "{no_mpirun}"
     );
+}
+
+/// The rsh agent, run inside node-a as mpirun runs it, reaches node-b with what sshd would
+/// give the command (HOME, USER, LOGNAME, SHELL, the system PATH) and nothing of the caller's
+/// environment: a variable the job does not export with `-x` does not reach node-b.
+#[test]
+fn the_agent_passes_only_what_ssh_would() {
+    let Some(cluster) = cluster() else { return };
+    let out = cluster
+        .on_node(&cluster.nodes()[0])
+        .arg(cluster.agent())
+        .args(["node-b", "hostname;", "env"])
+        .env("SYMMEM_LEAK_PROBE", "leaked")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("node-b"), "{text}");
+    let names: Vec<&str> = lines.filter_map(|l| Some(l.split_once('=')?.0)).collect();
+    for given in ["HOME", "USER", "LOGNAME", "SHELL", "PATH"] {
+        assert!(
+            names.contains(&given),
+            "{given} is not set on node-b: {text}"
+        );
+    }
+    // /bin/sh adds PWD (and some shells SHLVL, _); nothing else may come.
+    let extra: Vec<&&str> = names
+        .iter()
+        .filter(|n| {
+            ![
+                "HOME", "USER", "LOGNAME", "SHELL", "PATH", "PWD", "SHLVL", "_",
+            ]
+            .contains(n)
+        })
+        .collect();
+    assert!(
+        extra.is_empty(),
+        "the caller's environment reached node-b: {extra:?}"
+    );
+    assert!(
+        text.contains(&format!("PATH={}\n", symmem_cluster::SSH_PATH)),
+        "{text}"
+    );
+    down(cluster);
+}
+
+/// On an isolated network, mpirun's daemons talk over the nodes' own addresses
+/// (`oob_tcp_if_include` = their subnet): ranks run on both nodes, each seeing its node's
+/// address, and the rsh agent enters the node's network namespace too.
+#[test]
+fn mpirun_runs_across_an_isolated_network() {
+    let cluster = match Cluster::up_with(2, symmem_cluster::Network::Isolated) {
+        Ok(cluster) => cluster,
+        Err(e @ (ClusterError::NotRoot | ClusterError::ToolMissing { .. })) => {
+            return common::skip(e);
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let program = script(
+        &cluster,
+        "where",
+        "echo \"$(hostname) $(getent hosts \"$(hostname)\" | cut -d' ' -f1)\"\n",
+    );
+    let spec = LaunchSpec::new(&program, 0)
+        .layout(Layout::even(2, 2))
+        .timeout(Duration::from_secs(60));
+    let (report, lines) = mpirun(&cluster, &spec, &mut |_| {});
+    assert!(report.success(), "{}", show(&report, &lines));
+    for rank in 0..4 {
+        let node = if rank < 2 {
+            "node-a 198.18.0.2"
+        } else {
+            "node-b 198.18.0.3"
+        };
+        assert_eq!(
+            rank_lines(&lines, rank, Stream::Stdout),
+            [node],
+            "{}",
+            show(&report, &lines)
+        );
+    }
+    down(cluster);
 }
