@@ -84,13 +84,10 @@ enum Role {
 /// Whether `backend` can start a job with this identity across its nodes: rocSHMEM (built
 /// single-node) is refused before anything is loaded or initialised, naming the build it
 /// would need; NVSHMEM's unique-id bootstrap reaches every host (the id travels through the
-/// engine).
-pub fn check_nodes(
-    backend: ProviderKind,
-    identity: &RankIdentity,
-    get: impl Fn(&str) -> Option<String>,
-) -> Result<(), GpuError> {
-    match (backend, symmem::spans_nodes(identity, &get)) {
+/// engine). The launcher's word ([`symmem::spans_nodes`], the rule the engine is chosen by)
+/// refuses it before anything is loaded; the joined topology is checked again before init.
+pub fn check_nodes(backend: ProviderKind, identity: &RankIdentity) -> Result<(), GpuError> {
+    match (backend, symmem::spans_nodes(identity)) {
         (ProviderKind::Rocshmem, Some(evidence)) => Err(GpuError::RocshmemSingleNode { evidence }),
         _ => Ok(()),
     }
@@ -140,7 +137,7 @@ impl GpuProvider {
     /// [`EnvironmentAccess::promise`]).
     pub fn new(config: GpuConfig, access: EnvironmentAccess) -> Result<Self, GpuError> {
         let backend = gpu_kind(config.backend)?;
-        check_nodes(backend, &config.identity, |name| std::env::var(name).ok())?;
+        check_nodes(backend, &config.identity)?;
         let shim = Shim::load(&config.library, backend)?;
         let RankIdentity {
             rank,
@@ -549,18 +546,28 @@ mod tests {
 
     #[test]
     fn rocshmem_refuses_a_job_across_nodes_before_loading_anything() {
-        let none = |_: &str| None;
-        let single = RankIdentity::from_vars(none).unwrap();
-        check_nodes(ProviderKind::Rocshmem, &single, none).unwrap();
-        check_nodes(ProviderKind::Nvshmem, &two_nodes(), none).unwrap();
-        let err = check_nodes(ProviderKind::Rocshmem, &two_nodes(), none).unwrap_err();
+        let single = RankIdentity::from_vars(|_| None).unwrap();
+        check_nodes(ProviderKind::Rocshmem, &single).unwrap();
+        check_nodes(ProviderKind::Nvshmem, &two_nodes()).unwrap();
+        let err = check_nodes(ProviderKind::Rocshmem, &two_nodes()).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("USE_SINGLE_NODE=OFF"), "{text}");
         assert!(text.contains("2 of its 4 ranks"), "{text}");
-        // Slurm's node count is evidence too, where the per-node count is no number.
-        let slurm = |k: &str| (k == "SLURM_NNODES").then(|| "2".to_string());
+        // Slurm's node count is evidence too, where no per-node count is given.
+        let slurm = [
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_NNODES", "2"),
+        ];
+        let slurm = RankIdentity::from_vars(|k| {
+            slurm
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap();
         assert!(matches!(
-            check_nodes(ProviderKind::Rocshmem, &single, slurm),
+            check_nodes(ProviderKind::Rocshmem, &slurm),
             Err(GpuError::RocshmemSingleNode { .. })
         ));
 

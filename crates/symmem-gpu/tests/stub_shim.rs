@@ -77,6 +77,7 @@ fn config(library: &Path, rendezvous: &Path, rank: usize, world_size: usize) -> 
             local_world_size: world_size,
             launcher: Launcher::Singleton,
             job_key: None,
+            nodes: None,
         },
         rendezvous: rendezvous.to_path_buf(),
         timeout: Duration::from_secs(30),

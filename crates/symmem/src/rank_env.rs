@@ -93,6 +93,22 @@ pub struct RankIdentity {
     /// A string that names this job and step, the same for every rank of it, when the
     /// launcher provides one (rendezvous locations derive from it).
     pub job_key: Option<String>,
+    /// The number of nodes the launcher that named this rank says its job (Slurm: its step)
+    /// runs on, where it says (only Slurm does; the others give their per-node count).
+    pub nodes: Option<NodeCount>,
+}
+
+/// A launcher's own count of the nodes of its job: the variable it comes from and its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeCount {
+    pub var: &'static str,
+    pub nodes: usize,
+}
+
+impl fmt::Display for NodeCount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.var, self.nodes)
+    }
 }
 
 struct Convention {
@@ -134,8 +150,9 @@ const CONVENTIONS: [Convention; 4] = [
         rank: "SLURM_PROCID",
         size: "SLURM_NTASKS",
         local_rank: "SLURM_LOCALID",
-        // Only a plain number here; "4(x2)" forms fall back to the world size on one node.
-        local_size: "SLURM_NTASKS_PER_NODE",
+        // Named in messages; the count itself is this node's entry of the step's per-node
+        // list ([`slurm_layout`]).
+        local_size: "SLURM_STEP_TASKS_PER_NODE",
     },
 ];
 
@@ -220,8 +237,12 @@ impl RankIdentity {
             });
         }
         let local_rank = number(c.local_rank)?.unwrap_or(rank);
-        // Slurm's per-node count may be "4(x2)": not a number, so not an error.
-        let local_size = get(c.local_size).and_then(|v| v.trim().parse().ok());
+        // Only the launcher that named this rank counts: an allocation's Slurm variables
+        // around a one-host symmem-run or torchrun job say nothing about that job.
+        let (local_size, nodes) = match c.launcher {
+            Launcher::Slurm => slurm_layout(&get),
+            _ => (get(c.local_size).and_then(|v| v.trim().parse().ok()), None),
+        };
         let local_world_size = local_size.unwrap_or(world_size);
         if local_size.is_none() && local_rank >= world_size {
             return Err(RankEnvError::LocalRankBeyondWorld {
@@ -246,6 +267,7 @@ impl RankIdentity {
             local_world_size,
             launcher: c.launcher,
             job_key: job_key(c.launcher, &get),
+            nodes,
         })
     }
 
@@ -257,8 +279,56 @@ impl RankIdentity {
             local_world_size: 1,
             launcher: Launcher::Singleton,
             job_key: None,
+            nodes: None,
         }
     }
+}
+
+/// Slurm's tasks on this rank's node and its nodes, from the step's variables before the
+/// allocation's (a one-node step inside a two-node allocation runs on one node). The per-node
+/// count is a list such as `3,1` or `2(x2),1`: this node's entry is the one at
+/// `SLURM_NODEID`; `--ntasks-per-node` gives one plain number for every node. Either is
+/// `None` where Slurm does not say.
+fn slurm_layout(get: &impl Fn(&str) -> Option<String>) -> (Option<usize>, Option<NodeCount>) {
+    let nodes = ["SLURM_STEP_NUM_NODES", "SLURM_NNODES"]
+        .into_iter()
+        .find_map(|var| {
+            let nodes = get(var)?.trim().parse().ok()?;
+            Some(NodeCount { var, nodes })
+        });
+    let per_node = [
+        "SLURM_STEP_TASKS_PER_NODE",
+        "SLURM_TASKS_PER_NODE",
+        "SLURM_NTASKS_PER_NODE",
+    ]
+    .into_iter()
+    .find_map(|var| expand_tasks_per_node(&get(var)?));
+    let node = get("SLURM_NODEID").and_then(|v| v.trim().parse::<usize>().ok());
+    let local = per_node.and_then(|counts| match (counts.as_slice(), node) {
+        ([only], _) => Some(*only),
+        (counts, Some(node)) => counts.get(node).copied(),
+        (_, None) => None,
+    });
+    (local, nodes)
+}
+
+/// Slurm's per-node task counts, one entry per node: `2(x2),1` is `[2, 2, 1]`. `None` when
+/// the text is not of that form.
+pub(crate) fn expand_tasks_per_node(text: &str) -> Option<Vec<usize>> {
+    let mut counts = Vec::new();
+    for part in text.trim().split(',') {
+        let (count, times) = match part.trim().split_once('(') {
+            Some((count, rest)) => (count, rest.strip_suffix(')')?.strip_prefix('x')?),
+            None => (part, "1"),
+        };
+        let (count, times): (usize, usize) = (count.trim().parse().ok()?, times.parse().ok()?);
+        // A node count beyond any machine is a malformed value, not an allocation.
+        if times > 1 << 20 {
+            return None;
+        }
+        counts.extend(std::iter::repeat_n(count, times));
+    }
+    Some(counts)
 }
 
 /// Fails when the conventions present cannot all be right (see [`RankIdentity::from_vars`]).
@@ -408,12 +478,13 @@ mod tests {
             ("SLURM_PROCID", "5"),
             ("SLURM_NTASKS", "8"),
             ("SLURM_LOCALID", "1"),
+            ("SLURM_NODEID", "1"),
             ("SLURM_NTASKS_PER_NODE", "4(x2)"),
             ("SLURM_JOB_ID", "77"),
             ("SLURM_STEP_ID", "0"),
         ])
         .unwrap();
-        assert_eq!((id.rank, id.local_rank, id.local_world_size), (5, 1, 8));
+        assert_eq!((id.rank, id.local_rank, id.local_world_size), (5, 1, 4));
         assert_eq!(id.job_key.as_deref(), Some("77-0"));
 
         let id = ident(&[("PMI_RANK", "0"), ("PMI_SIZE", "2")]).unwrap();
@@ -559,6 +630,16 @@ mod tests {
             ]
         );
         assert!(job_evidence(|_| None).is_empty());
+    }
+
+    #[test]
+    fn slurm_per_node_lists_expand() {
+        assert_eq!(expand_tasks_per_node("2(x2),1"), Some(vec![2, 2, 1]));
+        assert_eq!(expand_tasks_per_node(" 3,1 "), Some(vec![3, 1]));
+        assert_eq!(expand_tasks_per_node("4"), Some(vec![4]));
+        for bad in ["", "2(x", "2(2)", "x,1", "2(x2"] {
+            assert_eq!(expand_tasks_per_node(bad), None, "{bad}");
+        }
     }
 
     #[test]
