@@ -29,7 +29,7 @@ mod rendezvous;
 mod wire;
 
 pub use bootstrap::Bootstrap;
-pub use engine::{node_keys, raw_pmix_allgather};
+pub use engine::raw_pmix_allgather;
 pub use error::{BootstrapError, CollectiveFailure};
 pub use exchange::Gathered;
 pub use rendezvous::default_rendezvous;

@@ -42,8 +42,8 @@ impl SymmetricProvider for Sabotaged {
     fn world_size(&self) -> usize {
         self.inner.world_size()
     }
-    fn claims_single_node(&self) -> bool {
-        self.inner.claims_single_node()
+    fn topology(&self) -> &symmem::Topology {
+        self.inner.topology()
     }
     fn checks_collective_order(&self) -> bool {
         self.inner.checks_collective_order()

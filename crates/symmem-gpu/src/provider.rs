@@ -13,7 +13,7 @@ use std::time::Duration;
 use symmem::settings::{COLLECTIVE_TIMEOUT, DEVICE, GPU_HEAP_SIZE, NODE_ID, SHIM_LIB};
 use symmem::{
     CollectiveKind, CollectiveOp, Engine, Error, PeerTable, ProviderKind, RankIdentity,
-    SymmetricProvider, TranslatedOps,
+    SymmetricProvider, Topology, TranslatedOps,
 };
 use symmem_bootstrap::Bootstrap;
 
@@ -93,6 +93,53 @@ pub fn check_nodes(backend: ProviderKind, identity: &RankIdentity) -> Result<(),
     }
 }
 
+/// The joined topology's word on [`check_nodes`]'s question, before the library is
+/// initialised: rocSHMEM (built single-node) is refused when the ranks are on several hosts.
+fn check_topology(backend: ProviderKind, topology: &Topology) -> Result<(), GpuError> {
+    match backend {
+        ProviderKind::Rocshmem if !topology.single_host() => Err(GpuError::RocshmemSingleNode {
+            evidence: format!(
+                "the control plane found its ranks on {} hosts",
+                topology.host_count()
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Rank 0's unique id and every rank's GPU, through symmem's control plane (the engine:
+/// across hosts too). Collective.
+fn start_exchange(
+    shim: &Shim,
+    bootstrap: &mut Bootstrap,
+    backend: ProviderKind,
+) -> Result<Vec<PeerInfo>, GpuError> {
+    let unique_id = if bootstrap.rank() == 0 {
+        shim.unique_id()?.0
+    } else {
+        Vec::new()
+    };
+    let mine = PeerInfo {
+        gpu: GpuId {
+            host: peers::host_name(),
+            bus_id: shim.device_bus_id()?,
+        },
+        unique_id,
+    };
+    let op = CollectiveOp {
+        seq: 0,
+        kind: CollectiveKind::Provider {
+            what: format!("{} start", backend.name()),
+        },
+    };
+    let gathered = bootstrap.exchange(&op, &mine.encode(), None, 0)?.payloads;
+    gathered
+        .iter()
+        .enumerate()
+        .map(|(peer, bytes)| PeerInfo::decode(bytes).ok_or(GpuError::BadPeerInfo { rank: peer }))
+        .collect()
+}
+
 /// NVSHMEM or rocSHMEM through the shim. See the crate docs.
 ///
 /// Stays on the thread that made it (it holds `Rc`s): the GPU runtime's current device is per
@@ -101,9 +148,8 @@ pub struct GpuProvider {
     gpu: Gpu,
     library: Rc<Library>,
     role: Role,
-    /// Node of every rank (the engine's and the emulated one, `node_keys`): peers on another
-    /// node are not reachable.
-    node_ids: Vec<u64>,
+    /// Its control plane, which also says which node every rank is on (peers on another node
+    /// are not reachable).
     bootstrap: Bootstrap,
     /// Where this context's ranks met; its siblings meet in folders under it.
     rendezvous: PathBuf,
@@ -122,8 +168,6 @@ struct Library {
     device: i32,
     rank: usize,
     world_size: usize,
-    /// Every rank's launcher says it runs on this host.
-    single_host: bool,
     /// The engine the ranks meet through (siblings meet through the same).
     engine: Engine,
     timeout: Duration,
@@ -143,10 +187,15 @@ impl GpuProvider {
             rank,
             world_size,
             local_rank,
-            local_world_size,
             ..
         } = config.identity;
-        let mut bootstrap = Bootstrap::join(&config.identity, &config.rendezvous, config.timeout)?;
+        let mut bootstrap = Bootstrap::join(
+            &config.identity,
+            config.node_id,
+            &config.rendezvous,
+            config.timeout,
+        )?;
+        check_topology(backend, bootstrap.topology())?;
         let engine = bootstrap.engine();
         let count = shim
             .device_count()
@@ -158,37 +207,13 @@ impl GpuProvider {
             .device
             .unwrap_or((local_rank % count as usize) as i32);
         shim.set_device(device)?;
-        let single_host = local_world_size == world_size;
         // Before anything that lets the library read its environment (it does so once).
-        shim.configure(access, config.heap_bytes, single_host)?;
-        let unique_id = if rank == 0 {
-            shim.unique_id()?.0
-        } else {
-            Vec::new()
-        };
-        let mine = PeerInfo {
-            node_id: config.node_id,
-            gpu: GpuId {
-                host: peers::host_name(),
-                bus_id: shim.device_bus_id()?,
-            },
-            unique_id,
-        };
-        // Rank 0's unique id, every rank's node and GPU, through symmem's control plane.
-        let op = CollectiveOp {
-            seq: 0,
-            kind: CollectiveKind::Provider {
-                what: format!("{} start", backend.name()),
-            },
-        };
-        let gathered = bootstrap.exchange(&op, &mine.encode(), None, 0)?.payloads;
-        let infos = gathered
-            .iter()
-            .enumerate()
-            .map(|(peer, bytes)| {
-                PeerInfo::decode(bytes).ok_or(GpuError::BadPeerInfo { rank: peer })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        shim.configure(
+            access,
+            config.heap_bytes,
+            bootstrap.topology().single_host(),
+        )?;
+        let infos = start_exchange(&shim, &mut bootstrap, backend)?;
         shim.init(rank, world_size, &UniqueId(infos[0].unique_id.clone()))?;
         let gpus: Rc<[GpuId]> = infos.iter().map(|i| i.gpu.clone()).collect();
         let library = Library {
@@ -199,7 +224,6 @@ impl GpuProvider {
             device,
             rank,
             world_size,
-            single_host,
             engine,
             timeout: config.timeout,
         };
@@ -207,10 +231,6 @@ impl GpuProvider {
             gpu: library.gpu(),
             library: Rc::new(library),
             role: Role::Original,
-            node_ids: symmem_bootstrap::node_keys(
-                &bootstrap.engine_nodes(),
-                &infos.iter().map(|i| i.node_id).collect::<Vec<_>>(),
-            ),
             bootstrap,
             rendezvous: config.rendezvous,
             finalized: false,
@@ -273,36 +293,16 @@ impl Siblings {
             rank,
             world_size,
             timeout,
-            backend,
             engine,
             ..
         } = *self.library;
         let rendezvous = self.rendezvous.join(label);
-        let mut bootstrap = Bootstrap::open(engine, rank, world_size, &rendezvous, timeout)?;
-        let op = CollectiveOp {
-            seq: 0,
-            kind: CollectiveKind::Provider {
-                what: format!("{} sibling nodes", backend.name()),
-            },
-        };
-        let gathered = bootstrap
-            .exchange(&op, &node_id.to_le_bytes(), None, 0)?
-            .payloads;
-        let node_ids = gathered
-            .iter()
-            .enumerate()
-            .map(|(peer, bytes)| {
-                let bytes = <[u8; 8]>::try_from(bytes.as_slice())
-                    .map_err(|_| GpuError::BadPeerInfo { rank: peer })?;
-                Ok(u64::from_le_bytes(bytes))
-            })
-            .collect::<Result<Vec<_>, GpuError>>()?;
-        let node_ids = symmem_bootstrap::node_keys(&bootstrap.engine_nodes(), &node_ids);
+        // The sibling's own control plane gathers its node split.
+        let bootstrap = Bootstrap::open(engine, rank, world_size, node_id, &rendezvous, timeout)?;
         Ok(GpuProvider {
             gpu: self.library.gpu(),
             library: Rc::clone(&self.library),
             role: Role::Sibling,
-            node_ids,
             bootstrap,
             rendezvous,
             finalized: false,
@@ -322,9 +322,10 @@ impl GpuProvider {
         self.library.device
     }
 
-    /// Emulated node of every rank (`SYMMEM_NODE_ID`, or the sibling's split).
-    pub fn node_ids(&self) -> &[u64] {
-        &self.node_ids
+    /// Which node every rank is on (the engine's node with `SYMMEM_NODE_ID`, or the
+    /// sibling's split).
+    pub fn topology(&self) -> &Topology {
+        self.bootstrap.topology()
     }
 
     /// The GPU side: validated launches, device timing and the library's own collectives, for
@@ -357,10 +358,8 @@ impl SymmetricProvider for GpuProvider {
     fn world_size(&self) -> usize {
         self.library.world_size
     }
-    fn claims_single_node(&self) -> bool {
-        self.library.single_host
-            && (0..self.library.world_size)
-                .all(|peer| peers::same_node(&self.node_ids, self.library.rank, peer))
+    fn topology(&self) -> &Topology {
+        self.bootstrap.topology()
     }
     fn checks_collective_order(&self) -> bool {
         true
@@ -429,7 +428,7 @@ impl SymmetricProvider for GpuProvider {
     }
 
     fn ptr(&self, addr: u64, peer: usize) -> Option<u64> {
-        if !peers::same_node(&self.node_ids, self.library.rank, peer) {
+        if !self.bootstrap.topology().same_node(self.library.rank, peer) {
             return None;
         }
         self.gpu.peer_address(addr, peer)

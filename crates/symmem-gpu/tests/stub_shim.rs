@@ -158,9 +158,8 @@ fn one_rank_of_the_split() {
 
     let siblings = ctx.provider().siblings();
     let mut split = Context::new(siblings.open("split", rank as u64).unwrap());
-    assert!(!symmem::SymmetricProvider::claims_single_node(
-        split.provider()
-    ));
+    let topology = split.provider().topology();
+    assert!(topology.single_host() && !topology.single_node());
     let (sbuf, smap) = split.allocate_symmetric_map::<u64>(4).unwrap();
     assert!(
         smap.direct()[rank] && !smap.direct()[peer],

@@ -25,6 +25,7 @@ mod rank_env;
 mod ranks;
 pub mod settings;
 mod table;
+mod topology;
 mod units;
 
 pub use collective::{CollectiveKind, CollectiveMismatch, CollectiveOp};
@@ -38,6 +39,7 @@ pub use rank_env::{Found, NodeCount, RankEnvError, RankIdentity, job_evidence};
 pub use ranks::{count_ranks, describe_ranks, rank_list};
 pub use settings::InvalidSetting;
 pub use table::{AddressMap, PeerTable};
+pub use topology::Topology;
 pub use units::{
     MAX_DURATION, format_bytes, format_duration, format_elapsed, parse_bytes, parse_duration,
     parse_timeout,
