@@ -213,6 +213,7 @@ impl GpuProvider {
             config.heap_bytes,
             bootstrap.topology().single_host(),
         )?;
+        shim.watch_collectives(config.timeout);
         let infos = start_exchange(&shim, &mut bootstrap, backend)?;
         shim.init(rank, world_size, &UniqueId(infos[0].unique_id.clone()))?;
         let gpus: Rc<[GpuId]> = infos.iter().map(|i| i.gpu.clone()).collect();
