@@ -126,7 +126,7 @@ mod tests {
     use super::*;
     use std::process::Command;
 
-    const CHILD: &str = "SYMMEM_WATCHDOG_TEST_CHILD";
+    const CHILD: &str = "WATCHDOG_TEST_CHILD";
 
     #[test]
     fn calls_that_return_in_time_pass_through() {
