@@ -153,8 +153,8 @@ pub enum BootstrapError {
     #[error("rendezvous handshake refused: {0}")]
     Handshake(String),
     #[error(
-        "rank 0 closed the rendezvous before every rank joined: see rank 0's output, which names \
-         the ranks that never came"
+        "rank 0 left the rendezvous before every rank joined (it gave up waiting for some, or it \
+         ended): see rank 0's output, which names the ranks that never came"
     )]
     RootGaveUp,
     #[error(
