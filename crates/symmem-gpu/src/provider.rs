@@ -581,6 +581,19 @@ mod tests {
         assert!(matches!(err, GpuError::RocshmemSingleNode { .. }), "{err}");
     }
 
+    /// The joined topology has the last word before init: rocSHMEM across hosts is refused
+    /// whatever the launcher said, and emulated nodes on one host are one host.
+    #[test]
+    fn rocshmem_refuses_a_topology_of_several_hosts() {
+        let split_one_host = Topology::one_host(&[0, 0, 1, 1]);
+        check_topology(ProviderKind::Rocshmem, &split_one_host).unwrap();
+        let two_hosts = Topology::new(&["node-a", "node-a", "node-a", "node-b"], &[0; 4]);
+        check_topology(ProviderKind::Nvshmem, &two_hosts).unwrap();
+        let err = check_topology(ProviderKind::Rocshmem, &two_hosts).unwrap_err();
+        assert!(matches!(err, GpuError::RocshmemSingleNode { .. }), "{err}");
+        assert!(err.to_string().contains("on 2 hosts"), "{err}");
+    }
+
     #[test]
     fn a_missing_library_is_unavailable_with_the_fix() {
         let err = GpuProvider::new(
