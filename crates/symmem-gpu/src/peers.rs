@@ -1,27 +1,24 @@
-//! What ranks tell each other at start (GPU, rank 0's unique id). Which node every rank is on
-//! is the control plane's topology, not this exchange's. Pure functions.
+//! What ranks tell each other at start (their GPU's bus id, rank 0's unique id). Which host and
+//! node every rank is on is the control plane's topology, not this exchange's. Pure functions.
 
 #![forbid(unsafe_code)]
-
-use crate::shim::GpuId;
 
 /// One rank's contribution to the start exchange.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PeerInfo {
-    pub gpu: GpuId,
+    /// Its GPU's PCI bus id (with the topology's host, its [`GpuId`](crate::GpuId)).
+    pub bus_id: String,
     /// The SHMEM library's unique id: rank 0's only, empty elsewhere.
     pub unique_id: Vec<u8>,
 }
 
 impl PeerInfo {
-    /// Host and bus id (each a u16 length and the bytes), then the unique id (the rest).
+    /// The bus id (a u16 length and the bytes), then the unique id (the rest).
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        for text in [&self.gpu.host, &self.gpu.bus_id] {
-            let bytes = &text.as_bytes()[..text.len().min(u16::MAX as usize)];
-            out.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
-            out.extend_from_slice(bytes);
-        }
+        let text = &self.bus_id;
+        let bytes = &text.as_bytes()[..text.len().min(u16::MAX as usize)];
+        let mut out = (bytes.len() as u16).to_le_bytes().to_vec();
+        out.extend_from_slice(bytes);
         out.extend_from_slice(&self.unique_id);
         out
     }
@@ -36,20 +33,12 @@ impl PeerInfo {
             rest = tail;
             String::from_utf8(value.to_vec()).ok()
         };
-        let host = text()?;
         let bus_id = text()?;
         Some(Self {
-            gpu: GpuId { host, bus_id },
+            bus_id,
             unique_id: rest.to_vec(),
         })
     }
-}
-
-/// This machine's host name, to tell GPUs of different hosts apart ("" when unknown).
-pub(crate) fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -58,10 +47,7 @@ mod tests {
 
     fn info(unique_id: Vec<u8>) -> PeerInfo {
         PeerInfo {
-            gpu: GpuId {
-                host: "gpu-host-1".into(),
-                bus_id: "0000:3b:00.0".into(),
-            },
+            bus_id: "0000:3b:00.0".into(),
             unique_id,
         }
     }

@@ -4,7 +4,7 @@
 
 use crate::error::{GpuError, no_gpu};
 use crate::lifecycle::{Lifecycle, LifecycleError};
-use crate::peers::{self, PeerInfo};
+use crate::peers::PeerInfo;
 use crate::shim::{EnvironmentAccess, Gpu, GpuId, Shim, UniqueId};
 use std::num::NonZeroU64;
 use std::path::PathBuf;
@@ -107,7 +107,7 @@ fn check_topology(backend: ProviderKind, topology: &Topology) -> Result<(), GpuE
     }
 }
 
-/// Rank 0's unique id and every rank's GPU, through symmem's control plane (the engine:
+/// Rank 0's unique id and every rank's GPU bus id, through symmem's control plane (the engine:
 /// across hosts too). Collective.
 fn start_exchange(
     shim: &Shim,
@@ -120,10 +120,7 @@ fn start_exchange(
         Vec::new()
     };
     let mine = PeerInfo {
-        gpu: GpuId {
-            host: peers::host_name(),
-            bus_id: shim.device_bus_id()?,
-        },
+        bus_id: shim.device_bus_id()?,
         unique_id,
     };
     let op = CollectiveOp {
@@ -216,7 +213,15 @@ impl GpuProvider {
         shim.watch_collectives(config.timeout);
         let infos = start_exchange(&shim, &mut bootstrap, backend)?;
         shim.init(rank, world_size, &UniqueId(infos[0].unique_id.clone()))?;
-        let gpus: Rc<[GpuId]> = infos.iter().map(|i| i.gpu.clone()).collect();
+        let topology = bootstrap.topology();
+        let gpus: Rc<[GpuId]> = infos
+            .into_iter()
+            .enumerate()
+            .map(|(peer, info)| GpuId {
+                host: topology.host(peer),
+                bus_id: info.bus_id,
+            })
+            .collect();
         let library = Library {
             shim,
             gpus,
