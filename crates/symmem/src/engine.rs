@@ -94,7 +94,10 @@ pub fn choose_engine(
         (BootstrapChoice::Unix, None, _) => Ok(Engine::Unix),
         (BootstrapChoice::Auto, None, _) => Ok(Engine::Unix),
         (BootstrapChoice::Auto, Some(_), true) => Ok(Engine::Pmix),
-        (BootstrapChoice::Auto, Some(evidence), false) if identity.launcher == Launcher::Slurm => {
+        // Only Slurm's layout gives a node count: srun started these ranks.
+        (BootstrapChoice::Auto, Some(evidence), false)
+            if identity.launcher == Launcher::Slurm || identity.nodes.is_some() =>
+        {
             Err(EngineError::SrunWithoutPmix { evidence })
         }
         (BootstrapChoice::Auto, Some(evidence), false) => {
@@ -357,6 +360,37 @@ mod tests {
             ("SLURM_NTASKS", "6"),
         ]);
         assert_eq!(local_size(&four), 1);
+    }
+
+    /// `srun --mpi=pmi2 -N2`: PMI's rank and size name the task, with no per-node count of
+    /// PMI's own; the step's layout says the job spans nodes, and there is no PMIx server.
+    #[test]
+    fn srun_with_pmi2_across_nodes_is_srun_without_pmix() {
+        let pmi2 = &[
+            ("PMI_RANK", "1"),
+            ("PMI_SIZE", "2"),
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_LOCALID", "0"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_STEP_NUM_NODES", "2"),
+            ("SLURM_STEP_TASKS_PER_NODE", "1(x2)"),
+        ];
+        assert_eq!(local_size(pmi2), 1);
+        let e = choose(BootstrapChoice::Auto, pmi2).unwrap_err();
+        assert!(matches!(e, EngineError::SrunWithoutPmix { .. }), "{e}");
+        // A PMI launcher in a batch script of a two-node allocation: no step of srun's, so
+        // Slurm's counts are the allocation's and say nothing of this job.
+        let batch = with(
+            TWO_NODE_ALLOCATION,
+            &[
+                ("PMI_RANK", "0"),
+                ("PMI_SIZE", "2"),
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "2"),
+            ],
+        );
+        assert_eq!(choose(BootstrapChoice::Auto, &batch), Ok(Engine::Unix));
     }
 
     /// `srun -N2` without `--mpi=pmix`: no PMIx server in the ranks' environment. It must stop

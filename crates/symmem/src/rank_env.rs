@@ -236,27 +236,23 @@ impl RankIdentity {
                 world_size,
             });
         }
-        let local_rank = number(c.local_rank)?.unwrap_or(rank);
-        // Only the launcher that named this rank counts: an allocation's Slurm variables
-        // around a one-host symmem-run or torchrun job say nothing about that job.
-        let (local_size, nodes) = match c.launcher {
-            Launcher::Slurm => slurm_layout(&get),
-            _ => (get(c.local_size).and_then(|v| v.trim().parse().ok()), None),
-        };
+        let local = local_convention(c, f, &found, &get);
+        let local_rank = number(local.local_rank)?.unwrap_or(rank);
+        let (local_size, nodes) = layout(local, &get);
         let local_world_size = local_size.unwrap_or(world_size);
         if local_size.is_none() && local_rank >= world_size {
             return Err(RankEnvError::LocalRankBeyondWorld {
-                rank_var: c.local_rank,
+                rank_var: local.local_rank,
                 rank: local_rank,
-                size_var: c.local_size,
+                size_var: local.local_size,
                 world_size,
             });
         }
         if local_world_size == 0 || local_rank >= local_world_size {
             return Err(RankEnvError::RankOutOfRange {
-                rank_var: c.local_rank,
+                rank_var: local.local_rank,
                 rank: local_rank,
-                size_var: c.local_size,
+                size_var: local.local_size,
                 world_size: local_world_size,
             });
         }
@@ -281,6 +277,48 @@ impl RankIdentity {
             job_key: None,
             nodes: None,
         }
+    }
+}
+
+/// The launcher convention whose local variables say this rank's place on its node and the
+/// job's nodes: the one that named this rank (`chosen`, found as `named`). Only that launcher
+/// counts: an allocation's Slurm variables around a one-host symmem-run or torchrun job say
+/// nothing about that job. One exception: `srun --mpi=pmi2` (or `pmi`) names its tasks with
+/// PMI's rank and size but gives no per-node count; Slurm's step variables, naming the same
+/// rank of the same size, then say it (a step's, never an allocation's: a batch script has no
+/// `SLURM_STEP_NUM_NODES`).
+fn local_convention<'a>(
+    chosen: &'a Convention,
+    named: &Found,
+    found: &[(&'a Convention, Found)],
+    get: &impl Fn(&str) -> Option<String>,
+) -> &'a Convention {
+    if chosen.launcher != Launcher::Pmi
+        || get(chosen.local_size).is_some()
+        || get("SLURM_STEP_NUM_NODES").is_none()
+    {
+        return chosen;
+    }
+    found
+        .iter()
+        .find(|(c, f)| {
+            c.launcher == Launcher::Slurm
+                && (f.rank, f.world_size) == (named.rank, named.world_size)
+        })
+        .map_or(chosen, |(c, _)| *c)
+}
+
+/// This node's count of ranks and the job's nodes, as `local`'s variables say them.
+fn layout(
+    local: &Convention,
+    get: &impl Fn(&str) -> Option<String>,
+) -> (Option<usize>, Option<NodeCount>) {
+    match local.launcher {
+        Launcher::Slurm => slurm_layout(get),
+        _ => (
+            get(local.local_size).and_then(|v| v.trim().parse().ok()),
+            None,
+        ),
     }
 }
 
