@@ -239,23 +239,7 @@ impl RankIdentity {
         let local = local_convention(c, f, &found, &get);
         let local_rank = number(local.local_rank)?.unwrap_or(rank);
         let (local_size, nodes) = layout(local, &get);
-        let local_world_size = local_size.unwrap_or(world_size);
-        if local_size.is_none() && local_rank >= world_size {
-            return Err(RankEnvError::LocalRankBeyondWorld {
-                rank_var: local.local_rank,
-                rank: local_rank,
-                size_var: local.local_size,
-                world_size,
-            });
-        }
-        if local_world_size == 0 || local_rank >= local_world_size {
-            return Err(RankEnvError::RankOutOfRange {
-                rank_var: local.local_rank,
-                rank: local_rank,
-                size_var: local.local_size,
-                world_size: local_world_size,
-            });
-        }
+        let local_world_size = local_world(local, local_rank, local_size, world_size)?;
         Ok(Self {
             rank,
             world_size,
@@ -278,6 +262,34 @@ impl RankIdentity {
             nodes: None,
         }
     }
+}
+
+/// This node's count of ranks: `local_size` as `local`'s variables gave it (the world size
+/// when they gave none), checked against `local_rank`.
+fn local_world(
+    local: &Convention,
+    local_rank: usize,
+    local_size: Option<usize>,
+    world_size: usize,
+) -> Result<usize, RankEnvError> {
+    let local_world_size = local_size.unwrap_or(world_size);
+    if local_size.is_none() && local_rank >= world_size {
+        return Err(RankEnvError::LocalRankBeyondWorld {
+            rank_var: local.local_rank,
+            rank: local_rank,
+            size_var: local.local_size,
+            world_size,
+        });
+    }
+    if local_world_size == 0 || local_rank >= local_world_size {
+        return Err(RankEnvError::RankOutOfRange {
+            rank_var: local.local_rank,
+            rank: local_rank,
+            size_var: local.local_size,
+            world_size: local_world_size,
+        });
+    }
+    Ok(local_world_size)
 }
 
 /// The launcher convention whose local variables say this rank's place on its node and the
