@@ -43,7 +43,7 @@ fn main() -> anyhow::Result<()> {
     }
     ctx.finalize()?;
 
-    let mut bootstrap = Bootstrap::join(&identity, &dir.join("raw"), Duration::from_secs(60))?;
+    let mut bootstrap = Bootstrap::join(&identity, 0, &dir.join("raw"), Duration::from_secs(60))?;
     let engine = bootstrap.engine();
     // A bare exchange and, under PMIx, the engine's raw all-gather, interleaved: PMIx keeps
     // every key a job put and its all-gathers slow down as they pile up, so both are measured

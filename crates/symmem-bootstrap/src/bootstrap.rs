@@ -10,7 +10,7 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
-use symmem::{CollectiveOp, Engine, RankIdentity};
+use symmem::{CollectiveOp, Engine, RankIdentity, Topology};
 
 enum Links {
     /// Rank 0: a stream to every other rank, index `rank - 1`.
@@ -27,11 +27,13 @@ pub struct Bootstrap {
     world_size: usize,
     timeout: Duration,
     links: Links,
+    topology: Topology,
 }
 
 impl Bootstrap {
     /// Joins the job's rendezvous in `dir`: rank 0 waits for every other rank, the others
-    /// connect to rank 0; both sides refuse a peer running as another user.
+    /// connect to rank 0; both sides refuse a peer running as another user. Every rank is on
+    /// one node ([`topology`](Self::topology)).
     ///
     /// `dir` (created by rank 0 if missing, removed again once everyone is in if it created
     /// it) must be a folder of this user that no one else can write, reached without a folder
@@ -43,33 +45,50 @@ impl Bootstrap {
         dir: &Path,
         timeout: Duration,
     ) -> Result<Self, BootstrapError> {
+        Self::star(rank, world_size, 0, dir, timeout)
+    }
+
+    /// As [`connect`](Self::connect), this rank on emulated node `node`: the handshake
+    /// gathers every rank's, for the [`topology`](Self::topology).
+    fn star(
+        rank: usize,
+        world_size: usize,
+        node: u64,
+        dir: &Path,
+        timeout: Duration,
+    ) -> Result<Self, BootstrapError> {
         if world_size == 0 {
             return Err(BootstrapError::WorldSizeZero);
         }
         if rank >= world_size {
             return Err(BootstrapError::RankOutOfRange { rank, world_size });
         }
-        let links = if world_size == 1 {
-            Links::Alone
+        let (links, nodes) = if world_size == 1 {
+            (Links::Alone, vec![node])
         } else if rank == 0 {
-            Links::Root(accept_all(dir, world_size, timeout)?)
+            let (leaves, nodes) = accept_all(dir, world_size, node, timeout)?;
+            (Links::Root(leaves), nodes)
         } else {
-            Links::Leaf(connect_root(rank, world_size, dir, timeout)?)
+            let (root, nodes) = connect_root(rank, world_size, node, dir, timeout)?;
+            (Links::Leaf(root), nodes)
         };
         Ok(Self {
             rank,
             world_size,
             timeout,
             links,
+            topology: Topology::one_host(&nodes),
         })
     }
 
     /// Joins the job through the engine [`symmem::choose_engine`] picks from
     /// [`BOOTSTRAP`](symmem::settings::BOOTSTRAP) and the launcher's environment: the Unix
     /// star of [`connect`](Self::connect) on one host, the launcher's PMIx server across
-    /// nodes. A job that spans nodes with no engine is refused at once, naming the fix.
+    /// nodes. A job that spans nodes with no engine is refused at once, naming the fix. This
+    /// rank is on emulated node `node` ([`NODE_ID`](symmem::settings::NODE_ID)).
     pub fn join(
         identity: &RankIdentity,
+        node: u64,
         dir: &Path,
         timeout: Duration,
     ) -> Result<Self, BootstrapError> {
@@ -77,7 +96,14 @@ impl Bootstrap {
         let choice = symmem::settings::BOOTSTRAP.get_from(get)?;
         let engine = symmem::choose_engine(choice, identity, get)?;
         tracing::debug!(?engine, %choice, rank = identity.rank, "control plane engine");
-        Self::open(engine, identity.rank, identity.world_size, dir, timeout)
+        Self::open(
+            engine,
+            identity.rank,
+            identity.world_size,
+            node,
+            dir,
+            timeout,
+        )
     }
 
     /// Joins the job through `engine` (see [`join`](Self::join)).
@@ -85,21 +111,23 @@ impl Bootstrap {
         engine: Engine,
         rank: usize,
         world_size: usize,
+        node: u64,
         dir: &Path,
         timeout: Duration,
     ) -> Result<Self, BootstrapError> {
         match engine {
-            Engine::Unix => Self::connect(rank, world_size, dir, timeout),
+            Engine::Unix => Self::star(rank, world_size, node, dir, timeout),
             Engine::Pmix => {
                 if world_size == 0 {
                     return Err(BootstrapError::WorldSizeZero);
                 }
-                let links = PmixLinks::connect(rank, world_size, dir, timeout)?;
+                let (links, topology) = PmixLinks::connect(rank, world_size, node, dir, timeout)?;
                 Ok(Self {
                     rank,
                     world_size,
                     timeout,
                     links: Links::Pmix(Box::new(links)),
+                    topology,
                 })
             }
         }
@@ -112,6 +140,7 @@ impl Bootstrap {
             world_size: 1,
             timeout: Duration::ZERO,
             links: Links::Alone,
+            topology: Topology::single(1),
         }
     }
 
@@ -123,14 +152,11 @@ impl Bootstrap {
         }
     }
 
-    /// The node of every rank as the engine numbers them: all 0 on the Unix star (one host),
-    /// the launcher's node ids under PMIx. Providers combine it with the emulated node
-    /// ([`node_keys`](crate::node_keys)).
-    pub fn engine_nodes(&self) -> Vec<u64> {
-        match &self.links {
-            Links::Pmix(links) => links.nodes().to_vec(),
-            _ => vec![0; self.world_size],
-        }
+    /// Which node every rank is on: the engine's node (one host on the Unix star; under
+    /// PMIx the launcher's node id, else the host name) with the emulated node given at
+    /// [`join`](Self::join). The one answer to "same node?" and "one host?".
+    pub fn topology(&self) -> &Topology {
+        &self.topology
     }
 
     pub fn rank(&self) -> usize {

@@ -16,7 +16,7 @@ use std::os::fd::BorrowedFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use symmem::{CollectiveKind, CollectiveMismatch, CollectiveOp};
+use symmem::{CollectiveKind, CollectiveMismatch, CollectiveOp, Topology};
 
 /// Beyond the collective timeout: the fence's own wait, so that the server's timeout (where
 /// it honours one) answers first.
@@ -25,6 +25,36 @@ const FENCE_MARGIN: Duration = Duration::from_secs(5);
 /// Engines opened in this process so far: each names its keys apart (opening is collective,
 /// so every rank counts alike).
 static ENGINES: AtomicU64 = AtomicU64::new(0);
+
+/// Where a rank runs, as it tells the others when the engine opens.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Place {
+    host: Host,
+    /// Its emulated node ([`NODE_ID`](symmem::settings::NODE_ID)).
+    emulated: u64,
+}
+
+/// A rank's host as the engine tells hosts apart: the launcher's node id where the PMIx server
+/// gives one, else the host name's bytes (compared as they are, never hashed, so ranks built
+/// by different toolchains agree).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+enum Host {
+    NodeId(u64),
+    Name(Vec<u8>),
+}
+
+impl Host {
+    fn of(client: &Client) -> Self {
+        match client.node_id() {
+            Some(id) => Self::NodeId(id),
+            None => Self::Name(
+                nix::unistd::gethostname()
+                    .map(|name| name.into_encoded_bytes())
+                    .unwrap_or_default(),
+            ),
+        }
+    }
+}
 
 /// One rank's call to a collective, as it travels through PMIx.
 #[derive(Clone, Serialize, Deserialize)]
@@ -42,27 +72,23 @@ pub(crate) struct PmixLinks {
     /// Keys of this engine: `symmem.<id>.<seq>`.
     id: u64,
     seq: u64,
-    /// The node of every rank, as the engine numbers them.
-    nodes: Vec<u64>,
-    /// The ranks of this node, in rank order (index = local rank).
+    /// The ranks of this host, in rank order (index = local rank).
     local_ranks: Vec<usize>,
     /// The node-local Unix star, for descriptors.
     local: Box<Bootstrap>,
 }
 
 impl PmixLinks {
-    pub(crate) fn nodes(&self) -> &[u64] {
-        &self.nodes
-    }
-
-    /// Connects to the PMIx server and meets every rank: each publishes its node, then the
-    /// ranks of each node meet over their own star in `<dir>/node-<id>`.
+    /// Connects to the PMIx server and meets every rank: each publishes its host and
+    /// emulated node `node` (the job's [`Topology`]), then the ranks of each host meet over
+    /// their own star in `<dir>/node-<host>`.
     pub(crate) fn connect(
         rank: usize,
         world_size: usize,
+        node: u64,
         dir: &Path,
         timeout: Duration,
-    ) -> Result<Self, BootstrapError> {
+    ) -> Result<(Self, Topology), BootstrapError> {
         let client = Client::init()?;
         let (pmix_rank, job_size) = (client.rank(), client.job_size()?);
         if (pmix_rank, job_size) != (rank, world_size) {
@@ -73,9 +99,9 @@ impl PmixLinks {
                 world_size,
             });
         }
-        let node = match client.node_id() {
-            Some(id) => id,
-            None => host_node(),
+        let place = Place {
+            host: Host::of(&client),
+            emulated: node,
         };
         let mut links = Self {
             client,
@@ -84,7 +110,6 @@ impl PmixLinks {
             timeout,
             id: ENGINES.fetch_add(1, Ordering::Relaxed),
             seq: 0,
-            nodes: Vec::new(),
             local_ranks: Vec::new(),
             local: Box::new(Bootstrap::alone()),
         };
@@ -94,31 +119,38 @@ impl PmixLinks {
                 what: "PMIx rendezvous".into(),
             },
         };
-        let payloads = links.all_gather(&op, &node.to_le_bytes(), false)?;
-        links.nodes = payloads
+        let bytes =
+            serde_json::to_vec(&place).map_err(|e| BootstrapError::Protocol(e.to_string()))?;
+        let places = links
+            .all_gather(&op, &bytes, false)?
             .iter()
             .enumerate()
-            .map(|(peer, bytes)| {
-                <[u8; 8]>::try_from(bytes.0.as_slice())
-                    .map(u64::from_le_bytes)
-                    .map_err(|_| BootstrapError::Protocol(format!("rank {peer} sent no node id")))
+            .map(|(peer, (bytes, _))| {
+                serde_json::from_slice::<Place>(bytes).map_err(|e| {
+                    BootstrapError::Protocol(format!("rank {peer} sent no place: {e}"))
+                })
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?;
+        let hosts: Vec<&Host> = places.iter().map(|p| &p.host).collect();
+        let emulated: Vec<u64> = places.iter().map(|p| p.emulated).collect();
+        let topology = Topology::new(&hosts, &emulated);
         links.local_ranks = (0..world_size)
-            .filter(|&r| links.nodes[r] == node)
+            .filter(|&r| topology.same_host(r, rank))
             .collect();
         let local_rank = links
             .local_ranks
             .iter()
             .position(|&r| r == rank)
-            .expect("this rank is on its own node");
+            .expect("this rank is on its own host");
+        // Named by the host's number, which every rank of the job agrees on.
+        let host_number = topology.host(rank);
         links.local = Box::new(Bootstrap::connect(
             local_rank,
             links.local_ranks.len(),
-            &dir.join(format!("node-{node}")),
+            &dir.join(format!("node-{host_number}")),
             timeout,
         )?);
-        Ok(links)
+        Ok((links, topology))
     }
 
     /// One order-checked all-gather (see the module docs).
@@ -230,55 +262,4 @@ pub fn raw_pmix_allgather(
         times.push(start.elapsed());
     }
     Ok(times)
-}
-
-/// This host's node id where the engine gives none: a hash of its name (the same for every
-/// rank of the host, different across hosts but for a collision of 64-bit hashes).
-fn host_node() -> u64 {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
-    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
-    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    let name = if ok { &buf[..len] } else { &[][..] };
-    let mut h = DefaultHasher::new();
-    name.hash(&mut h);
-    h.finish()
-}
-
-/// The node of every rank as providers use it: the engine's node and the emulated node
-/// ([`NODE_ID`](symmem::settings::NODE_ID)) together. On one engine node the emulated ids are
-/// kept as they are (so `SYMMEM_NODE_ID` works as on the Unix star); across engine nodes each
-/// distinct pair gets its own number, in order of first appearance.
-pub fn node_keys(engine: &[u64], emulated: &[u64]) -> Vec<u64> {
-    assert_eq!(engine.len(), emulated.len(), "one node id per rank");
-    if engine.windows(2).all(|w| w[0] == w[1]) {
-        return emulated.to_vec();
-    }
-    let mut seen: Vec<(u64, u64)> = Vec::new();
-    engine
-        .iter()
-        .zip(emulated)
-        .map(|(&e, &m)| match seen.iter().position(|&p| p == (e, m)) {
-            Some(i) => i as u64,
-            None => {
-                seen.push((e, m));
-                (seen.len() - 1) as u64
-            }
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::node_keys;
-
-    #[test]
-    fn node_keys_keep_emulation_on_one_node_and_split_real_nodes() {
-        assert_eq!(node_keys(&[7, 7, 7, 7], &[0, 0, 1, 1]), vec![0, 0, 1, 1]);
-        assert_eq!(node_keys(&[0, 0, 1, 1], &[0, 0, 0, 0]), vec![0, 0, 1, 1]);
-        // Emulated splits inside real nodes: four distinct nodes.
-        assert_eq!(node_keys(&[0, 0, 1, 1], &[0, 1, 0, 1]), vec![0, 1, 2, 3]);
-        assert_eq!(node_keys(&[5, 9, 5, 9], &[3, 3, 3, 3]), vec![0, 1, 0, 1]);
-    }
 }

@@ -153,6 +153,11 @@ pub enum BootstrapError {
     #[error("rendezvous handshake refused: {0}")]
     Handshake(String),
     #[error(
+        "rank 0 left the rendezvous before every rank joined (it gave up waiting for some, or it \
+         ended): see rank 0's output, which names the ranks that never came"
+    )]
+    RootGaveUp,
+    #[error(
         "rank {rank} is out of range for a world of {}",
         count_ranks(*.world_size)
     )]
@@ -225,6 +230,7 @@ impl ProviderError for BootstrapError {
             // Another rank failed (gone, late, silent); this one only witnessed it.
             Self::Collective(_)
             | Self::RootGone { .. }
+            | Self::RootGaveUp
             | Self::RootSilent { .. }
             | Self::EngineTimeout { .. }
             | Self::EnginePeerLost { .. } => Blame::AnotherRank,

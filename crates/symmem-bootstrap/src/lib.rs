@@ -18,6 +18,10 @@
 //! through the client of `pmix.rs`): one PMIx all-gather per collective, every rank comparing
 //! the calls itself, and a Unix star per node for what cannot cross hosts (descriptors).
 //! [`Bootstrap::join`] picks the engine ([`symmem::choose_engine`]).
+//!
+//! Either engine gathers, as it opens, which node every rank is on: the job's one
+//! [`Topology`](symmem::Topology) ([`Bootstrap::topology`]), the engine's host of each rank with
+//! the emulated node it joined with. Providers take "same node" and "one host" from it alone.
 
 mod bootstrap;
 mod engine;
@@ -29,7 +33,7 @@ mod rendezvous;
 mod wire;
 
 pub use bootstrap::Bootstrap;
-pub use engine::{node_keys, raw_pmix_allgather};
+pub use engine::raw_pmix_allgather;
 pub use error::{BootstrapError, CollectiveFailure};
 pub use exchange::Gathered;
 pub use rendezvous::default_rendezvous;

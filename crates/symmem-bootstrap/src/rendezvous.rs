@@ -1,7 +1,9 @@
 //! The handshake: how the ranks of one job meet. Rank 0 checks the rendezvous folder, binds
 //! `<folder>/rank0.sock` and accepts every other rank; each other rank connects, sends `Hello`
-//! (its rank, world size and job evidence) and gets `Welcome` or `Reject` with the reason. Both
-//! sides read the peer's uid (`SO_PEERCRED`) and refuse another user.
+//! (its rank, world size, job evidence and emulated node) and gets `Reject` with the reason at
+//! once, or `Welcome` with every rank's emulated node once every rank is in (the node list
+//! rides on the welcome: no message more than a bare handshake). Both sides read the peer's
+//! uid (`SO_PEERCRED`) and refuse another user.
 //!
 //! Two jobs may be given one folder (one `SYMMEM_RENDEZVOUS` exported for both, or launchers'
 //! job ids that coincide). Rank 0 welcomes only ranks that show its own world size and job
@@ -64,11 +66,14 @@ fn describe_job(world_size: usize, job: &[(String, String)]) -> String {
     format!("[{}, {evidence}]", symmem::count_ranks(world_size))
 }
 
+/// Rank 0's side: every other rank's stream (index `rank - 1`) and every rank's emulated node,
+/// rank 0's being `node`.
 pub(crate) fn accept_all(
     dir: &Path,
     world_size: usize,
+    node: u64,
     timeout: Duration,
-) -> Result<Vec<UnixStream>, BootstrapError> {
+) -> Result<(Vec<UnixStream>, Vec<u64>), BootstrapError> {
     let job = own_job();
     // A concurrent job of ours may remove the (empty) folder between our open and our bind:
     // start over a few times rather than fail.
@@ -89,7 +94,10 @@ pub(crate) fn accept_all(
         // The socket file is only needed until everyone is in; it is removed on every exit
         // path, as `bound` drops (before `folder`).
         match folder.bind() {
-            Ok(bound) => return accept_on(&bound.listener, &folder, world_size, timeout, &job),
+            Ok(bound) => {
+                let streams = accept_on(&bound.listener, &folder, world_size, timeout, &job)?;
+                return welcome_all(streams, node);
+            }
             Err(BootstrapError::RendezvousNotWritable { cause, .. })
                 if cause.kind() == ErrorKind::NotFound && attempts < 20 =>
             {
@@ -116,6 +124,7 @@ fn ask_who_listens(
         rank: 0,
         world_size,
         job: job.to_vec(),
+        node: 0,
     };
     wire::send(&stream, &hello, None).ok()?;
     match wire::recv(&stream, Instant::now() + Duration::from_secs(2)).ok()? {
@@ -129,6 +138,24 @@ struct PeerHello {
     rank: usize,
     world_size: usize,
     job: Vec<(String, String)>,
+    node: u64,
+}
+
+/// Once every rank is in: every rank's emulated node, sent to each in its `Welcome`.
+fn welcome_all(
+    streams: Vec<(UnixStream, u64)>,
+    node: u64,
+) -> Result<(Vec<UnixStream>, Vec<u64>), BootstrapError> {
+    let nodes: Vec<u64> = std::iter::once(node)
+        .chain(streams.iter().map(|(_, n)| *n))
+        .collect();
+    let welcome = Message::Welcome {
+        nodes: nodes.clone(),
+    };
+    for (stream, _) in &streams {
+        wire::send(stream, &welcome, None)?;
+    }
+    Ok((streams.into_iter().map(|(s, _)| s).collect(), nodes))
 }
 
 fn accept_on(
@@ -137,7 +164,7 @@ fn accept_on(
     world_size: usize,
     timeout: Duration,
     job: &[(String, String)],
-) -> Result<Vec<UnixStream>, BootstrapError> {
+) -> Result<Vec<(UnixStream, u64)>, BootstrapError> {
     let path = folder.socket_display();
     listener
         .set_nonblocking(true)
@@ -145,7 +172,7 @@ fn accept_on(
     let me = nix::unistd::getuid().as_raw();
     let deadline = deadline_in(timeout);
     let ours = describe_job(world_size, job);
-    let mut slots: Vec<Option<UnixStream>> = (1..world_size).map(|_| None).collect();
+    let mut slots: Vec<Option<(UnixStream, u64)>> = (1..world_size).map(|_| None).collect();
     while slots.iter().any(Option::is_none) {
         let Some(stream) = accept_next(listener, deadline)? else {
             let missing = (1..world_size).filter(|r| slots[r - 1].is_none()).collect();
@@ -166,10 +193,7 @@ fn accept_on(
                 tracing::warn!(rank = hello.rank, %reason, "refused a rendezvous peer");
                 let _ = wire::send(&stream, &Message::Reject { reason }, None);
             }
-            None => {
-                wire::send(&stream, &Message::Welcome, None)?;
-                slots[hello.rank - 1] = Some(stream);
-            }
+            None => slots[hello.rank - 1] = Some((stream, hello.node)),
         }
     }
     Ok(slots.into_iter().flatten().collect())
@@ -231,12 +255,14 @@ fn read_hello(stream: &UnixStream, deadline: Instant, timeout: Duration) -> Opti
                 rank,
                 world_size,
                 job,
+                node,
             },
             None,
         )) => Some(PeerHello {
             rank,
             world_size,
             job,
+            node,
         }),
         _ => None,
     }
@@ -249,7 +275,7 @@ fn rejection(
     job: &[(String, String)],
     ours: &str,
     hello: &PeerHello,
-    slots: &[Option<UnixStream>],
+    slots: &[Option<(UnixStream, u64)>],
 ) -> Option<String> {
     let rank = hello.rank;
     let theirs = describe_job(hello.world_size, &hello.job);
@@ -287,12 +313,15 @@ fn rejection(
     }
 }
 
+/// A rank's side other than 0: its stream to rank 0 and every rank's emulated node, this
+/// rank's being `node`.
 pub(crate) fn connect_root(
     rank: usize,
     world_size: usize,
+    node: u64,
     dir: &Path,
     timeout: Duration,
-) -> Result<UnixStream, BootstrapError> {
+) -> Result<(UnixStream, Vec<u64>), BootstrapError> {
     let deadline = deadline_in(timeout);
     let path = dir.join(RENDEZVOUS_SOCKET);
     let stream = loop {
@@ -344,20 +373,24 @@ pub(crate) fn connect_root(
         rank,
         world_size,
         job: own_job(),
+        node,
     };
     wire::send(&stream, &hello, None)?;
+    // Rank 0 welcomes once every rank is in, or gives up within its own timeout, which
+    // started before this rank could connect.
     match wire::recv(
         &stream,
-        deadline.max(Instant::now() + Duration::from_secs(1)),
+        deadline_in(timeout.saturating_add(Duration::from_secs(1))),
     )? {
-        Received::Frame(Message::Welcome, _) => Ok(stream),
+        Received::Frame(Message::Welcome { nodes }, _) if nodes.len() == world_size => {
+            Ok((stream, nodes))
+        }
         Received::Frame(Message::Reject { reason }, _) => Err(BootstrapError::Handshake(reason)),
         Received::Frame(other, _) => Err(BootstrapError::Protocol(format!(
-            "{other:?} instead of a welcome"
+            "{other:?} instead of a welcome for {}",
+            symmem::count_ranks(world_size)
         ))),
-        Received::Closed => Err(BootstrapError::Handshake(
-            "rank 0 closed the connection without a welcome; see rank 0's output".into(),
-        )),
+        Received::Closed => Err(BootstrapError::RootGaveUp),
         Received::TimedOut => Err(BootstrapError::Handshake(format!(
             "rank 0 accepted the connection but sent no welcome within {}; is it hung?",
             symmem::format_duration(timeout)

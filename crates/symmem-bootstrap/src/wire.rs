@@ -21,8 +21,13 @@ pub(crate) enum Message {
         /// The job this rank belongs to, as its launcher's variables name it
         /// ([`symmem::job_evidence`]): rank 0 welcomes only ranks of its own job.
         job: Vec<(String, String)>,
+        /// Its emulated node ([`symmem::settings::NODE_ID`]).
+        node: u64,
     },
-    Welcome,
+    /// Sent to every rank once all are in: the emulated node of every rank, by rank.
+    Welcome {
+        nodes: Vec<u64>,
+    },
     Reject {
         reason: String,
     },

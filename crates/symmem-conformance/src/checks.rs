@@ -1,6 +1,8 @@
 //! The checks. They are collective: every rank runs them in the same order and issues the same
 //! collectives whatever its local verification finds, so one rank's failed assertion never
-//! leaves the others waiting.
+//! leaves the others waiting. Whether a check runs at all is decided from what every rank
+//! holds alike (the world size, the provider's [`Topology`]), never from what one rank sees
+//! (its own reachable peers): a rank alone on its node runs the same collectives as the others.
 //!
 //! [`CHECKS`] is the one table of them: id, name and the function that runs it. What several
 //! checks share (two allocations and their tables) is a `Fixture` that the suite allocates
@@ -9,7 +11,7 @@
 use crate::fault::{self, PlannedFault};
 use crate::{CheckResult, Status};
 use std::time::Instant;
-use symmem::{Context, Error, PeerTable, SymmetricBuffer, TranslateError, TranslatedOps};
+use symmem::{Context, Error, PeerTable, SymmetricBuffer, Topology, TranslateError, TranslatedOps};
 
 /// One check: its id (reports, the aggregation and docs/gpu-results.md name it by this), its
 /// name, and what runs it.
@@ -237,19 +239,21 @@ impl Fixture {
             .filter(|&p| self.ta.direct(p))
             .collect()
     }
+}
 
-    /// Why a check that needs peers to talk to cannot run here, if it cannot.
-    fn needs_peers(&self) -> Option<Outcome> {
-        if self.ta.bases().len() < 2 {
-            return Some(Outcome::Skip("needs >= 2 ranks".into()));
-        }
-        if self.reachable().len() < 2 {
-            return Some(Outcome::Skip(
-                "no load/store reachable peer in this run".into(),
-            ));
-        }
-        None
+/// Why a check that needs ranks sharing a node cannot run in this job, if it cannot. The same
+/// answer on every rank: a rank alone on its node still runs such a check (it reaches only
+/// itself), so that every rank issues the same collectives.
+fn needs_node_peers(topology: &Topology) -> Option<Outcome> {
+    if topology.world_size() < 2 {
+        return Some(Outcome::Skip("needs >= 2 ranks".into()));
     }
+    if topology.node_count() == topology.world_size() {
+        return Some(Outcome::Skip(
+            "no two ranks share a node in this run".into(),
+        ));
+    }
+    None
 }
 
 /// The checks over one provider. Object safe, so that [`CHECKS`] holds them once for every
@@ -279,6 +283,10 @@ impl<P: TranslatedOps> Suite<'_, P> {
     }
     fn world(&self) -> usize {
         self.ctx.world_size()
+    }
+    /// Which node every rank is on: the same on every rank.
+    fn topology(&self) -> &Topology {
+        self.ctx.provider().topology()
     }
 
     /// Writes `pattern(rank, i)` into this rank's B, then synchronises.
@@ -311,7 +319,7 @@ impl<P: TranslatedOps> Checks for Suite<'_, P> {
     }
 
     fn offsets_equal(&mut self, f: &Fixture) -> Result<Outcome, Error> {
-        if let Some(skip) = f.needs_peers() {
+        if let Some(skip) = needs_node_peers(self.topology()) {
             return Ok(skip);
         }
         let Fixture { a, ta, b, tb } = f;
@@ -360,7 +368,7 @@ impl<P: TranslatedOps> Checks for Suite<'_, P> {
     }
 
     fn table_translates_other_allocation(&mut self, f: &Fixture) -> Result<Outcome, Error> {
-        if let Some(skip) = f.needs_peers() {
+        if let Some(skip) = needs_node_peers(self.topology()) {
             return Ok(skip);
         }
         let mut v = Verify::default();
@@ -453,13 +461,11 @@ impl<P: TranslatedOps> Checks for Suite<'_, P> {
     }
 
     fn copy_peer_to_peer(&mut self, f: &Fixture) -> Result<Outcome, Error> {
-        if let Some(skip) = f.needs_peers() {
+        if let Some(skip) = needs_node_peers(self.topology()) {
             return Ok(skip);
         }
-        if f.reachable().len() != self.world() {
-            return Ok(Outcome::Skip(
-                "needs every peer load/store reachable".into(),
-            ));
+        if !self.topology().single_node() {
+            return Ok(Outcome::Skip("needs every rank on one node".into()));
         }
         let (rank, world) = (self.rank(), self.world());
         let mut v = Verify::default();
@@ -545,8 +551,10 @@ impl<P: TranslatedOps> Checks for Suite<'_, P> {
         if world < 2 {
             return Ok(Outcome::Skip("needs >= 2 ranks".into()));
         }
-        // First half of the ranks on emulated node 0, the rest on node 1.
+        // First half of the ranks on emulated node 0, the rest on node 1, on whatever hosts
+        // they run: a peer is reachable when it shares both.
         let nodes: Vec<u64> = (0..world).map(|r| u64::from(r >= world / 2)).collect();
+        let hosts = self.topology().clone();
         let mut split = match self.extras.context_with_nodes("split-nodes", &nodes) {
             Ok(ctx) => ctx,
             Err(unavailable) => return Ok(unavailable.outcome()),
@@ -554,7 +562,7 @@ impl<P: TranslatedOps> Checks for Suite<'_, P> {
         let mut v = Verify::default();
         let (buf, map) = split.allocate_symmetric_map::<u64>(16)?;
         for peer in 0..world {
-            let same = nodes[peer] == nodes[rank];
+            let same = nodes[peer] == nodes[rank] && hosts.same_host(peer, rank);
             v.eq(
                 format!("direct flag of rank {peer}"),
                 map.direct()[peer],

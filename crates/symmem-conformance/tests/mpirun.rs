@@ -153,6 +153,31 @@ fn emulated_nodes_over_pmix_pass_the_inter_node_checks() {
     }
 }
 
+/// Slurm's default block distribution puts `srun -N2 -n4` as 3+1; hostfiles give any layout.
+/// Whether a check runs must be decided alike on every rank, whatever the layout: before, the
+/// rank alone on its node skipped check 3 that the others ran, and the collectives went out
+/// of order across ranks ("ranks 0, 1, 2 issued #6 barrier, rank 3 issued #6 malloc").
+#[test]
+fn uneven_layouts_run_the_same_checks_on_every_rank() {
+    // (ranks, the emulated node of rank $OMPI_COMM_WORLD_RANK as a shell expression)
+    let layouts = [
+        (4, "$((OMPI_COMM_WORLD_RANK / 3))"),       // 3+1
+        (4, "$(((OMPI_COMM_WORLD_RANK + 2) / 3))"), // 1+3
+        (8, "$((OMPI_COMM_WORLD_RANK / 2))"),       // 4 nodes of 2
+        (8, "$OMPI_COMM_WORLD_RANK"),               // 8 nodes of 1
+    ];
+    for (ranks, node) in layouts {
+        let script = format!("{}={node} exec \"$BIN\"", NODE_ID.name);
+        let r = assert_suite_passes(ranks, &script, &[(BOOTSTRAP.name, "pmix")], "Pmix");
+        if mpirun().is_some() {
+            for check in ["9", "10b"] {
+                let passed = r.passed.iter().filter(|(c, _)| c == check).count();
+                assert_eq!(passed, ranks, "{node}: check {check}\n{}", r.log);
+            }
+        }
+    }
+}
+
 #[test]
 fn auto_keeps_the_unix_star_on_one_host() {
     assert_suite_passes(2, "exec \"$BIN\"", &[], "Unix");

@@ -4,7 +4,7 @@
 
 use crate::error::{GpuError, no_gpu};
 use crate::lifecycle::{Lifecycle, LifecycleError};
-use crate::peers::{self, PeerInfo};
+use crate::peers::PeerInfo;
 use crate::shim::{EnvironmentAccess, Gpu, GpuId, Shim, UniqueId};
 use std::num::NonZeroU64;
 use std::path::PathBuf;
@@ -13,7 +13,7 @@ use std::time::Duration;
 use symmem::settings::{COLLECTIVE_TIMEOUT, DEVICE, GPU_HEAP_SIZE, NODE_ID, SHIM_LIB};
 use symmem::{
     CollectiveKind, CollectiveOp, Engine, Error, PeerTable, ProviderKind, RankIdentity,
-    SymmetricProvider, TranslatedOps,
+    SymmetricProvider, Topology, TranslatedOps,
 };
 use symmem_bootstrap::Bootstrap;
 
@@ -84,16 +84,57 @@ enum Role {
 /// Whether `backend` can start a job with this identity across its nodes: rocSHMEM (built
 /// single-node) is refused before anything is loaded or initialised, naming the build it
 /// would need; NVSHMEM's unique-id bootstrap reaches every host (the id travels through the
-/// engine).
-pub fn check_nodes(
-    backend: ProviderKind,
-    identity: &RankIdentity,
-    get: impl Fn(&str) -> Option<String>,
-) -> Result<(), GpuError> {
-    match (backend, symmem::spans_nodes(identity, &get)) {
+/// engine). The launcher's word ([`symmem::spans_nodes`], the rule the engine is chosen by)
+/// refuses it before anything is loaded; the joined topology is checked again before init.
+pub fn check_nodes(backend: ProviderKind, identity: &RankIdentity) -> Result<(), GpuError> {
+    match (backend, symmem::spans_nodes(identity)) {
         (ProviderKind::Rocshmem, Some(evidence)) => Err(GpuError::RocshmemSingleNode { evidence }),
         _ => Ok(()),
     }
+}
+
+/// The joined topology's word on [`check_nodes`]'s question, before the library is
+/// initialised: rocSHMEM (built single-node) is refused when the ranks are on several hosts.
+fn check_topology(backend: ProviderKind, topology: &Topology) -> Result<(), GpuError> {
+    match backend {
+        ProviderKind::Rocshmem if !topology.single_host() => Err(GpuError::RocshmemSingleNode {
+            evidence: format!(
+                "the control plane found its ranks on {} hosts",
+                topology.host_count()
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Rank 0's unique id and every rank's GPU bus id, through symmem's control plane (the engine:
+/// across hosts too). Collective.
+fn start_exchange(
+    shim: &Shim,
+    bootstrap: &mut Bootstrap,
+    backend: ProviderKind,
+) -> Result<Vec<PeerInfo>, GpuError> {
+    let unique_id = if bootstrap.rank() == 0 {
+        shim.unique_id()?.0
+    } else {
+        Vec::new()
+    };
+    let mine = PeerInfo {
+        bus_id: shim.device_bus_id()?,
+        unique_id,
+    };
+    let op = CollectiveOp {
+        seq: 0,
+        kind: CollectiveKind::Provider {
+            what: format!("{} start", backend.name()),
+        },
+    };
+    let gathered = bootstrap.exchange(&op, &mine.encode(), None, 0)?.payloads;
+    gathered
+        .iter()
+        .enumerate()
+        .map(|(peer, bytes)| PeerInfo::decode(bytes).ok_or(GpuError::BadPeerInfo { rank: peer }))
+        .collect()
 }
 
 /// NVSHMEM or rocSHMEM through the shim. See the crate docs.
@@ -104,9 +145,8 @@ pub struct GpuProvider {
     gpu: Gpu,
     library: Rc<Library>,
     role: Role,
-    /// Node of every rank (the engine's and the emulated one, `node_keys`): peers on another
-    /// node are not reachable.
-    node_ids: Vec<u64>,
+    /// Its control plane, which also says which node every rank is on (peers on another node
+    /// are not reachable).
     bootstrap: Bootstrap,
     /// Where this context's ranks met; its siblings meet in folders under it.
     rendezvous: PathBuf,
@@ -125,8 +165,6 @@ struct Library {
     device: i32,
     rank: usize,
     world_size: usize,
-    /// Every rank's launcher says it runs on this host.
-    single_host: bool,
     /// The engine the ranks meet through (siblings meet through the same).
     engine: Engine,
     timeout: Duration,
@@ -140,16 +178,21 @@ impl GpuProvider {
     /// [`EnvironmentAccess::promise`]).
     pub fn new(config: GpuConfig, access: EnvironmentAccess) -> Result<Self, GpuError> {
         let backend = gpu_kind(config.backend)?;
-        check_nodes(backend, &config.identity, |name| std::env::var(name).ok())?;
+        check_nodes(backend, &config.identity)?;
         let shim = Shim::load(&config.library, backend)?;
         let RankIdentity {
             rank,
             world_size,
             local_rank,
-            local_world_size,
             ..
         } = config.identity;
-        let mut bootstrap = Bootstrap::join(&config.identity, &config.rendezvous, config.timeout)?;
+        let mut bootstrap = Bootstrap::join(
+            &config.identity,
+            config.node_id,
+            &config.rendezvous,
+            config.timeout,
+        )?;
+        check_topology(backend, bootstrap.topology())?;
         let engine = bootstrap.engine();
         let count = shim
             .device_count()
@@ -161,39 +204,24 @@ impl GpuProvider {
             .device
             .unwrap_or((local_rank % count as usize) as i32);
         shim.set_device(device)?;
-        let single_host = local_world_size == world_size;
         // Before anything that lets the library read its environment (it does so once).
-        shim.configure(access, config.heap_bytes, single_host)?;
-        let unique_id = if rank == 0 {
-            shim.unique_id()?.0
-        } else {
-            Vec::new()
-        };
-        let mine = PeerInfo {
-            node_id: config.node_id,
-            gpu: GpuId {
-                host: peers::host_name(),
-                bus_id: shim.device_bus_id()?,
-            },
-            unique_id,
-        };
-        // Rank 0's unique id, every rank's node and GPU, through symmem's control plane.
-        let op = CollectiveOp {
-            seq: 0,
-            kind: CollectiveKind::Provider {
-                what: format!("{} start", backend.name()),
-            },
-        };
-        let gathered = bootstrap.exchange(&op, &mine.encode(), None, 0)?.payloads;
-        let infos = gathered
-            .iter()
-            .enumerate()
-            .map(|(peer, bytes)| {
-                PeerInfo::decode(bytes).ok_or(GpuError::BadPeerInfo { rank: peer })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        shim.configure(
+            access,
+            config.heap_bytes,
+            bootstrap.topology().single_host(),
+        )?;
+        shim.watch_collectives(config.timeout);
+        let infos = start_exchange(&shim, &mut bootstrap, backend)?;
         shim.init(rank, world_size, &UniqueId(infos[0].unique_id.clone()))?;
-        let gpus: Rc<[GpuId]> = infos.iter().map(|i| i.gpu.clone()).collect();
+        let topology = bootstrap.topology();
+        let gpus: Rc<[GpuId]> = infos
+            .into_iter()
+            .enumerate()
+            .map(|(peer, info)| GpuId {
+                host: topology.host(peer),
+                bus_id: info.bus_id,
+            })
+            .collect();
         let library = Library {
             shim,
             gpus,
@@ -202,7 +230,6 @@ impl GpuProvider {
             device,
             rank,
             world_size,
-            single_host,
             engine,
             timeout: config.timeout,
         };
@@ -210,10 +237,6 @@ impl GpuProvider {
             gpu: library.gpu(),
             library: Rc::new(library),
             role: Role::Original,
-            node_ids: symmem_bootstrap::node_keys(
-                &bootstrap.engine_nodes(),
-                &infos.iter().map(|i| i.node_id).collect::<Vec<_>>(),
-            ),
             bootstrap,
             rendezvous: config.rendezvous,
             finalized: false,
@@ -276,36 +299,16 @@ impl Siblings {
             rank,
             world_size,
             timeout,
-            backend,
             engine,
             ..
         } = *self.library;
         let rendezvous = self.rendezvous.join(label);
-        let mut bootstrap = Bootstrap::open(engine, rank, world_size, &rendezvous, timeout)?;
-        let op = CollectiveOp {
-            seq: 0,
-            kind: CollectiveKind::Provider {
-                what: format!("{} sibling nodes", backend.name()),
-            },
-        };
-        let gathered = bootstrap
-            .exchange(&op, &node_id.to_le_bytes(), None, 0)?
-            .payloads;
-        let node_ids = gathered
-            .iter()
-            .enumerate()
-            .map(|(peer, bytes)| {
-                let bytes = <[u8; 8]>::try_from(bytes.as_slice())
-                    .map_err(|_| GpuError::BadPeerInfo { rank: peer })?;
-                Ok(u64::from_le_bytes(bytes))
-            })
-            .collect::<Result<Vec<_>, GpuError>>()?;
-        let node_ids = symmem_bootstrap::node_keys(&bootstrap.engine_nodes(), &node_ids);
+        // The sibling's own control plane gathers its node split.
+        let bootstrap = Bootstrap::open(engine, rank, world_size, node_id, &rendezvous, timeout)?;
         Ok(GpuProvider {
             gpu: self.library.gpu(),
             library: Rc::clone(&self.library),
             role: Role::Sibling,
-            node_ids,
             bootstrap,
             rendezvous,
             finalized: false,
@@ -325,9 +328,10 @@ impl GpuProvider {
         self.library.device
     }
 
-    /// Emulated node of every rank (`SYMMEM_NODE_ID`, or the sibling's split).
-    pub fn node_ids(&self) -> &[u64] {
-        &self.node_ids
+    /// Which node every rank is on (the engine's node with `SYMMEM_NODE_ID`, or the
+    /// sibling's split).
+    pub fn topology(&self) -> &Topology {
+        self.bootstrap.topology()
     }
 
     /// The GPU side: validated launches, device timing and the library's own collectives, for
@@ -360,10 +364,8 @@ impl SymmetricProvider for GpuProvider {
     fn world_size(&self) -> usize {
         self.library.world_size
     }
-    fn claims_single_node(&self) -> bool {
-        self.library.single_host
-            && (0..self.library.world_size)
-                .all(|peer| peers::same_node(&self.node_ids, self.library.rank, peer))
+    fn topology(&self) -> &Topology {
+        self.bootstrap.topology()
     }
     fn checks_collective_order(&self) -> bool {
         true
@@ -432,7 +434,7 @@ impl SymmetricProvider for GpuProvider {
     }
 
     fn ptr(&self, addr: u64, peer: usize) -> Option<u64> {
-        if !peers::same_node(&self.node_ids, self.library.rank, peer) {
+        if !self.bootstrap.topology().same_node(self.library.rank, peer) {
             return None;
         }
         self.gpu.peer_address(addr, peer)
@@ -549,18 +551,28 @@ mod tests {
 
     #[test]
     fn rocshmem_refuses_a_job_across_nodes_before_loading_anything() {
-        let none = |_: &str| None;
-        let single = RankIdentity::from_vars(none).unwrap();
-        check_nodes(ProviderKind::Rocshmem, &single, none).unwrap();
-        check_nodes(ProviderKind::Nvshmem, &two_nodes(), none).unwrap();
-        let err = check_nodes(ProviderKind::Rocshmem, &two_nodes(), none).unwrap_err();
+        let single = RankIdentity::from_vars(|_| None).unwrap();
+        check_nodes(ProviderKind::Rocshmem, &single).unwrap();
+        check_nodes(ProviderKind::Nvshmem, &two_nodes()).unwrap();
+        let err = check_nodes(ProviderKind::Rocshmem, &two_nodes()).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("USE_SINGLE_NODE=OFF"), "{text}");
         assert!(text.contains("2 of its 4 ranks"), "{text}");
-        // Slurm's node count is evidence too, where the per-node count is no number.
-        let slurm = |k: &str| (k == "SLURM_NNODES").then(|| "2".to_string());
+        // Slurm's node count is evidence too, where no per-node count is given.
+        let slurm = [
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_NNODES", "2"),
+        ];
+        let slurm = RankIdentity::from_vars(|k| {
+            slurm
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap();
         assert!(matches!(
-            check_nodes(ProviderKind::Rocshmem, &single, slurm),
+            check_nodes(ProviderKind::Rocshmem, &slurm),
             Err(GpuError::RocshmemSingleNode { .. })
         ));
 
@@ -572,6 +584,19 @@ mod tests {
             .err()
             .expect("refused");
         assert!(matches!(err, GpuError::RocshmemSingleNode { .. }), "{err}");
+    }
+
+    /// The joined topology has the last word before init: rocSHMEM across hosts is refused
+    /// whatever the launcher said, and emulated nodes on one host are one host.
+    #[test]
+    fn rocshmem_refuses_a_topology_of_several_hosts() {
+        let split_one_host = Topology::one_host(&[0, 0, 1, 1]);
+        check_topology(ProviderKind::Rocshmem, &split_one_host).unwrap();
+        let two_hosts = Topology::new(&["node-a", "node-a", "node-a", "node-b"], &[0; 4]);
+        check_topology(ProviderKind::Nvshmem, &two_hosts).unwrap();
+        let err = check_topology(ProviderKind::Rocshmem, &two_hosts).unwrap_err();
+        assert!(matches!(err, GpuError::RocshmemSingleNode { .. }), "{err}");
+        assert!(err.to_string().contains("on 2 hosts"), "{err}");
     }
 
     #[test]

@@ -77,6 +77,7 @@ fn config(library: &Path, rendezvous: &Path, rank: usize, world_size: usize) -> 
             local_world_size: world_size,
             launcher: Launcher::Singleton,
             job_key: None,
+            nodes: None,
         },
         rendezvous: rendezvous.to_path_buf(),
         timeout: Duration::from_secs(30),
@@ -157,9 +158,8 @@ fn one_rank_of_the_split() {
 
     let siblings = ctx.provider().siblings();
     let mut split = Context::new(siblings.open("split", rank as u64).unwrap());
-    assert!(!symmem::SymmetricProvider::claims_single_node(
-        split.provider()
-    ));
+    let topology = split.provider().topology();
+    assert!(topology.single_host() && !topology.single_node());
     let (sbuf, smap) = split.allocate_symmetric_map::<u64>(4).unwrap();
     assert!(
         smap.direct()[rank] && !smap.direct()[peer],

@@ -30,6 +30,7 @@ impl HostConfig {
                 local_world_size: world_size,
                 launcher: symmem::Launcher::Singleton,
                 job_key: None,
+                nodes: None,
             },
             rendezvous: rendezvous.into(),
             heap_bytes: settings::HOST_HEAP_SIZE.value,

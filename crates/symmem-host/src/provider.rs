@@ -3,7 +3,7 @@ use crate::{HostConfig, HostError, SymmetricAllocator};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 use symmem::{
-    CollectiveKind, CollectiveOp, Error, PeerTable, ProviderKind, SymmetricProvider,
+    CollectiveKind, CollectiveOp, Error, PeerTable, ProviderKind, SymmetricProvider, Topology,
     TranslateError, TranslatedOps,
 };
 use symmem_bootstrap::Bootstrap;
@@ -12,7 +12,6 @@ use symmem_bootstrap::Bootstrap;
 pub struct HostProvider {
     rank: usize,
     world_size: usize,
-    node_ids: Vec<u64>,
     bootstrap: Bootstrap,
     allocator: SymmetricAllocator,
     /// Mapping of every rank's heap reachable from here (own one included), by rank.
@@ -44,7 +43,7 @@ impl HostProvider {
         let (rank, world_size) = (identity.rank, identity.world_size);
         // The engine refuses a job that spans nodes without one (never a rendezvous timeout);
         // heaps are shared only among the ranks of one node, over its Unix star.
-        let mut bootstrap = Bootstrap::join(&identity, &rendezvous, timeout)?;
+        let mut bootstrap = Bootstrap::join(&identity, node_id, &rendezvous, timeout)?;
         let heap_fd = create_heap(rank, heap_bytes)?;
         let own = Mapping::new(&heap_fd, heap_bytes)?;
         let op = CollectiveOp {
@@ -53,11 +52,21 @@ impl HostProvider {
                 what: "host heap exchange".into(),
             },
         };
-        let info = format!("{node_id} {heap_bytes}");
-        let gathered = bootstrap.exchange(&op, info.as_bytes(), Some(heap_fd.as_fd()), node_id)?;
-        let mut emulated = Vec::with_capacity(world_size);
+        // Heaps travel among the ranks of one node (the topology's), the only ones that map
+        // each other's.
+        let topology = bootstrap.topology().clone();
+        let info = heap_bytes.to_string();
+        let gathered = bootstrap.exchange(
+            &op,
+            info.as_bytes(),
+            Some(heap_fd.as_fd()),
+            topology.node(rank),
+        )?;
         for (peer, payload) in gathered.payloads.iter().enumerate() {
-            let (node, bytes) = parse_info(payload).ok_or(HostError::BadPeerInfo { rank: peer })?;
+            let bytes = std::str::from_utf8(payload)
+                .ok()
+                .and_then(|text| text.parse().ok())
+                .ok_or(HostError::BadPeerInfo { rank: peer })?;
             if bytes != heap_bytes {
                 return Err(HostError::HeapMismatch {
                     rank: peer,
@@ -66,16 +75,13 @@ impl HostProvider {
                     expected: heap_bytes,
                 });
             }
-            emulated.push(node);
         }
-        // The engine's node and the emulated one: a peer on another of either is not mapped.
-        let node_ids = symmem_bootstrap::node_keys(&bootstrap.engine_nodes(), &emulated);
         let mut heaps = Vec::with_capacity(world_size);
         let mut own = Some(own);
         for (peer, fd) in gathered.fds.into_iter().enumerate() {
             heaps.push(match (peer == rank, fd) {
                 (true, _) => own.take(),
-                (false, Some(fd)) if node_ids[peer] == node_ids[rank] => {
+                (false, Some(fd)) if topology.same_node(peer, rank) => {
                     check_peer_heap(&fd, heap_bytes, peer)?;
                     Some(Mapping::new(&fd, heap_bytes)?)
                 }
@@ -87,17 +93,10 @@ impl HostProvider {
         Ok(Self {
             rank,
             world_size,
-            node_ids,
             bootstrap,
             allocator: SymmetricAllocator::new(heap_bytes),
             heaps,
         })
-    }
-
-    /// Node of every rank: the engine's node combined with the emulated one
-    /// ([`symmem_bootstrap::node_keys`]).
-    pub fn node_ids(&self) -> &[u64] {
-        &self.node_ids
     }
 
     /// Address of this rank's own heap.
@@ -162,12 +161,6 @@ impl HostProvider {
     }
 }
 
-fn parse_info(payload: &[u8]) -> Option<(u64, u64)> {
-    let text = std::str::from_utf8(payload).ok()?;
-    let (node, bytes) = text.split_once(' ')?;
-    Some((node.parse().ok()?, bytes.parse().ok()?))
-}
-
 impl SymmetricProvider for HostProvider {
     fn kind(&self) -> ProviderKind {
         ProviderKind::Host
@@ -178,8 +171,8 @@ impl SymmetricProvider for HostProvider {
     fn world_size(&self) -> usize {
         self.world_size
     }
-    fn claims_single_node(&self) -> bool {
-        self.node_ids.iter().all(|&n| n == self.node_ids[self.rank])
+    fn topology(&self) -> &Topology {
+        self.bootstrap.topology()
     }
     fn checks_collective_order(&self) -> bool {
         true

@@ -358,7 +358,7 @@ impl<P: SymmetricProvider> Context<P> {
             .collect();
         let reachable_peers = offsets.iter().filter(|o| o.is_some()).count() - 1;
         self.offsets = Some(offsets);
-        if world_size > 1 && reachable_peers == 0 && self.provider.claims_single_node() {
+        if world_size > 1 && reachable_peers == 0 && self.provider.topology().single_node() {
             return Err(Error::NoPeerReachable {
                 provider: self.provider.kind(),
                 world_size,

@@ -3,6 +3,7 @@
 //! pure function of the [`BOOTSTRAP`](crate::settings::BOOTSTRAP) setting, the rank identity
 //! and the launcher's variables, so every decision it makes is testable without a launcher.
 
+use crate::launcher::Launcher;
 use crate::rank_env::RankIdentity;
 use crate::settings::BOOTSTRAP;
 
@@ -28,6 +29,12 @@ pub enum EngineError {
     )]
     SpansNodesWithoutEngine { evidence: String },
     #[error(
+        "srun started this job across nodes ({evidence}) without a PMIx server (PMIX_NAMESPACE \
+         and PMIX_RANK are unset): add --mpi=pmix to srun (`srun --mpi=list` shows whether \
+         Slurm's PMIx plugin is installed), or run every rank on one node"
+    )]
+    SrunWithoutPmix { evidence: String },
+    #[error(
         "{}=unix but this job spans nodes ({evidence}): the Unix-socket rendezvous reaches one \
          host only; unset {} (auto) under `srun --mpi=pmix` or `mpirun`, or run every rank on \
          one host",
@@ -49,25 +56,21 @@ pub fn pmix_present(get: &impl Fn(&str) -> Option<String>) -> bool {
         .all(|v| get(v).is_some_and(|s| !s.trim().is_empty()))
 }
 
-/// What says this job has ranks on more than one node, or `None` when nothing does: fewer
-/// ranks on this node than in the job (every launcher's local size), or Slurm's node count of
-/// the step (its per-node count may be a form like `4(x2)` that gives no local size).
-pub fn spans_nodes(
-    identity: &RankIdentity,
-    get: &impl Fn(&str) -> Option<String>,
-) -> Option<String> {
+/// What says this job has ranks on more than one node, or `None` when nothing does. Only the
+/// launcher that named this rank counts (its local size below its world size, or Slurm's
+/// node count of the step): a Slurm allocation around a one-host symmem-run or torchrun job
+/// says nothing about that job.
+pub fn spans_nodes(identity: &RankIdentity) -> Option<String> {
     if identity.local_world_size < identity.world_size {
         return Some(format!(
             "{} says {} of its {} ranks run on this node",
             identity.launcher, identity.local_world_size, identity.world_size
         ));
     }
-    ["SLURM_STEP_NUM_NODES", "SLURM_NNODES"]
-        .iter()
-        .find_map(|var| {
-            let nodes: usize = get(var)?.trim().parse().ok()?;
-            (nodes > 1).then(|| format!("{var}={nodes}"))
-        })
+    identity
+        .nodes
+        .filter(|count| count.nodes > 1)
+        .map(|count| count.to_string())
 }
 
 /// The engine for this rank: `unix` and `pmix` as set (refused where they cannot work);
@@ -80,7 +83,7 @@ pub fn choose_engine(
     identity: &RankIdentity,
     get: impl Fn(&str) -> Option<String>,
 ) -> Result<Engine, EngineError> {
-    let spans = spans_nodes(identity, &get);
+    let spans = spans_nodes(identity);
     let pmix = pmix_present(&get);
     match (choice, spans, pmix) {
         (BootstrapChoice::Pmix, _, true) => Ok(Engine::Pmix),
@@ -91,6 +94,12 @@ pub fn choose_engine(
         (BootstrapChoice::Unix, None, _) => Ok(Engine::Unix),
         (BootstrapChoice::Auto, None, _) => Ok(Engine::Unix),
         (BootstrapChoice::Auto, Some(_), true) => Ok(Engine::Pmix),
+        // Only Slurm's layout gives a node count: srun started these ranks.
+        (BootstrapChoice::Auto, Some(evidence), false)
+            if identity.launcher == Launcher::Slurm || identity.nodes.is_some() =>
+        {
+            Err(EngineError::SrunWithoutPmix { evidence })
+        }
         (BootstrapChoice::Auto, Some(evidence), false) => {
             Err(EngineError::SpansNodesWithoutEngine { evidence })
         }
@@ -114,6 +123,13 @@ mod tests {
         let get = |k: &str| map.get(k).cloned();
         let identity = RankIdentity::from_vars(get).unwrap();
         choose_engine(choice, &identity, get)
+    }
+
+    fn local_size(pairs: &[(&str, &str)]) -> usize {
+        let map = env(pairs);
+        RankIdentity::from_vars(|k| map.get(k).cloned())
+            .unwrap()
+            .local_world_size
     }
 
     const TORCH_TWO_NODES: &[(&str, &str)] = &[
@@ -173,26 +189,18 @@ mod tests {
 
     #[test]
     fn spanning_nodes_without_an_engine_is_refused_naming_the_fix() {
-        for (vars, evidence) in [
-            (
-                TORCH_TWO_NODES,
-                "torchrun says 4 of its 8 ranks run on this node",
-            ),
-            (SLURM_TWO_NODES_NO_PMIX, "SLURM_NNODES=2"),
-        ] {
-            let e = choose(BootstrapChoice::Auto, vars).unwrap_err();
-            assert_eq!(
-                e,
-                EngineError::SpansNodesWithoutEngine {
-                    evidence: evidence.into()
-                }
-            );
-            let text = e.to_string();
-            assert!(
-                text.contains("srun --mpi=pmix") && text.contains("mpirun"),
-                "{text}"
-            );
-        }
+        let e = choose(BootstrapChoice::Auto, TORCH_TWO_NODES).unwrap_err();
+        assert_eq!(
+            e,
+            EngineError::SpansNodesWithoutEngine {
+                evidence: "torchrun says 4 of its 8 ranks run on this node".into()
+            }
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains("srun --mpi=pmix") && text.contains("mpirun"),
+            "{text}"
+        );
         let mut ompi = OMPI_TWO_NODES_PMIX.to_vec();
         ompi.retain(|(k, _)| !k.starts_with("PMIX_"));
         assert!(matches!(
@@ -219,6 +227,189 @@ mod tests {
             choose(BootstrapChoice::Unix, OMPI_ONE_HOST_PMIX),
             Ok(Engine::Unix)
         );
+    }
+
+    /// symmem-run's variables (torchrun's convention) on one host.
+    const SYMMEM_RUN_ONE_HOST: &[(&str, &str)] = &[
+        ("RANK", "1"),
+        ("WORLD_SIZE", "2"),
+        ("LOCAL_RANK", "1"),
+        ("LOCAL_WORLD_SIZE", "2"),
+        ("TORCHELASTIC_RUN_ID", "r1"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "29500"),
+    ];
+    /// What every shell of a two-node Slurm allocation holds (`salloc -N2`, a batch script).
+    const TWO_NODE_ALLOCATION: &[(&str, &str)] = &[
+        ("SLURM_JOB_ID", "77"),
+        ("SLURM_NNODES", "2"),
+        ("SLURM_JOB_NUM_NODES", "2"),
+        ("SLURM_TASKS_PER_NODE", "2(x2)"),
+    ];
+
+    fn with(
+        base: &[(&'static str, &'static str)],
+        more: &[(&'static str, &'static str)],
+    ) -> Vec<(&'static str, &'static str)> {
+        let mut all = base.to_vec();
+        all.extend_from_slice(more);
+        all
+    }
+
+    /// M2: the innermost launcher's own count wins over the allocation's node count.
+    #[test]
+    fn a_one_host_job_inside_a_two_node_allocation_runs_on_the_unix_star() {
+        let symmem_run = with(TWO_NODE_ALLOCATION, SYMMEM_RUN_ONE_HOST);
+        let torchrun_world_of_one = with(
+            TWO_NODE_ALLOCATION,
+            &[
+                ("RANK", "0"),
+                ("WORLD_SIZE", "1"),
+                ("LOCAL_RANK", "0"),
+                ("LOCAL_WORLD_SIZE", "1"),
+                ("TORCHELASTIC_RUN_ID", "t"),
+            ],
+        );
+        // `srun -N1 -n2` inside the allocation: the step's own node count is 1.
+        let one_node_step = with(
+            TWO_NODE_ALLOCATION,
+            &[
+                ("SLURM_PROCID", "1"),
+                ("SLURM_NTASKS", "2"),
+                ("SLURM_LOCALID", "1"),
+                ("SLURM_NODEID", "0"),
+                ("SLURM_STEP_ID", "0"),
+                ("SLURM_STEP_NUM_NODES", "1"),
+                ("SLURM_STEP_TASKS_PER_NODE", "2"),
+            ],
+        );
+        let singleton = TWO_NODE_ALLOCATION.to_vec();
+        for vars in [
+            &symmem_run,
+            &torchrun_world_of_one,
+            &one_node_step,
+            &singleton,
+        ] {
+            for choice in [BootstrapChoice::Auto, BootstrapChoice::Unix] {
+                assert_eq!(choose(choice, vars), Ok(Engine::Unix), "{choice} {vars:?}");
+            }
+        }
+    }
+
+    /// `srun -N2 -n4 --mpi=pmix` without `--ntasks-per-node`: Slurm writes the per-node count
+    /// as `2(x2)`, which is no number.
+    #[test]
+    fn slurms_compressed_per_node_count_is_this_nodes_count() {
+        let srun = &[
+            ("SLURM_JOB_ID", "77"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_PROCID", "3"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_LOCALID", "1"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_NNODES", "2"),
+            ("SLURM_TASKS_PER_NODE", "2(x2)"),
+            ("PMIX_NAMESPACE", "slurm.pmix.77.0"),
+            ("PMIX_RANK", "3"),
+        ];
+        assert_eq!(local_size(srun), 2);
+        assert_eq!(choose(BootstrapChoice::Auto, srun), Ok(Engine::Pmix));
+        // The step's own count wins over the allocation's.
+        let step = with(srun, &[("SLURM_STEP_TASKS_PER_NODE", "2(x2)")]);
+        let step: Vec<_> = step
+            .into_iter()
+            .map(|(k, v)| {
+                if k == "SLURM_TASKS_PER_NODE" {
+                    (k, "4(x2)")
+                } else {
+                    (k, v)
+                }
+            })
+            .collect();
+        assert_eq!(local_size(&step), 2);
+    }
+
+    /// `srun -N2 -n4` with Slurm's default block distribution: 3 ranks on the first node, 1 on
+    /// the second; each rank's node count is the entry of its `SLURM_NODEID`.
+    #[test]
+    fn slurms_uneven_layouts_give_each_node_its_own_count() {
+        let rank = |procid: &'static str, nodeid: &'static str, localid: &'static str| {
+            vec![
+                ("SLURM_PROCID", procid),
+                ("SLURM_NTASKS", "4"),
+                ("SLURM_LOCALID", localid),
+                ("SLURM_NODEID", nodeid),
+                ("SLURM_STEP_NUM_NODES", "2"),
+                ("SLURM_STEP_TASKS_PER_NODE", "3,1"),
+                ("PMIX_NAMESPACE", "slurm.pmix.77.0"),
+                ("PMIX_RANK", procid),
+            ]
+        };
+        assert_eq!(local_size(&rank("2", "0", "2")), 3);
+        assert_eq!(local_size(&rank("3", "1", "0")), 1);
+        assert_eq!(
+            choose(BootstrapChoice::Auto, &rank("3", "1", "0")),
+            Ok(Engine::Pmix)
+        );
+        // Four nodes, two forms in one list: 2,2,1,1.
+        let mut four = rank("5", "3", "0");
+        four.retain(|(k, _)| *k != "SLURM_STEP_TASKS_PER_NODE" && *k != "SLURM_STEP_NUM_NODES");
+        four.extend([
+            ("SLURM_TASKS_PER_NODE", "2(x2),1(x2)"),
+            ("SLURM_NNODES", "4"),
+            ("SLURM_NTASKS", "6"),
+        ]);
+        assert_eq!(local_size(&four), 1);
+    }
+
+    /// `srun --mpi=pmi2 -N2`: PMI's rank and size name the task, with no per-node count of
+    /// PMI's own; the step's layout says the job spans nodes, and there is no PMIx server.
+    #[test]
+    fn srun_with_pmi2_across_nodes_is_srun_without_pmix() {
+        let pmi2 = &[
+            ("PMI_RANK", "1"),
+            ("PMI_SIZE", "2"),
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_LOCALID", "0"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_STEP_NUM_NODES", "2"),
+            ("SLURM_STEP_TASKS_PER_NODE", "1(x2)"),
+        ];
+        assert_eq!(local_size(pmi2), 1);
+        let e = choose(BootstrapChoice::Auto, pmi2).unwrap_err();
+        assert!(matches!(e, EngineError::SrunWithoutPmix { .. }), "{e}");
+        // A PMI launcher in a batch script of a two-node allocation: no step of srun's, so
+        // Slurm's counts are the allocation's and say nothing of this job.
+        let batch = with(
+            TWO_NODE_ALLOCATION,
+            &[
+                ("PMI_RANK", "0"),
+                ("PMI_SIZE", "2"),
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "2"),
+            ],
+        );
+        assert_eq!(choose(BootstrapChoice::Auto, &batch), Ok(Engine::Unix));
+    }
+
+    /// `srun -N2` without `--mpi=pmix`: no PMIx server in the ranks' environment. It must stop
+    /// at once, naming the option, however Slurm wrote its counts.
+    #[test]
+    fn srun_across_nodes_without_pmix_names_the_option() {
+        let no_local_size = &[
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_LOCALID", "0"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_NNODES", "2"),
+        ];
+        for vars in [SLURM_TWO_NODES_NO_PMIX, no_local_size] {
+            let e = choose(BootstrapChoice::Auto, vars).unwrap_err();
+            let text = e.to_string();
+            assert!(text.contains("add --mpi=pmix to srun"), "{text}");
+            assert!(text.contains("SLURM_NNODES=2"), "{text}");
+        }
     }
 
     #[test]

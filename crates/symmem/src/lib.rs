@@ -25,6 +25,7 @@ mod rank_env;
 mod ranks;
 pub mod settings;
 mod table;
+mod topology;
 mod units;
 
 pub use collective::{CollectiveKind, CollectiveMismatch, CollectiveOp};
@@ -34,10 +35,11 @@ pub use error::{Blame, Error, ProviderError, TranslateError};
 pub use launcher::Launcher;
 pub use provider::{SymmetricProvider, TranslatedOps};
 pub use provider_kind::{ProviderKind, UnknownProvider};
-pub use rank_env::{Found, RankEnvError, RankIdentity, job_evidence};
+pub use rank_env::{Found, NodeCount, RankEnvError, RankIdentity, job_evidence};
 pub use ranks::{count_ranks, describe_ranks, rank_list};
 pub use settings::InvalidSetting;
 pub use table::{AddressMap, PeerTable};
+pub use topology::Topology;
 pub use units::{
     MAX_DURATION, format_bytes, format_duration, format_elapsed, parse_bytes, parse_duration,
     parse_timeout,

@@ -1,4 +1,4 @@
-use crate::{CollectiveOp, Error, PeerTable, ProviderKind};
+use crate::{CollectiveOp, Error, PeerTable, ProviderKind, Topology};
 
 /// A SHMEM-like library that hands out symmetric memory.
 ///
@@ -11,9 +11,10 @@ pub trait SymmetricProvider {
     fn kind(&self) -> ProviderKind;
     fn rank(&self) -> usize;
     fn world_size(&self) -> usize;
-    /// True when the provider believes every rank runs on this node, so every peer should be
-    /// load/store reachable. Used to catch a library built without IPC.
-    fn claims_single_node(&self) -> bool;
+    /// Which node every rank is on, as the control plane found at the start (the only
+    /// source of "same node" and "one host"). When every rank is on one node, every peer
+    /// should be load/store reachable: that catches a library built without IPC.
+    fn topology(&self) -> &Topology;
     /// True when collectives carry their [`CollectiveOp`] to the other ranks and compare it.
     fn checks_collective_order(&self) -> bool;
     /// Collective: allocates `bytes` of symmetric memory, returns its local address.

@@ -93,6 +93,22 @@ pub struct RankIdentity {
     /// A string that names this job and step, the same for every rank of it, when the
     /// launcher provides one (rendezvous locations derive from it).
     pub job_key: Option<String>,
+    /// The number of nodes the launcher that named this rank says its job (Slurm: its step)
+    /// runs on, where it says (only Slurm does; the others give their per-node count).
+    pub nodes: Option<NodeCount>,
+}
+
+/// A launcher's own count of the nodes of its job: the variable it comes from and its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeCount {
+    pub var: &'static str,
+    pub nodes: usize,
+}
+
+impl fmt::Display for NodeCount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.var, self.nodes)
+    }
 }
 
 struct Convention {
@@ -134,8 +150,9 @@ const CONVENTIONS: [Convention; 4] = [
         rank: "SLURM_PROCID",
         size: "SLURM_NTASKS",
         local_rank: "SLURM_LOCALID",
-        // Only a plain number here; "4(x2)" forms fall back to the world size on one node.
-        local_size: "SLURM_NTASKS_PER_NODE",
+        // Named in messages; the count itself is this node's entry of the step's per-node
+        // list ([`slurm_layout`]).
+        local_size: "SLURM_STEP_TASKS_PER_NODE",
     },
 ];
 
@@ -219,26 +236,10 @@ impl RankIdentity {
                 world_size,
             });
         }
-        let local_rank = number(c.local_rank)?.unwrap_or(rank);
-        // Slurm's per-node count may be "4(x2)": not a number, so not an error.
-        let local_size = get(c.local_size).and_then(|v| v.trim().parse().ok());
-        let local_world_size = local_size.unwrap_or(world_size);
-        if local_size.is_none() && local_rank >= world_size {
-            return Err(RankEnvError::LocalRankBeyondWorld {
-                rank_var: c.local_rank,
-                rank: local_rank,
-                size_var: c.local_size,
-                world_size,
-            });
-        }
-        if local_world_size == 0 || local_rank >= local_world_size {
-            return Err(RankEnvError::RankOutOfRange {
-                rank_var: c.local_rank,
-                rank: local_rank,
-                size_var: c.local_size,
-                world_size: local_world_size,
-            });
-        }
+        let local = local_convention(c, f, &found, &get);
+        let local_rank = number(local.local_rank)?.unwrap_or(rank);
+        let (local_size, nodes) = layout(local, &get);
+        let local_world_size = local_world(local, local_rank, local_size, world_size)?;
         Ok(Self {
             rank,
             world_size,
@@ -246,6 +247,7 @@ impl RankIdentity {
             local_world_size,
             launcher: c.launcher,
             job_key: job_key(c.launcher, &get),
+            nodes,
         })
     }
 
@@ -257,8 +259,126 @@ impl RankIdentity {
             local_world_size: 1,
             launcher: Launcher::Singleton,
             job_key: None,
+            nodes: None,
         }
     }
+}
+
+/// This node's count of ranks: `local_size` as `local`'s variables gave it (the world size
+/// when they gave none), checked against `local_rank`.
+fn local_world(
+    local: &Convention,
+    local_rank: usize,
+    local_size: Option<usize>,
+    world_size: usize,
+) -> Result<usize, RankEnvError> {
+    let local_world_size = local_size.unwrap_or(world_size);
+    if local_size.is_none() && local_rank >= world_size {
+        return Err(RankEnvError::LocalRankBeyondWorld {
+            rank_var: local.local_rank,
+            rank: local_rank,
+            size_var: local.local_size,
+            world_size,
+        });
+    }
+    if local_world_size == 0 || local_rank >= local_world_size {
+        return Err(RankEnvError::RankOutOfRange {
+            rank_var: local.local_rank,
+            rank: local_rank,
+            size_var: local.local_size,
+            world_size: local_world_size,
+        });
+    }
+    Ok(local_world_size)
+}
+
+/// The launcher convention whose local variables say this rank's place on its node and the
+/// job's nodes: the one that named this rank (`chosen`, found as `named`). Only that launcher
+/// counts: an allocation's Slurm variables around a one-host symmem-run or torchrun job say
+/// nothing about that job. One exception: `srun --mpi=pmi2` (or `pmi`) names its tasks with
+/// PMI's rank and size but gives no per-node count; Slurm's step variables, naming the same
+/// rank of the same size, then say it (a step's, never an allocation's: a batch script has no
+/// `SLURM_STEP_NUM_NODES`).
+fn local_convention<'a>(
+    chosen: &'a Convention,
+    named: &Found,
+    found: &[(&'a Convention, Found)],
+    get: &impl Fn(&str) -> Option<String>,
+) -> &'a Convention {
+    if chosen.launcher != Launcher::Pmi
+        || get(chosen.local_size).is_some()
+        || get("SLURM_STEP_NUM_NODES").is_none()
+    {
+        return chosen;
+    }
+    found
+        .iter()
+        .find(|(c, f)| {
+            c.launcher == Launcher::Slurm
+                && (f.rank, f.world_size) == (named.rank, named.world_size)
+        })
+        .map_or(chosen, |(c, _)| *c)
+}
+
+/// This node's count of ranks and the job's nodes, as `local`'s variables say them.
+fn layout(
+    local: &Convention,
+    get: &impl Fn(&str) -> Option<String>,
+) -> (Option<usize>, Option<NodeCount>) {
+    match local.launcher {
+        Launcher::Slurm => slurm_layout(get),
+        _ => (
+            get(local.local_size).and_then(|v| v.trim().parse().ok()),
+            None,
+        ),
+    }
+}
+
+/// Slurm's tasks on this rank's node and its nodes, from the step's variables before the
+/// allocation's (a one-node step inside a two-node allocation runs on one node). The per-node
+/// count is a list such as `3,1` or `2(x2),1`: this node's entry is the one at
+/// `SLURM_NODEID`; `--ntasks-per-node` gives one plain number for every node. Either is
+/// `None` where Slurm does not say.
+fn slurm_layout(get: &impl Fn(&str) -> Option<String>) -> (Option<usize>, Option<NodeCount>) {
+    let nodes = ["SLURM_STEP_NUM_NODES", "SLURM_NNODES"]
+        .into_iter()
+        .find_map(|var| {
+            let nodes = get(var)?.trim().parse().ok()?;
+            Some(NodeCount { var, nodes })
+        });
+    let per_node = [
+        "SLURM_STEP_TASKS_PER_NODE",
+        "SLURM_TASKS_PER_NODE",
+        "SLURM_NTASKS_PER_NODE",
+    ]
+    .into_iter()
+    .find_map(|var| expand_tasks_per_node(&get(var)?));
+    let node = get("SLURM_NODEID").and_then(|v| v.trim().parse::<usize>().ok());
+    let local = per_node.and_then(|counts| match (counts.as_slice(), node) {
+        ([only], _) => Some(*only),
+        (counts, Some(node)) => counts.get(node).copied(),
+        (_, None) => None,
+    });
+    (local, nodes)
+}
+
+/// Slurm's per-node task counts, one entry per node: `2(x2),1` is `[2, 2, 1]`. `None` when
+/// the text is not of that form.
+pub(crate) fn expand_tasks_per_node(text: &str) -> Option<Vec<usize>> {
+    let mut counts = Vec::new();
+    for part in text.trim().split(',') {
+        let (count, times) = match part.trim().split_once('(') {
+            Some((count, rest)) => (count, rest.strip_suffix(')')?.strip_prefix('x')?),
+            None => (part, "1"),
+        };
+        let (count, times): (usize, usize) = (count.trim().parse().ok()?, times.parse().ok()?);
+        // A node count beyond any machine is a malformed value, not an allocation.
+        if times > 1 << 20 {
+            return None;
+        }
+        counts.extend(std::iter::repeat_n(count, times));
+    }
+    Some(counts)
 }
 
 /// Fails when the conventions present cannot all be right (see [`RankIdentity::from_vars`]).
@@ -408,12 +528,13 @@ mod tests {
             ("SLURM_PROCID", "5"),
             ("SLURM_NTASKS", "8"),
             ("SLURM_LOCALID", "1"),
+            ("SLURM_NODEID", "1"),
             ("SLURM_NTASKS_PER_NODE", "4(x2)"),
             ("SLURM_JOB_ID", "77"),
             ("SLURM_STEP_ID", "0"),
         ])
         .unwrap();
-        assert_eq!((id.rank, id.local_rank, id.local_world_size), (5, 1, 8));
+        assert_eq!((id.rank, id.local_rank, id.local_world_size), (5, 1, 4));
         assert_eq!(id.job_key.as_deref(), Some("77-0"));
 
         let id = ident(&[("PMI_RANK", "0"), ("PMI_SIZE", "2")]).unwrap();
@@ -559,6 +680,16 @@ mod tests {
             ]
         );
         assert!(job_evidence(|_| None).is_empty());
+    }
+
+    #[test]
+    fn slurm_per_node_lists_expand() {
+        assert_eq!(expand_tasks_per_node("2(x2),1"), Some(vec![2, 2, 1]));
+        assert_eq!(expand_tasks_per_node(" 3,1 "), Some(vec![3, 1]));
+        assert_eq!(expand_tasks_per_node("4"), Some(vec![4]));
+        for bad in ["", "2(x", "2(2)", "x,1", "2(x2"] {
+            assert_eq!(expand_tasks_per_node(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -232,7 +232,7 @@ pub const NODE_ID: Defaulted<u64> = Defaulted::new(
 pub const COLLECTIVE_TIMEOUT: Defaulted<Duration> = Defaulted::new(
     Setting {
         name: "SYMMEM_COLLECTIVE_TIMEOUT",
-        doc: "how long a collective (and the rendezvous) waits for the slowest rank, every provider",
+        doc: "how long a collective (and the rendezvous) waits for the slowest rank, every provider; also how long a GPU library's own init or collective may take before the rank stops, naming the call",
         default: "",
         expected: "a duration above 0 such as 60, 60s, 500ms or 2m",
         audience: Audience::User,

@@ -4,7 +4,7 @@
 use std::cell::Cell;
 use symmem::{
     Blame, CollectiveKind, CollectiveOp, Context, Error, ProviderError, ProviderKind,
-    SymmetricProvider, TranslateError,
+    SymmetricProvider, Topology, TranslateError,
 };
 
 const HEAP: u64 = 1 << 30;
@@ -13,7 +13,7 @@ struct ModelProvider {
     rank: usize,
     world_size: usize,
     unreachable: Vec<usize>,
-    single_node: bool,
+    topology: Topology,
     next: u64,
     ptr_calls: Cell<usize>,
     ops: Vec<CollectiveOp>,
@@ -47,7 +47,7 @@ impl ModelProvider {
             rank,
             world_size,
             unreachable: Vec::new(),
-            single_node: true,
+            topology: Topology::single(world_size),
             next: 0,
             ptr_calls: Cell::new(0),
             ops: Vec::new(),
@@ -70,8 +70,8 @@ impl SymmetricProvider for ModelProvider {
     fn world_size(&self) -> usize {
         self.world_size
     }
-    fn claims_single_node(&self) -> bool {
-        self.single_node
+    fn topology(&self) -> &Topology {
+        &self.topology
     }
     fn checks_collective_order(&self) -> bool {
         false
@@ -152,7 +152,7 @@ fn address_map_of_existing_buffer_matches_allocation() {
 fn unreachable_peer_has_base_zero_and_is_refused() {
     let mut provider = ModelProvider::new(0, 4);
     provider.unreachable = vec![2, 3];
-    provider.single_node = false;
+    provider.topology = Topology::one_host(&[0, 0, 1, 1]);
     let mut ctx = Context::new(provider);
     let (buf, map) = ctx.allocate_symmetric_map::<u64>(8).unwrap();
     assert_eq!(map.table.bases()[2], 0);

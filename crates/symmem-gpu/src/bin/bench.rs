@@ -99,7 +99,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let where_ = placement(gpus);
     // The raw library's malloc + free go through a sibling (the same library, no order check,
     // no tables), so they can alternate with Context's.
-    let mut raw_side = provider.sibling("bench-raw", provider.node_ids()[rank])?;
+    let mut raw_side = provider.sibling("bench-raw", provider.topology().node(rank))?;
     let mut ctx = Context::new(provider);
     alloc_free(&mut ctx, raw_side.gpu_mut(), gpus, &where_)?;
     drop(raw_side);

@@ -11,11 +11,12 @@ use std::time::Duration;
 use symmem::{ContextId, Error, PeerTable, TranslateError};
 use symmem_shim_sys as sys;
 
-/// Where one rank's GPU is: its host and PCI bus id (ordinals differ between processes with
-/// different visible-device lists; bus ids do not).
+/// Where one rank's GPU is: its host (as the job's [`Topology`](symmem::Topology) numbers hosts)
+/// and PCI bus id (ordinals differ between processes with different visible-device lists; bus
+/// ids do not).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct GpuId {
-    pub host: String,
+    pub host: u64,
     pub bus_id: String,
 }
 
@@ -563,20 +564,20 @@ impl ExportedTable {
 mod tests {
     use super::*;
 
-    fn id(host: &str, bus: &str) -> GpuId {
+    fn id(host: u64, bus: &str) -> GpuId {
         GpuId {
-            host: host.into(),
+            host,
             bus_id: bus.into(),
         }
     }
 
     #[test]
     fn ranks_on_one_gpu_count_once_and_hosts_keep_equal_bus_ids_apart() {
-        let one = [id("a", "0000:3b:00.0"), id("a", "0000:3b:00.0")];
+        let one = [id(0, "0000:3b:00.0"), id(0, "0000:3b:00.0")];
         assert_eq!(distinct(&one), 1);
-        let two = [id("a", "0000:3b:00.0"), id("a", "0000:5c:00.0")];
+        let two = [id(0, "0000:3b:00.0"), id(0, "0000:5c:00.0")];
         assert_eq!(distinct(&two), 2);
-        let hosts = [id("a", "0000:3b:00.0"), id("b", "0000:3b:00.0")];
+        let hosts = [id(0, "0000:3b:00.0"), id(1, "0000:3b:00.0")];
         assert_eq!(distinct(&hosts), 2);
     }
 }

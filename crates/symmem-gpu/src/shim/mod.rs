@@ -12,6 +12,7 @@
 
 mod buffer;
 mod gpu;
+mod watchdog;
 
 use std::ffi::{CStr, c_int, c_void};
 use std::mem::ManuallyDrop;
@@ -179,6 +180,8 @@ impl ShimError {
 pub struct Shim {
     raw: ManuallyDrop<sys::SymmemShim>,
     backend: ProviderKind,
+    /// Bounds the library's collectives, once [`watch_collectives`](Self::watch_collectives).
+    watchdog: std::cell::OnceCell<watchdog::Watchdog>,
 }
 
 impl std::fmt::Debug for Shim {
@@ -214,6 +217,7 @@ impl Shim {
         let this = Self {
             raw: ManuallyDrop::new(raw),
             backend,
+            watchdog: std::cell::OnceCell::new(),
         };
         // SAFETY: both take no arguments; `symmem_shim_backend` returns a static
         // NUL-terminated string (every ABI version does).
@@ -291,6 +295,23 @@ impl Shim {
 
     // ---- bootstrap and lifetime ---------------------------------------------------------
 
+    /// From now on, a collective of the library (init, finalize, malloc, free, barrier) that
+    /// does not return within `timeout` ends the process naming the call (see `watchdog.rs`).
+    /// Call it after [`configure`](Self::configure): it starts a thread.
+    pub(crate) fn watch_collectives(&self, timeout: std::time::Duration) {
+        self.watchdog
+            .get_or_init(|| watchdog::Watchdog::start(self.backend, timeout));
+    }
+
+    /// Runs the library's collective `call` under the watchdog, if one watches.
+    fn collective(&self, call: &'static str, f: impl FnOnce() -> c_int) -> Result<(), ShimError> {
+        let code = match self.watchdog.get() {
+            Some(dog) => dog.guard(call, f),
+            None => f(),
+        };
+        self.status(call, code)
+    }
+
     /// Sets the library's environment variables (heap size, interface, no multicast).
     pub(crate) fn configure(
         &self,
@@ -332,11 +353,10 @@ impl Shim {
     pub(crate) fn init(&self, rank: usize, n_pes: usize, id: &UniqueId) -> Result<(), ShimError> {
         let (rank, n_pes) = (to_c_int(rank), to_c_int(n_pes));
         // SAFETY: `id` is a live buffer of the length passed (the shim checks the size).
-        let code = unsafe {
+        self.collective("init", || unsafe {
             self.raw
                 .symmem_shim_init(rank, n_pes, id.0.as_ptr(), id.0.len())
-        };
-        self.status("init", code)
+        })
     }
 
     /// Collective: finalises the SHMEM library. Symmetric addresses are dangling after it: the
@@ -344,8 +364,7 @@ impl Shim {
     /// (every later launch fails its validation, or the shim's state check).
     pub(crate) fn finalize(&self) -> Result<(), ShimError> {
         // SAFETY: no pointers; a second call is refused by the shim with a status.
-        let code = unsafe { self.raw.symmem_shim_finalize() };
-        self.status("finalize", code)
+        self.collective("finalize", || unsafe { self.raw.symmem_shim_finalize() })
     }
 
     // ---- symmetric memory (collective) --------------------------------------------------
@@ -354,8 +373,10 @@ impl Shim {
     pub(crate) fn malloc(&self, bytes: u64) -> Result<u64, ShimError> {
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: out-pointer to a live local.
-        let code = unsafe { self.raw.symmem_shim_malloc(to_usize(bytes), &mut ptr) };
-        self.status("malloc", code).map(|()| ptr as u64)
+        self.collective("malloc", || unsafe {
+            self.raw.symmem_shim_malloc(to_usize(bytes), &mut ptr)
+        })?;
+        Ok(ptr as u64)
     }
 
     /// Collective: frees a symmetric allocation (after draining the shim's stream).
@@ -365,8 +386,9 @@ impl Shim {
     /// nothing uses it afterwards (no device table or staging refers into it).
     pub(crate) unsafe fn free(&self, addr: u64) -> Result<(), ShimError> {
         // SAFETY: the caller's contract.
-        let code = unsafe { self.raw.symmem_shim_free(addr as *mut c_void) };
-        self.status("free", code)
+        self.collective("free", || unsafe {
+            self.raw.symmem_shim_free(addr as *mut c_void)
+        })
     }
 
     /// This process's address of `pe`'s copy of `addr`, or `None` when the library cannot reach
@@ -389,8 +411,9 @@ impl Shim {
     /// Collective: drains the stream, then the library's barrier.
     pub(crate) fn barrier_all(&self) -> Result<(), ShimError> {
         // SAFETY: no pointers.
-        let code = unsafe { self.raw.symmem_shim_barrier_all() };
-        self.status("barrier_all", code)
+        self.collective("barrier_all", || unsafe {
+            self.raw.symmem_shim_barrier_all()
+        })
     }
 
     // ---- plain device memory and copies -------------------------------------------------

@@ -10,18 +10,30 @@
  * suite can run through the GPU provider at several ranks:
  *   cargo xtask test --provider nvshmem --ranks 1,2,4 --shim-lib <this library>
  *
+ * Across hosts (configure's single_node = 0), as NVSHMEM's unique-id bootstrap: rank 0 also
+ * listens on a TCP port of its host name's address, named in the unique id; every PE connects
+ * at init. Each host has its own folder of that name (its /tmp is its own): a PE maps the heaps
+ * it finds there after a barrier over the TCP star, so peers of its host are reachable and
+ * the others are not (ptr gives NULL); the barrier is the TCP star's.
+ *
  * Every call that takes or frees memory, launches or finalises appends its name to the file
  * STUB_LOG (a path given at compile time, one per test), so a test can tell which calls reached
  * the shim.
  */
+#include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,6 +50,11 @@
 #define STUB_HEAP ((size_t)1 << 30)
 #define STUB_MAX_PES 64
 #define STUB_ID_SIZE 128
+/* Where the unique id holds rank 0's TCP address across hosts: a mark, IPv4 and port. */
+#define STUB_TCP_AT 100
+#define STUB_TCP_MARK 'T'
+/* Every wait of the TCP star: the provider's watchdog ends a PE stuck longer. */
+#define STUB_TCP_WAIT_MS (300 * 1000)
 
 static char g_error[512];
 static int g_configured, g_initialized, g_n_pes, g_rank;
@@ -50,6 +67,9 @@ struct ctl {
   unsigned generation;
 };
 static struct ctl *g_ctl;
+/* Across hosts: rank 0's listener (from get_unique_id to init), and the star's streams (rank
+ * 0: one per PE, index = PE; the others: index 0, to rank 0). */
+static int g_single_node = 1, g_listener = -1, g_tcp[STUB_MAX_PES];
 
 static void logged(const char *call) {
   FILE *f = fopen(STUB_LOG, "a");
@@ -68,7 +88,10 @@ static void pause_a_moment(void) {
   nanosleep(&t, NULL);
 }
 
+static int tcp_barrier(void);
+
 static int barrier(void) {
+  if (!g_single_node) return tcp_barrier();
   unsigned generation = __atomic_load_n(&g_ctl->generation, __ATOMIC_ACQUIRE);
   if (__atomic_add_fetch(&g_ctl->arrived, 1, __ATOMIC_ACQ_REL) == (unsigned)g_n_pes) {
     __atomic_store_n(&g_ctl->arrived, 0, __ATOMIC_RELAXED);
@@ -80,6 +103,87 @@ static int barrier(void) {
     pause_a_moment();
   }
   return SYMMEM_SHIM_ERR_BACKEND;
+}
+
+/* Reads or writes exactly `n` bytes within STUB_TCP_WAIT_MS each step; 0 on success. */
+static int tcp_io(int fd, void *buf, size_t n, int writing) {
+  char *p = buf;
+  while (n > 0) {
+    struct pollfd pfd = {fd, writing ? POLLOUT : POLLIN, 0};
+    if (poll(&pfd, 1, STUB_TCP_WAIT_MS) <= 0) return -1;
+    ssize_t k = writing ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
+    if (k <= 0) return -1;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+/* Every PE sends rank 0 a byte; rank 0 answers each once all have. */
+static int tcp_barrier(void) {
+  char byte = 1;
+  if (g_rank != 0)
+    return tcp_io(g_tcp[0], &byte, 1, 1) || tcp_io(g_tcp[0], &byte, 1, 0) ? SYMMEM_SHIM_ERR_BACKEND
+                                                                             : SYMMEM_SHIM_OK;
+  for (int pe = 1; pe < g_n_pes; pe++)
+    if (tcp_io(g_tcp[pe], &byte, 1, 0)) return SYMMEM_SHIM_ERR_BACKEND;
+  for (int pe = 1; pe < g_n_pes; pe++)
+    if (tcp_io(g_tcp[pe], &byte, 1, 1)) return SYMMEM_SHIM_ERR_BACKEND;
+  return SYMMEM_SHIM_OK;
+}
+
+/* Rank 0's listener on its host name's IPv4 address (else loopback), written into `id`. */
+static int tcp_listen(uint8_t *id) {
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  char host[256];
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *found = NULL;
+  if (gethostname(host, sizeof host) == 0 && getaddrinfo(host, NULL, &hints, &found) == 0) {
+    addr.sin_addr = ((struct sockaddr_in *)found->ai_addr)->sin_addr;
+    freeaddrinfo(found);
+  }
+  socklen_t len = sizeof addr;
+  g_listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (g_listener < 0 || bind(g_listener, (struct sockaddr *)&addr, len) != 0 ||
+      listen(g_listener, STUB_MAX_PES) != 0 ||
+      getsockname(g_listener, (struct sockaddr *)&addr, &len) != 0)
+    return fail(SYMMEM_SHIM_ERR_BACKEND, "cannot listen for the other hosts' PEs");
+  id[STUB_TCP_AT] = STUB_TCP_MARK;
+  memcpy(id + STUB_TCP_AT + 1, &addr.sin_addr, 4);
+  memcpy(id + STUB_TCP_AT + 5, &addr.sin_port, 2);
+  return SYMMEM_SHIM_OK;
+}
+
+/* The star around rank 0: it accepts every PE, which sends its rank first. */
+static int tcp_star(int rank, int n_pes, const uint8_t *id) {
+  if (id[STUB_TCP_AT] != STUB_TCP_MARK) return fail(SYMMEM_SHIM_ERR_INVALID, "no TCP address in the id");
+  if (rank == 0) {
+    for (int joined = 1; joined < n_pes; joined++) {
+      struct pollfd pfd = {g_listener, POLLIN, 0};
+      int fd = poll(&pfd, 1, STUB_TCP_WAIT_MS) == 1 ? accept(g_listener, NULL, NULL) : -1;
+      int32_t pe = -1;
+      if (fd < 0 || tcp_io(fd, &pe, 4, 0) || pe <= 0 || pe >= n_pes || g_tcp[pe] >= 0)
+        return fail(SYMMEM_SHIM_ERR_BACKEND, "a PE of another host never connected");
+      g_tcp[pe] = fd;
+    }
+    close(g_listener);
+    g_listener = -1;
+    return SYMMEM_SHIM_OK;
+  }
+  struct sockaddr_in addr = {.sin_family = AF_INET};
+  memcpy(&addr.sin_addr, id + STUB_TCP_AT + 1, 4);
+  memcpy(&addr.sin_port, id + STUB_TCP_AT + 5, 2);
+  int32_t me = rank;
+  for (long i = 0; i < 300L * 50; i++) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0) {
+      g_tcp[0] = fd;
+      return tcp_io(fd, &me, 4, 1) ? fail(SYMMEM_SHIM_ERR_BACKEND, "rank 0 hung up") : SYMMEM_SHIM_OK;
+    }
+    if (fd >= 0) close(fd);
+    struct timespec t = {0, 20 * 1000 * 1000};
+    nanosleep(&t, NULL);
+  }
+  return fail(SYMMEM_SHIM_ERR_BACKEND, "cannot reach rank 0's host");
 }
 
 /* Maps `path` (created at `bytes` when `create`), waiting for another PE to create it. */
@@ -140,7 +244,8 @@ int symmem_shim_device_bus_id(char *out, size_t size) {
 
 int symmem_shim_configure(size_t heap_bytes, int single_node) {
   (void)heap_bytes;
-  (void)single_node;
+  g_single_node = single_node;
+  for (int pe = 0; pe < STUB_MAX_PES; pe++) g_tcp[pe] = -1;
   g_configured = 1;
   return SYMMEM_SHIM_OK;
 }
@@ -154,32 +259,50 @@ int symmem_shim_get_unique_id(uint8_t *id, size_t size) {
   const char *tmp = getenv("TMPDIR");
   char dir[STUB_ID_SIZE];
   snprintf(dir, sizeof dir, "%s/symmem-stub-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (strlen(dir) >= STUB_TCP_AT) return fail(SYMMEM_SHIM_ERR_BACKEND, "TMPDIR is too long");
   if (mkdtemp(dir) == NULL) return fail(SYMMEM_SHIM_ERR_BACKEND, "mkdtemp failed");
   memset(id, 0, size);
   memcpy(id, dir, strlen(dir));
-  return SYMMEM_SHIM_OK;
+  return g_single_node ? SYMMEM_SHIM_OK : tcp_listen(id);
 }
 int symmem_shim_init(int rank, int n_pes, const uint8_t *id, size_t id_size) {
   if (g_initialized) return fail(SYMMEM_SHIM_ERR_STATE, "already initialised");
   if (n_pes < 1 || n_pes > STUB_MAX_PES || rank < 0 || rank >= n_pes || id_size != STUB_ID_SIZE ||
       id[STUB_ID_SIZE - 1] != 0)
     return fail(SYMMEM_SHIM_ERR_INVALID, "init: bad rank, PE count or unique id");
-  memcpy(g_dir, id, STUB_ID_SIZE);
-  char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s/ctl", g_dir);
-  g_ctl = map_file(path, 4096, 1);
-  snprintf(path, sizeof path, "%s/heap.%d", g_dir, rank);
-  g_heaps[rank] = map_file(path, STUB_HEAP, 1);
-  for (int pe = 0; pe < n_pes && g_ctl && g_heaps[rank]; pe++) {
-    if (pe == rank) continue;
-    snprintf(path, sizeof path, "%s/heap.%d", g_dir, pe);
-    g_heaps[pe] = map_file(path, STUB_HEAP, 0);
-    if (g_heaps[pe] == NULL) return fail(SYMMEM_SHIM_ERR_BACKEND, "a peer's heap never came");
-  }
-  if (g_ctl == NULL || g_heaps[rank] == NULL)
-    return fail(SYMMEM_SHIM_ERR_BACKEND, "cannot map the heap files");
+  memcpy(g_dir, id, STUB_TCP_AT);
   g_rank = rank;
   g_n_pes = n_pes;
+  char path[PATH_MAX];
+  if (!g_single_node) {
+    /* This host's folder of the id's name: rank 0's exists, the others' hosts make theirs. */
+    if (mkdir(g_dir, 0700) != 0 && errno != EEXIST) return fail(SYMMEM_SHIM_ERR_BACKEND, "cannot make the heap folder");
+    snprintf(path, sizeof path, "%s/heap.%d", g_dir, rank);
+    g_heaps[rank] = map_file(path, STUB_HEAP, 1);
+    if (g_heaps[rank] == NULL) return fail(SYMMEM_SHIM_ERR_BACKEND, "cannot map the heap file");
+    int status = tcp_star(rank, n_pes, id);
+    if (status != SYMMEM_SHIM_OK) return status;
+    /* Every PE has made its heap: the ones in this host's folder are this host's. */
+    if (tcp_barrier() != SYMMEM_SHIM_OK) return fail(SYMMEM_SHIM_ERR_BACKEND, "init barrier failed");
+    for (int pe = 0; pe < n_pes; pe++) {
+      if (pe == rank) continue;
+      snprintf(path, sizeof path, "%s/heap.%d", g_dir, pe);
+      g_heaps[pe] = access(path, F_OK) == 0 ? map_file(path, STUB_HEAP, 0) : NULL;
+    }
+  } else {
+    snprintf(path, sizeof path, "%s/ctl", g_dir);
+    g_ctl = map_file(path, 4096, 1);
+    snprintf(path, sizeof path, "%s/heap.%d", g_dir, rank);
+    g_heaps[rank] = map_file(path, STUB_HEAP, 1);
+    for (int pe = 0; pe < n_pes && g_ctl && g_heaps[rank]; pe++) {
+      if (pe == rank) continue;
+      snprintf(path, sizeof path, "%s/heap.%d", g_dir, pe);
+      g_heaps[pe] = map_file(path, STUB_HEAP, 0);
+      if (g_heaps[pe] == NULL) return fail(SYMMEM_SHIM_ERR_BACKEND, "a peer's heap never came");
+    }
+    if (g_ctl == NULL || g_heaps[rank] == NULL)
+      return fail(SYMMEM_SHIM_ERR_BACKEND, "cannot map the heap files");
+  }
   g_next = 0;
   if (barrier() != SYMMEM_SHIM_OK) return fail(SYMMEM_SHIM_ERR_BACKEND, "init barrier timed out");
   logged("init");
@@ -194,10 +317,15 @@ int symmem_shim_finalize(void) {
   snprintf(path, sizeof path, "%s/heap.%d", g_dir, g_rank);
   unlink(path);
   barrier();
-  if (g_rank == 0) {
+  if (g_single_node && g_rank == 0) {
     snprintf(path, sizeof path, "%s/ctl", g_dir);
     unlink(path);
     rmdir(g_dir);
+  }
+  if (!g_single_node) {
+    rmdir(g_dir); /* the last PE of each host empties it */
+    for (int pe = 0; pe < STUB_MAX_PES; pe++)
+      if (g_tcp[pe] >= 0) close(g_tcp[pe]), g_tcp[pe] = -1;
   }
   g_initialized = 0;
   return SYMMEM_SHIM_OK;
@@ -222,7 +350,8 @@ int symmem_shim_ptr(const void *ptr, int pe, void **out) {
   REQUIRE_INIT();
   if (pe < 0 || pe >= g_n_pes) return fail(SYMMEM_SHIM_ERR_INVALID, "PE outside the job");
   const char *p = (const char *)ptr, *mine = g_heaps[g_rank];
-  *out = (p >= mine && p < mine + STUB_HEAP) ? g_heaps[pe] + (p - mine) : NULL;
+  /* A PE of another host has no mapping here: not load/store reachable. */
+  *out = (p >= mine && p < mine + STUB_HEAP && g_heaps[pe]) ? g_heaps[pe] + (p - mine) : NULL;
   return SYMMEM_SHIM_OK;
 }
 int symmem_shim_barrier_all(void) {
