@@ -46,13 +46,19 @@ impl Cluster {
     /// A sweep for the launcher: after a job, what still runs on a node gets the grace period
     /// to end by itself, then is killed and reported.
     pub fn sweeper(&self) -> Sweep {
+        self.sweeper_sparing(procs::spare_none)
+    }
+
+    /// [`Cluster::sweeper`], leaving alone what `spare` names (the daemons of a launcher that
+    /// outlive its jobs, such as Slurm's).
+    pub(crate) fn sweeper_sparing(&self, spare: procs::Spare) -> Sweep {
         let nodes = self.node_refs();
         Sweep::new(move |grace| {
             let settle = Instant::now() + grace;
-            while nodes.iter().any(|n| !n.processes().is_empty()) && Instant::now() < settle {
+            while nodes.iter().any(|n| !n.sweepable(spare).is_empty()) && Instant::now() < settle {
                 std::thread::sleep(Duration::from_millis(10));
             }
-            procs::sweep(&nodes, Duration::from_secs(5))
+            procs::sweep_sparing(&nodes, Duration::from_secs(5), spare)
                 .into_iter()
                 .map(|(node, p)| LeftBehind {
                     node,

@@ -28,6 +28,15 @@ pub(crate) struct NodeRef {
     pub(crate) mount_ns: String,
 }
 
+/// Which processes of a node a sweep leaves alone (the holders always): none, or the
+/// daemons a cluster runs for its launcher (Slurm's).
+pub(crate) type Spare = fn(&Process) -> bool;
+
+/// Spares nothing.
+pub(crate) fn spare_none(_: &Process) -> bool {
+    false
+}
+
 impl NodeRef {
     /// Processes in the node's namespaces other than its holder.
     pub(crate) fn processes(&self) -> Vec<Process> {
@@ -36,17 +45,33 @@ impl NodeRef {
             .filter(|p| p.pid != self.holder)
             .collect()
     }
+
+    /// [`NodeRef::processes`] but those `spare` names.
+    pub(crate) fn sweepable(&self, spare: Spare) -> Vec<Process> {
+        let mut procs = self.processes();
+        procs.retain(|p| !spare(p));
+        procs
+    }
 }
 
 /// Kills every process on `nodes` but the holders, and waits (at most `within`) until they
 /// are gone. Returns them with their node.
 pub(crate) fn sweep(nodes: &[NodeRef], within: Duration) -> Vec<(String, Process)> {
+    sweep_sparing(nodes, within, spare_none)
+}
+
+/// [`sweep`], leaving alone what `spare` names.
+pub(crate) fn sweep_sparing(
+    nodes: &[NodeRef],
+    within: Duration,
+    spare: Spare,
+) -> Vec<(String, Process)> {
     let mut killed: Vec<(String, Process)> = Vec::new();
     let deadline = Instant::now() + within;
     loop {
         let mut any = false;
         for node in nodes {
-            for p in node.processes() {
+            for p in node.sweepable(spare) {
                 any = true;
                 let pid = nix::unistd::Pid::from_raw(p.pid as i32);
                 let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);

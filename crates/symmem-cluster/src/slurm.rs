@@ -196,15 +196,27 @@ fn first_line(command: &mut Command) -> String {
     }
 }
 
-/// Whether `process` is one of [`SLURM_PROGRAMS`] (`slurmstepd: [1.0]` included).
-fn is_slurm(process: &Process) -> bool {
+/// The daemons that outlive every job step: what a sweep after a job leaves running.
+const DAEMONS: [&str; 3] = ["slurmctld", "slurmd", "munged"];
+
+/// The program name of `process` (`slurmstepd` for `slurmstepd: [1.0]`).
+fn program_name(process: &Process) -> &str {
     let first = process.command.split_whitespace().next().unwrap_or("");
-    let name = first
+    first
         .rsplit('/')
         .next()
         .unwrap_or(first)
-        .trim_end_matches(':');
-    SLURM_PROGRAMS.contains(&name)
+        .trim_end_matches(':')
+}
+
+/// Whether `process` is one of [`SLURM_PROGRAMS`] (`slurmstepd: [1.0]` included).
+fn is_slurm(process: &Process) -> bool {
+    SLURM_PROGRAMS.contains(&program_name(process))
+}
+
+/// Whether `process` is one of the [`DAEMONS`].
+fn is_daemon(process: &Process) -> bool {
+    DAEMONS.contains(&program_name(process))
 }
 
 impl Cluster {
@@ -288,6 +300,12 @@ impl<'c> Slurm<'c> {
             .iter()
             .position(|n| n.pid() == node.pid());
         self.ports[1 + index.expect("a node of this Slurm's cluster")]
+    }
+
+    /// A sweep for `srun`'s jobs: what a step left on the nodes once it ended (ranks,
+    /// `slurmstepd`), the daemons spared.
+    pub fn sweeper(&self) -> symmem_launch::Sweep {
+        self.cluster.sweeper_sparing(is_daemon)
     }
 
     /// `srun`'s path on this machine (the nodes see the same).
@@ -550,5 +568,9 @@ mod tests {
         assert!(is_slurm(&p("/usr/sbin/slurmd -N node-b -f /x")));
         assert!(!is_slurm(&p("/bin/sh -c slurmd")));
         assert!(!is_slurm(&p("sleep 600")));
+        assert!(is_daemon(&p("/usr/sbin/slurmd -N node-b -f /x")));
+        assert!(is_daemon(&p("/usr/sbin/munged --seed-file=x")));
+        assert!(!is_daemon(&p("slurmstepd: [3.0]")));
+        assert!(!is_daemon(&p("/usr/bin/srun --mpi=pmix rank")));
     }
 }

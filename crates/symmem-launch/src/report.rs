@@ -535,6 +535,9 @@ fn write_failed(f: &mut fmt::Formatter<'_>, failed: &[(Ended, Vec<usize>)]) -> f
         } else {
             let also = match end {
                 Ended::Exited(code) => format!("also exited with status {code}"),
+                Ended::Signaled(_) if ranks.len() > 1 => {
+                    format!("{end}").replacen("was", "were also", 1)
+                }
                 Ended::Signaled(_) => format!("{end}").replacen("was", "was also", 1),
             };
             write!(f, "; {} {also}", describe_ranks(ranks))?;
@@ -776,6 +779,24 @@ mod tests {
              was also killed by signal 11 (SIGSEGV); rank 6 was stopped"
         );
         assert_eq!(r.exit_code(), 3);
+        let killed = ended_as(
+            Outcome::RankFailed {
+                rank: 3,
+                how: Ended::Signaled(9),
+            },
+            &[
+                Some(Ended::Signaled(15)),
+                Some(Ended::Signaled(15)),
+                Some(Ended::Signaled(15)),
+                Some(Ended::Signaled(9)),
+            ],
+        );
+        assert!(
+            killed
+                .to_string()
+                .ends_with("; ranks 0, 1, 2 were also killed by signal 15 (SIGTERM)"),
+            "{killed}"
+        );
         let first = Outcome::RankFailed {
             rank: 1,
             how: Ended::Exited(2),

@@ -26,7 +26,7 @@ pub fn run(
     let victim = world - 1;
     let [first, second, ..] = CHECKS;
     let cluster = match target {
-        Target::Emulated(cluster, _) => Some(cluster),
+        Target::Emulated(cluster, _) => Some(*cluster),
         _ => None,
     };
     let (fault, how, expected) = match cluster {

@@ -5,7 +5,7 @@
 use anyhow::{Context, bail};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use symmem_cluster::Cluster;
+use symmem_cluster::{Cluster, Slurm};
 use symmem_launch::{Hosts, Launcher, Mpirun, Srun};
 
 /// The launchers `--launcher` names.
@@ -26,9 +26,9 @@ pub struct WhereArgs {
     #[arg(long, value_enum)]
     pub launcher: Option<LauncherKind>,
     /// Run across this many emulated nodes (namespaces of this machine, each with its own
-    /// hostname, 127.0.0.x address, /tmp, /run and /dev/shm; started with Open MPI's mpirun;
-    /// needs root). --ranks K then means K ranks on each node: --nodes 2 --ranks 1,2,4 runs
-    /// 2x1, 2x2 and 2x4.
+    /// hostname, 127.0.0.x address, /tmp, /run and /dev/shm; needs root), started with Open
+    /// MPI's mpirun, or with --launcher srun by Slurm daemons started on the nodes for the run.
+    /// --ranks K then means K ranks on each node: --nodes 2 --ranks 1,2,4 runs 2x1, 2x2 and 2x4.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=symmem_cluster::MAX_NODES as i64))]
     pub nodes: u8,
     /// With --launcher mpirun|srun: how many nodes of the real cluster a layout K or nK spans
@@ -55,19 +55,19 @@ pub struct WhereArgs {
 }
 
 /// Where the ranks run, ready to launch.
-pub enum Target {
+pub enum Target<'c> {
     Local,
-    /// The emulated cluster, up (it goes down when this drops), and mpirun across it.
-    Emulated(Cluster, Launcher),
+    /// The emulated cluster (up while the caller holds it) and mpirun or srun across it.
+    Emulated(&'c Cluster, Launcher),
     /// A real cluster: the launcher and how many nodes its layouts span.
     Cluster(Launcher, usize),
 }
 
 impl WhereArgs {
-    /// Starts what the options ask for (the emulated cluster for --nodes).
-    pub fn target(&self) -> anyhow::Result<Target> {
+    /// The launcher asked for, once the options agree with each other.
+    fn kind(&self) -> anyhow::Result<LauncherKind> {
         let emulated = self.nodes > 1;
-        let launcher = self.launcher.unwrap_or(if emulated {
+        let kind = self.launcher.unwrap_or(if emulated {
             LauncherKind::Mpirun
         } else {
             LauncherKind::Local
@@ -79,34 +79,83 @@ impl WhereArgs {
                  --host or -N: drop one or the other"
             );
         }
-        match launcher {
-            LauncherKind::Local => {
-                if real_hosts || self.node_count.is_some() || !self.launcher_args.is_empty() {
-                    bail!(
-                        "--hostfile, --host, -N and `-- ARGS` are for a cluster launcher: add \
-                         --launcher mpirun or --launcher srun"
-                    );
-                }
-                Ok(Target::Local)
-            }
-            LauncherKind::Mpirun if emulated => self.emulated(),
-            LauncherKind::Mpirun => self.mpirun(),
-            LauncherKind::Srun if emulated => bail!(
-                "the emulated nodes run no Slurm daemons yet: --nodes N runs mpirun; for srun, \
-                 run inside a Slurm allocation with -N instead of --nodes"
-            ),
-            LauncherKind::Srun => self.srun(),
+        if kind == LauncherKind::Local && emulated {
+            bail!("--nodes runs across emulated nodes: drop --launcher local, or --nodes");
+        }
+        if kind == LauncherKind::Local
+            && (real_hosts || self.node_count.is_some() || !self.launcher_args.is_empty())
+        {
+            bail!(
+                "--hostfile, --host, -N and `-- ARGS` are for a cluster launcher: add \
+                 --launcher mpirun or --launcher srun"
+            );
+        }
+        Ok(kind)
+    }
+
+    /// Starts the emulated nodes `--nodes N` asks for (none without it). They go down when
+    /// the returned cluster drops: hold it while [`WhereArgs::target`]'s target runs.
+    pub fn nodes_up(&self) -> anyhow::Result<Option<Cluster>> {
+        self.kind()?;
+        if self.nodes < 2 {
+            return Ok(None);
+        }
+        Ok(Some(Cluster::up(usize::from(self.nodes))?))
+    }
+
+    /// Starts Slurm's daemons on `cluster` when `--launcher srun` asks for them (none
+    /// otherwise). They stop when the returned handle drops.
+    pub fn slurm_up<'c>(&self, cluster: Option<&'c Cluster>) -> anyhow::Result<Option<Slurm<'c>>> {
+        match (cluster, self.kind()?) {
+            (Some(cluster), LauncherKind::Srun) => Ok(Some(cluster.slurm()?)),
+            _ => Ok(None),
         }
     }
 
-    fn emulated(&self) -> anyhow::Result<Target> {
-        let cluster = Cluster::up(usize::from(self.nodes))?;
-        let mut mpirun = cluster.mpirun();
-        mpirun.args.extend(self.launcher_args.iter().cloned());
-        Ok(Target::Emulated(cluster, Launcher::Mpirun(mpirun)))
+    /// Where the ranks run: this host, the emulated `cluster` (with its `slurm` for srun), or
+    /// a real cluster.
+    pub fn target<'c>(
+        &self,
+        cluster: Option<&'c Cluster>,
+        slurm: Option<&Slurm<'c>>,
+    ) -> anyhow::Result<Target<'c>> {
+        match (self.kind()?, cluster) {
+            (LauncherKind::Local, _) => Ok(Target::Local),
+            (LauncherKind::Mpirun, Some(cluster)) => {
+                let mut mpirun = cluster.mpirun();
+                mpirun.args.extend(self.launcher_args.iter().cloned());
+                Ok(Target::Emulated(cluster, Launcher::Mpirun(mpirun)))
+            }
+            (LauncherKind::Srun, Some(cluster)) => {
+                let slurm =
+                    slurm.context("srun on the emulated nodes needs their Slurm: call slurm_up")?;
+                Ok(Target::Emulated(
+                    cluster,
+                    Launcher::Srun(self.emulated_srun(cluster, slurm)),
+                ))
+            }
+            (LauncherKind::Mpirun, None) => self.mpirun(),
+            (LauncherKind::Srun, None) => self.srun(),
+        }
     }
 
-    fn mpirun(&self) -> anyhow::Result<Target> {
+    /// srun inside the first emulated node, with the nodes' slurm.conf; the sweep spares the
+    /// daemons.
+    fn emulated_srun(&self, cluster: &Cluster, slurm: &Slurm) -> Srun {
+        Srun {
+            program: slurm.srun().to_path_buf(),
+            args: self.launcher_args.clone(),
+            wrapper: cluster.wrapper(),
+            env: slurm
+                .env()
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+            sweep: Some(slurm.sweeper()),
+        }
+    }
+
+    fn mpirun(&self) -> anyhow::Result<Target<'static>> {
         let hosts = match (&self.hostfile, self.host.is_empty()) {
             (Some(file), _) => Hosts::File(file.clone()),
             (None, false) => Hosts::List(self.host.clone()),
@@ -122,7 +171,7 @@ impl WhereArgs {
         Ok(Target::Cluster(Launcher::Mpirun(mpirun), nodes))
     }
 
-    fn srun(&self) -> anyhow::Result<Target> {
+    fn srun(&self) -> anyhow::Result<Target<'static>> {
         if self.hostfile.is_some() || !self.host.is_empty() {
             bail!("srun takes its nodes from the allocation: drop --hostfile and --host");
         }
@@ -143,7 +192,7 @@ impl WhereArgs {
     }
 }
 
-impl Target {
+impl Target<'_> {
     pub fn launcher(&self) -> &Launcher {
         const LOCAL: Launcher = Launcher::Local;
         match self {
@@ -165,7 +214,11 @@ impl Target {
     pub fn describe(&self) -> Option<String> {
         match self {
             Target::Local => None,
-            Target::Emulated(cluster, _) => {
+            Target::Emulated(cluster, launcher) => {
+                let launcher = match launcher {
+                    Launcher::Mpirun(_) => symmem_cluster::launcher_version(),
+                    other => other.name().to_string(),
+                };
                 let names: Vec<String> = cluster
                     .nodes()
                     .iter()
@@ -175,7 +228,7 @@ impl Target {
                     "cluster: {} emulated nodes ({})\nlauncher: {}\nengine: {}",
                     names.len(),
                     names.join(", "),
-                    symmem_cluster::launcher_version(),
+                    launcher,
                     symmem_cluster::engine_version()
                 ))
             }

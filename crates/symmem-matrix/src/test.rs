@@ -164,9 +164,18 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    let target = args.place.target()?;
+    // Dropped in reverse order: the target, then Slurm's daemons, then the nodes.
+    let cluster = args.place.nodes_up()?;
+    let slurm = args.place.slurm_up(cluster.as_ref())?;
+    let target = args.place.target(cluster.as_ref(), slurm.as_ref())?;
     if let Some(text) = target.describe() {
         println!("{text}");
+    }
+    if let Some(slurm) = &slurm {
+        println!(
+            "slurm: {} (daemons on the emulated nodes)",
+            slurm.srun_version()
+        );
     }
     let plan = Plan {
         provider,
@@ -515,17 +524,27 @@ mod tests {
 
     #[test]
     fn where_the_ranks_run() {
-        assert!(matches!(place(&[]).unwrap().target(), Ok(Target::Local)));
+        assert!(matches!(
+            place(&[]).unwrap().target(None, None),
+            Ok(Target::Local)
+        ));
         assert!(
             place(&["--nodes", "9"])
                 .unwrap_err()
                 .contains("9 is not in 1..=8")
         );
-        let target = |args: &[&str]| place(args).unwrap().target().err().unwrap().to_string();
+        let target = |args: &[&str]| {
+            place(args)
+                .unwrap()
+                .target(None, None)
+                .err()
+                .unwrap()
+                .to_string()
+        };
         assert!(target(&["--launcher", "mpirun"]).contains("--hostfile FILE or --host a,b"));
         assert!(target(&["--host", "a"]).contains("add --launcher mpirun"));
         assert!(target(&["--nodes", "2", "--host", "a"]).contains("drop one or the other"));
-        assert!(target(&["--nodes", "2", "--launcher", "srun"]).contains("no Slurm daemons"));
+        assert!(target(&["--nodes", "2", "--launcher", "local"]).contains("drop --launcher local"));
         let mpirun = place(&[
             "--launcher",
             "mpirun",
@@ -536,7 +555,7 @@ mod tests {
             "x",
         ])
         .unwrap()
-        .target()
+        .target(None, None)
         .unwrap();
         let Target::Cluster(symmem_launch::Launcher::Mpirun(m), 3) = mpirun else {
             panic!("mpirun over 3 hosts");
@@ -544,7 +563,7 @@ mod tests {
         assert_eq!(m.args, ["--mca", "x"]);
         let srun = place(&["--launcher", "srun", "-N", "2"])
             .unwrap()
-            .target()
+            .target(None, None)
             .unwrap();
         assert!(matches!(
             srun,
