@@ -28,7 +28,7 @@ fn script(cluster: &Cluster, name: &str, body: &str) -> PathBuf {
     cluster.on_nodes(&path).unwrap()
 }
 
-use common::{assert_gone, down, snapshot};
+use common::{down, snapshot};
 
 /// Runs `spec` with mpirun across the cluster; `on_line` sees each line as it comes.
 fn mpirun(
@@ -60,33 +60,45 @@ fn show(report: &RunReport, lines: &[OutputLine]) -> String {
     format!("{report}\n{}", lines.join("\n"))
 }
 
-#[test]
-fn ranks_run_on_both_nodes_each_with_its_own_folders() {
-    let Some(cluster) = cluster() else { return };
+/// Runs a 2x2 job whose ranks print their node's name and address; asserts ranks 0-1 are on
+/// `node-a` at `addresses[0]` and ranks 2-3 on `node-b` at `addresses[1]`. Returns the lines.
+fn ranks_on_both_nodes(cluster: &Cluster, extra: &str, addresses: [&str; 2]) -> Vec<OutputLine> {
     let program = script(
-        &cluster,
+        cluster,
         "where",
-        "echo \"$(hostname) $(getent hosts \"$(hostname)\" | cut -d' ' -f1)\"\n\
-         touch /tmp/mark-$OMPI_COMM_WORLD_RANK /dev/shm/mark-$OMPI_COMM_WORLD_RANK\n\
-         echo to-stderr >&2\n",
+        &format!("echo \"$(hostname) $(getent hosts \"$(hostname)\" | cut -d' ' -f1)\"\n{extra}"),
     );
     let spec = LaunchSpec::new(&program, 0)
         .layout(Layout::even(2, 2))
         .timeout(Duration::from_secs(60));
-    let (report, lines) = mpirun(&cluster, &spec, &mut |_| {});
+    let (report, lines) = mpirun(cluster, &spec, &mut |_| {});
     assert!(report.success(), "{}", show(&report, &lines));
     for rank in 0..4 {
         let node = if rank < 2 {
-            "node-a 127.0.0.2"
+            format!("node-a {}", addresses[0])
         } else {
-            "node-b 127.0.0.3"
+            format!("node-b {}", addresses[1])
         };
         assert_eq!(
             rank_lines(&lines, rank, Stream::Stdout),
-            [node],
+            [node.as_str()],
             "{}",
             show(&report, &lines)
         );
+    }
+    lines
+}
+
+#[test]
+fn ranks_run_on_both_nodes_each_with_its_own_folders() {
+    let Some(cluster) = cluster() else { return };
+    let lines = ranks_on_both_nodes(
+        &cluster,
+        "touch /tmp/mark-$OMPI_COMM_WORLD_RANK /dev/shm/mark-$OMPI_COMM_WORLD_RANK\n\
+         echo to-stderr >&2\n",
+        ["127.0.0.2", "127.0.0.3"],
+    );
+    for rank in 0..4 {
         assert_eq!(rank_lines(&lines, rank, Stream::Stderr), ["to-stderr"]);
     }
     // Each node's /tmp and /dev/shm hold its own ranks' files only; this machine's neither.
@@ -266,48 +278,16 @@ fn owner_of_a_cluster() {
 
 #[test]
 fn an_owner_killed_with_9_leaves_nothing() {
-    use std::io::BufRead;
     if cluster().is_none() {
         return;
     }
-    let mut owner = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "owner_of_a_cluster",
-            "--include-ignored",
-            "--nocapture",
-        ])
-        .env(OWNER, "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let out = std::io::BufReader::new(owner.stdout.take().unwrap());
-    // The owner prints its line once both ranks run (or ends, closing the pipe).
-    let ready = out
-        .lines()
-        .map_while(Result::ok)
-        .find(|l| l.starts_with("ready "));
-    let Some(ready) = ready else {
-        owner.kill().unwrap();
-        owner.wait().unwrap();
-        panic!("the owner never reported its cluster");
-    };
-    let mut words = ready.split_whitespace().skip(1);
-    let folder = PathBuf::from(words.next().unwrap());
-    let namespaces: Vec<String> = words.map(str::to_string).collect();
-    assert_eq!(namespaces.len(), 2, "{ready}");
+    // The owner prints its line once both ranks run.
+    let owner = common::Owner::start("owner_of_a_cluster", OWNER, "1");
+    assert_eq!(owner.namespaces.len(), 2, "{:?}", owner.namespaces);
     // Holders, mpirun, orted and both ranks.
-    let before = snapshot(&namespaces);
+    let before = snapshot(&owner.namespaces);
     assert!(before.len() >= 5, "{before:?}");
-    owner.kill().unwrap();
-    owner.wait().unwrap();
-    // The watchdog needs a moment; bounded.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while folder.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_gone(&before, &folder);
+    owner.kill_and_check(&before);
 }
 
 /// Set for a copy of this test binary that only tries `Cluster::up` and prints the error.
@@ -457,28 +437,6 @@ fn mpirun_runs_across_an_isolated_network() {
         }
         Err(e) => panic!("{e}"),
     };
-    let program = script(
-        &cluster,
-        "where",
-        "echo \"$(hostname) $(getent hosts \"$(hostname)\" | cut -d' ' -f1)\"\n",
-    );
-    let spec = LaunchSpec::new(&program, 0)
-        .layout(Layout::even(2, 2))
-        .timeout(Duration::from_secs(60));
-    let (report, lines) = mpirun(&cluster, &spec, &mut |_| {});
-    assert!(report.success(), "{}", show(&report, &lines));
-    for rank in 0..4 {
-        let node = if rank < 2 {
-            "node-a 198.18.0.2"
-        } else {
-            "node-b 198.18.0.3"
-        };
-        assert_eq!(
-            rank_lines(&lines, rank, Stream::Stdout),
-            [node],
-            "{}",
-            show(&report, &lines)
-        );
-    }
+    ranks_on_both_nodes(&cluster, "", ["198.18.0.2", "198.18.0.3"]);
     down(cluster);
 }

@@ -10,7 +10,6 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
 use std::process::{Child, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -282,32 +281,8 @@ fn owner_killed_with_9(network: &str) {
         return;
     }
     drop(cluster);
-    let mut owner = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "owner_of_a_slurm",
-            "--include-ignored",
-            "--nocapture",
-        ])
-        .env(OWNER, network)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let out = BufReader::new(owner.stdout.take().unwrap());
-    let ready = out
-        .lines()
-        .map_while(Result::ok)
-        .find(|l| l.starts_with("ready "));
-    let Some(ready) = ready else {
-        owner.kill().unwrap();
-        owner.wait().unwrap();
-        panic!("the owner never reported its cluster");
-    };
-    let mut words = ready.split_whitespace().skip(1);
-    let folder = PathBuf::from(words.next().unwrap());
-    let namespaces: Vec<String> = words.map(str::to_string).collect();
-    let before = common::snapshot(&namespaces);
+    let owner = common::Owner::start("owner_of_a_slurm", OWNER, network);
+    let before = common::snapshot(&owner.namespaces);
     let running: Vec<String> = before
         .iter()
         .filter_map(|(pid, _)| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
@@ -319,14 +294,7 @@ fn owner_killed_with_9(network: &str) {
             "no {daemon} in {running:?}"
         );
     }
-    owner.kill().unwrap();
-    owner.wait().unwrap();
-    // The watchdog needs a moment; bounded.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while folder.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    common::assert_gone(&before, &folder);
+    owner.kill_and_check(&before);
 }
 
 #[test]

@@ -97,3 +97,58 @@ pub fn down(cluster: Cluster) {
     );
     assert_gone(&before, &folder);
 }
+
+/// A cluster's owner started as a copy of this test binary running the ignored test `test`
+/// with `var=value`, which prints `ready FOLDER NS...` once its job runs and then waits to be
+/// killed.
+pub struct Owner {
+    child: std::process::Child,
+    /// The cluster's temp folder.
+    pub folder: std::path::PathBuf,
+    /// Its nodes' mount namespaces.
+    pub namespaces: Vec<String>,
+}
+
+impl Owner {
+    /// Starts the owner and waits for its `ready` line (panics if it ends first).
+    pub fn start(test: &str, var: &str, value: &str) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--include-ignored", "--nocapture"])
+            .env(var, value)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let ready = out
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.starts_with("ready "));
+        let Some(ready) = ready else {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("the owner never reported its cluster");
+        };
+        let mut words = ready.split_whitespace().skip(1);
+        let folder = std::path::PathBuf::from(words.next().unwrap());
+        let namespaces = words.map(str::to_string).collect();
+        Self {
+            child,
+            folder,
+            namespaces,
+        }
+    }
+
+    /// Kills the owner with 9 and checks that its watchdog leaves nothing of what `before`
+    /// (a [`snapshot`] of its nodes) held, within a bounded wait.
+    pub fn kill_and_check(mut self, before: &[(u32, u64)]) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while self.folder.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_gone(before, &self.folder);
+    }
+}
