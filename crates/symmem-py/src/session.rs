@@ -562,7 +562,9 @@ fn spin_recv<T>(rx: &mpsc::Receiver<T>) -> Result<T, mpsc::RecvTimeoutError> {
                 return Err(mpsc::RecvTimeoutError::Disconnected);
             }
             Err(mpsc::TryRecvError::Empty) if start.elapsed() < HANDOFF_SPIN => {
-                std::hint::spin_loop();
+                // Yields rather than burns: where ranks outnumber cores, the thread that has
+                // the work to do (a peer's collective) gets the core.
+                std::thread::yield_now();
             }
             Err(mpsc::TryRecvError::Empty) => return Err(mpsc::RecvTimeoutError::Timeout),
         }
