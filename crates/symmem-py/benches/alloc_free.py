@@ -7,8 +7,9 @@ Run every rank under a launcher, with any provider:
 
 Cases, each a collective allocate + free of 4 KiB (1024 float32) on every rank, host clock
 around each call: ``torch`` (allocate_symmetric + free, torch tensors), ``dlpack`` (the raw
-SymmetricArray), ``cupy`` (a second DLPack consumer on GPUs: the raw array wrapped by
-cupy.from_dlpack), ``numpy`` (host provider only), ``native`` (symmem._native.allocate +
+SymmetricArray), ``torch_nosync`` (free with ``synchronize=False``, the opt-out for a caller that
+has waited for the device already), ``cupy`` (a second DLPack consumer on GPUs: the raw array
+wrapped by cupy.from_dlpack), ``numpy`` (host provider only), ``native`` (symmem._native.allocate +
 free: the extension with no Python around it) and, where the extension has it, ``context``
 (the Rust ``Context``'s allocate + free on the session thread, timed there: the Rust floor in
 the same process). The cases alternate pair by pair, the order rotating each round, so drift of
@@ -23,6 +24,7 @@ one by one as the package runs them, on rank 0 (the other ranks run the same col
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import statistics
 import sys
@@ -53,7 +55,7 @@ def case_functions(on_gpu):
     """name -> function doing one allocate + free, returning (allocate ns, free ns)."""
     clock = time.perf_counter_ns
 
-    def framework(fw, wrap=None):
+    def framework(fw, wrap=None, **free_args):
         def one():
             t0 = clock()
             x, bases = symmem.allocate_symmetric(ELEMENTS, dtype="float32", framework=fw)
@@ -61,7 +63,7 @@ def case_functions(on_gpu):
                 # The consumer's arrays are views; symmem frees through the raw export.
                 wrap(x), wrap(bases)
             t1 = clock()
-            symmem.free(x)
+            symmem.free(x, **free_args)
             t2 = clock()
             return t1 - t0, t2 - t1
 
@@ -69,15 +71,18 @@ def case_functions(on_gpu):
 
     def native():
         t0 = clock()
-        a = _native.allocate([ELEMENTS], "float32")
+        got = _native.allocate([ELEMENTS], "float32")
         t1 = clock()
-        _native.free(a.id)
+        _native.free((got[1] if isinstance(got, tuple) else got).id)
         t2 = clock()
         return t1 - t0, t2 - t1
 
     cases = {"native": native, "dlpack": framework("dlpack")}
     if on_gpu:
         cases["torch"] = framework("torch")
+        if "synchronize" in inspect.signature(symmem.free).parameters:
+            # The documented opt-out: the caller waited for the device already.
+            cases["torch_nosync"] = framework("torch", synchronize=False)
         try:
             import cupy
 

@@ -37,10 +37,12 @@ def _steps(on_gpu):
         symmem._framework(fw, s["session"]["device"][0])
 
     def native_allocate():
-        s["a"] = _native.allocate(s["shape"], s["name"])
+        got = _native.allocate(s["shape"], s["name"])
+        # Since issue 33: (tensor, allocation); before, the allocation held the tensor.
+        s["data"], s["a"] = got if isinstance(got, tuple) else (got.data, got)
 
     def wrap_tensor():
-        s["x"] = symmem._wrap(s["a"].data, fw)
+        s["x"] = symmem._wrap(s["data"], fw)
 
     def identity_key():
         s["key"] = symmem._identity_key(s["x"])
@@ -49,9 +51,7 @@ def _steps(on_gpu):
         s["bases"] = symmem._wrap(s["a"].peer_bases, fw)
 
     def entry():
-        a = s["a"]
-        symmem._Entry(s["key"], fw, a.rank, a.world_size, a.base, a.nbytes, tuple(a.bases),
-                      tuple(a.direct), a.peer_bases, {}, {})
+        symmem._Entry(s["key"], fw, s["a"])
 
     def address_map_object():
         a = s["a"]
@@ -110,6 +110,8 @@ def profile(on_gpu, pairs):
         import torch
 
         extra["torch.cuda.synchronize() alone"] = torch.cuda.synchronize
+        if hasattr(symmem, "_cu_ctx_synchronize"):
+            extra["cuCtxSynchronize() alone (ctypes)"] = symmem._cu_ctx_synchronize
     for name, thunk in extra.items():
         samples = []
         for _ in range(pairs):

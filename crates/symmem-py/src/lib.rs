@@ -364,12 +364,24 @@ fn info(py: Python<'_>) -> PyResult<Option<Bound<'_, PyDict>>> {
     Ok(Some(d))
 }
 
-/// Collective: a symmetric tensor of `shape` and `dtype` with its peer-bases table.
+/// Collective: a symmetric tensor of `shape` and `dtype`, and its allocation (address map and
+/// peer-bases table) apart: the allocation's `data` is None, so the package may keep it
+/// without keeping the tensor's memory in use.
 #[pyfunction]
-fn allocate(py: Python<'_>, shape: Vec<i64>, dtype: String) -> PyResult<Allocation> {
+fn allocate(
+    py: Python<'_>,
+    shape: Vec<i64>,
+    dtype: String,
+) -> PyResult<(Py<SymmetricArray>, Allocation)> {
     let pending = session::allocate(shape, &dtype).map_err(raise)?;
-    let out = wait_raising(py, pending)?;
-    to_allocation(py, out)
+    let mut out = wait_raising(py, pending)?;
+    let Some(data) = out.data.take() else {
+        return Err(SymmemError::new_err(
+            "symmem's session answered an allocation without its tensor (a symmem bug: report it)",
+        ));
+    };
+    let tensor = array(py, data, out.id, "tensor")?;
+    Ok((tensor, to_allocation(py, out)?))
 }
 
 /// `(id, base, nbytes)` of the live allocation containing `addr`, or None.

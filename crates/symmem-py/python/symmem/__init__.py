@@ -140,41 +140,40 @@ class Outstanding:
 # ---- bookkeeping of the tensors handed out ------------------------------------------------
 
 
-@dataclass
 class _Entry:
-    key: Optional[tuple]
-    framework: str
-    #: What an address map of the allocation needs (never its tensor: holding one here would
-    #: keep a dropped allocation from being noticed).
-    rank: int
-    world_size: int
-    base: int
-    nbytes: int
-    bases: Tuple[int, ...]
-    direct: Tuple[bool, ...]
-    #: The raw peer-bases export, and its wrapping per framework (made once; the same memory).
-    table: SymmetricArray
-    tables: Dict[str, Any]
-    maps: Dict[str, "AddressMap"]
+    """What the package keeps per live allocation: the tensor's identity key and framework,
+    the extension's allocation (address map and raw peer-bases export, never the tensor:
+    holding that would keep a dropped allocation from being noticed), and the table and maps
+    made from it, once per framework (the same memory either way)."""
+
+    __slots__ = ("key", "framework", "alloc", "tables", "maps")
+
+    def __init__(self, key: Optional[tuple], framework: str, alloc: Any) -> None:
+        self.key = key
+        self.framework = framework
+        self.alloc = alloc
+        self.tables: Dict[str, Any] = {}
+        self.maps: Dict[str, "AddressMap"] = {}
 
     def peer_bases(self, framework: str) -> Any:
         wrapped = self.tables.get(framework)
         if wrapped is None:
-            wrapped = self.tables[framework] = _wrap(self.table, framework)
+            wrapped = self.tables[framework] = _wrap(self.alloc.peer_bases, framework)
         return wrapped
 
-    def address_map(self, framework: str, allocation_id: int) -> "AddressMap":
+    def address_map(self, framework: str) -> "AddressMap":
         amap = self.maps.get(framework)
         if amap is None:
+            a = self.alloc
             amap = self.maps[framework] = AddressMap(
-                local_rank=self.rank,
-                world_size=self.world_size,
-                allocation_base=self.base,
-                allocation_bytes=self.nbytes,
-                bases=self.bases,
-                direct=self.direct,
+                local_rank=a.rank,
+                world_size=a.world_size,
+                allocation_base=a.base,
+                allocation_bytes=a.nbytes,
+                bases=tuple(a.bases),
+                direct=tuple(a.direct),
                 peer_bases=self.peer_bases(framework),
-                allocation_id=allocation_id,
+                allocation_id=a.id,
             )
         return amap
 
@@ -214,7 +213,7 @@ def _describe(obj: Any) -> Tuple[int, int]:
         return obj.data_ptr(), obj.nbytes
     module = type(obj).__module__ or ""
     if module.startswith("torch"):
-        return obj.data_ptr(), obj.numel() * obj.element_size()
+        return obj.data_ptr(), obj.nbytes
     if module.startswith("numpy") and hasattr(obj, "__array_interface__"):
         return obj.__array_interface__["data"][0], obj.nbytes
     if callable(getattr(obj, "data_ptr", None)) and hasattr(obj, "nbytes"):
@@ -308,11 +307,47 @@ def _device_sync() -> None:
     current = _session if _session is not None else _native.info()
     if current is None or current["device"][0] == KDL_CPU:
         return
+    # One device-wide wait covers every stream of the context, whoever made them: torch and
+    # cupy share the device's primary context. On NVIDIA the driver's own wait for the context
+    # current on this thread (torch and cupy make it current) is the cheapest; where no context
+    # is current, or the driver is not found, the frameworks' own waits.
+    status = _cu_ctx_synchronize() if current["device"][0] == KDL_CUDA else -1
+    if status == 0:
+        return
     modules = sys.modules
+    # A failed wait (a kernel failed) raises the framework's own error here.
     if "torch" in modules:
         modules["torch"].cuda.synchronize()
-    if "cupy" in modules:
+    elif "cupy" in modules:
         modules["cupy"].cuda.runtime.deviceSynchronize()
+    if status not in (-1, _CUDA_ERROR_INVALID_CONTEXT):
+        raise SymmemError(
+            f"waiting for this rank's device failed (CUDA driver error {status}): work queued "
+            f"on it failed; the framework that queued it reports which kernel"
+        )
+
+
+#: cuCtxSynchronize's answer when no context is current on the calling thread.
+_CUDA_ERROR_INVALID_CONTEXT = 201
+
+
+_cuda_driver: Any = None
+
+
+def _cu_ctx_synchronize() -> int:
+    """The CUDA driver's ``cuCtxSynchronize()`` (0: done; 201: no context is current on this
+    thread); -1 when the driver cannot be loaded."""
+    global _cuda_driver
+    if _cuda_driver is None:
+        try:
+            import ctypes
+
+            _cuda_driver = ctypes.CDLL("libcuda.so.1").cuCtxSynchronize
+            _cuda_driver.restype = ctypes.c_int
+            _cuda_driver.argtypes = []
+        except (OSError, AttributeError):
+            _cuda_driver = False
+    return _cuda_driver() if _cuda_driver else -1
 
 
 # ---- allocation ---------------------------------------------------------------------------
@@ -489,17 +524,15 @@ def _allocate(size: tuple, dtype: Any, framework: Optional[str]) -> Tuple[Any, i
         importlib.import_module(fw)
     if fw == "numpy" and name == "bfloat16":
         raise TypeError("numpy has no bfloat16: use framework='torch' or 'dlpack'")
-    a = _native.allocate(shape, name)
-    tensor = _wrap(a.data, fw)
+    data, a = _native.allocate(shape, name)
+    tensor = _wrap(data, fw)
     key = _identity_key(tensor)
-    _entries[a.id] = _Entry(
-        key, fw, a.rank, a.world_size, a.base, a.nbytes, tuple(a.bases), tuple(a.direct),
-        a.peer_bases, {}, {},
-    )
+    alloc_id = a.id
+    _entries[alloc_id] = _Entry(key, fw, a)
     if key is not None:
-        _key_owner[key] = a.id
+        _key_owner[key] = alloc_id
         _freed.pop(key, None)
-    return tensor, a.id
+    return tensor, alloc_id
 
 
 def allocate_symmetric(*size: Any, dtype: Any = None, framework: Optional[str] = None):
@@ -518,7 +551,7 @@ def allocate_symmetric_map(*size: Any, dtype: Any = None, framework: Optional[st
     """Collective: as :func:`allocate_symmetric`, returning ``(tensor, AddressMap)``."""
     tensor, alloc_id = _allocate(size, dtype, framework)
     entry = _entries[alloc_id]
-    return tensor, entry.address_map(entry.framework, alloc_id)
+    return tensor, entry.address_map(entry.framework)
 
 
 def _lookup(tensor: Any) -> Tuple[int, int, int, int, int]:
@@ -556,7 +589,7 @@ def symmetric_address_map(tensor: Any) -> AddressMap:
     else:
         fw = entry.framework if entry else "dlpack"
     if entry is not None:
-        return entry.address_map(fw, alloc_id)
+        return entry.address_map(fw)
     return _address_map(_native.address_map(alloc_id), fw)
 
 
