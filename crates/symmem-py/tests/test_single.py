@@ -263,3 +263,33 @@ def test_address_maps_of_one_allocation_share_their_table_until_it_is_freed():
     symmem.free(x)
     with pytest.raises(ValueError, match="freed already"):
         symmem.symmetric_address_map(x)
+
+
+def test_reads_from_another_thread_are_refused_too():
+    import threading
+
+    x, bases = symmem.allocate_symmetric(4, framework="dlpack")
+    seen = []
+
+    def worker():
+        for call in (lambda: symmem._native.find(x.data_ptr()),
+                     lambda: symmem.symmetric_address_map(x),
+                     bases.__dlpack__):
+            with pytest.raises(symmem.SymmemError) as caught:
+                call()
+            seen.append(str(caught.value))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert len(seen) == 3 and all("another thread" in s for s in seen)
+    symmem.free(x)
+
+
+def test_the_context_floor_of_the_bench_leaves_nothing_behind():
+    before = [o.id for o in symmem.outstanding()]
+    allocate_ns, free_ns = symmem._native._bench_context_pair(4096)
+    assert isinstance(allocate_ns, int) and isinstance(free_ns, int)
+    assert [o.id for o in symmem.outstanding()] == before
+    with pytest.raises(ValueError, match="at least 1"):
+        symmem._native._bench_context_pair(0)
