@@ -2,7 +2,8 @@
 # Builds what an NVSHMEM machine WITHOUT Rust needs to run the Python face's Triton test, on a
 # machine without a GPU, into one folder to carry over:
 #   scripts/gpu/bundle-python.sh [OUT_DIR]      (default: target/gpu-bundle, git-ignored)
-# It holds the abi3 wheel (CPython 3.9+), symmem-run, the NVSHMEM shim, the Triton test and
+# It holds the abi3 wheel (CPython 3.9+), symmem-run, the NVSHMEM shim, the Triton test,
+# the allocation benches (symmem-gpu-bench for the Rust side, benches/*.py for Python's) and
 # run-python.sh. Needs nvcc + NVSHMEM (NVSHMEM_HOME and CUDACXX, else scripts/gpu/nvshmem-sdk.sh
 # fetches them from PyPI) and PyPI for maturin. Then on the GPU machine: OUT_DIR/run-python.sh
 set -euo pipefail
@@ -20,14 +21,17 @@ venv="$target/py-ci/venv"
 
 mkdir -p "$out"
 rm -f "$out"/symmem-*.whl
-cargo build --release --locked -p symmem-launch --bin symmem-run
+cargo build --release --locked -p symmem-launch --bin symmem-run -p symmem-gpu --bin symmem-gpu-bench
 shim=$(cargo xtask build-shim --backend nvshmem --nvcc "$CUDACXX" --nvshmem-home "$NVSHMEM_HOME")
 "$venv/bin/maturin" build --release --strip --locked --interpreter "$venv/bin/python" \
   -m crates/symmem-py/Cargo.toml --out "$out"
-cp "$target/release/symmem-run" "$out"/
-strip "$out/symmem-run"
+for bin in symmem-run symmem-gpu-bench; do
+  cp "$target/release/$bin" "$out"/
+  strip "$out/$bin"
+done
 cp "$shim" "$out"/
-cp crates/symmem-py/tests/gpu/triton_alltoall.py scripts/gpu/run-python.sh "$out"/
+cp crates/symmem-py/tests/gpu/triton_alltoall.py crates/symmem-py/benches/*.py \
+  scripts/gpu/run-python.sh "$out"/
 cp scripts/gpu/env.sh "$out"/
 ls -l "$out"
 echo "bundle ready in $out ($(du -sh "$out" | cut -f1))"

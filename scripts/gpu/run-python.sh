@@ -2,9 +2,13 @@
 # Runs on an NVIDIA machine with NVSHMEM, torch and Triton, from a bundle made by
 # bundle-python.sh: installs the symmem wheel into a private folder (no Rust, no index needed),
 # then the Triton all-to-all (tests/gpu/triton_alltoall.py) under symmem-run at 2, 4 and 8 PEs
-# on the visible GPUs (several PEs share a GPU). Writes one log per PE count, machine.txt and
-# summary.txt into $RESULTS_DIR (default: $OUT, else results/ next to this script).
+# on the visible GPUs (several PEs share a GPU), then the allocation bench: the Rust bench
+# (symmem-gpu-bench: Context and raw NVSHMEM) and the Python one (alloc_free.py: the Python face,
+# with a profile of its steps at 1 PE) at each of BENCH_RANKS, the same job on the same GPU.
+# Writes one log per run, machine.txt, summary.txt and bench.jsonl (rank 0's figures) into
+# $RESULTS_DIR (default: $OUT, else results/ next to this script).
 # Settings: PYTHON (default /opt/torch/.venv/bin/python3), RANKS (default "2 4 8"),
+# BENCH_RANKS (default "1 2 4 8"; empty: no bench), BENCH_PAIRS (default 100),
 # NVSHMEM_LIB (folder of libnvshmem_host.so.3; default: the one next to PYTHON's nvidia.nvshmem),
 # SYMMEM_GPU_HEAP_SIZE (default 512M per PE), RUN_TIMEOUT (per PE count, default 180s).
 set -uo pipefail
@@ -72,5 +76,24 @@ for n in ${RANKS:-2 4 8}; do
   echo "$verdict PEs=$n exit=$code rank PASS lines=$passed/$n ${summary:-no SUMMARY line}" \
     | tee -a "$results/summary.txt"
 done
+bench_runs() {
+  local n heap=${BENCH_HEAP_SIZE:-2G}
+  : > "$results/bench.jsonl"
+  for n in ${BENCH_RANKS-1 2 4 8}; do
+    # The Rust bench's memory figure allocates 1 GiB at once: a 2 GiB heap per PE.
+    SYMMEM_GPU_HEAP_SIZE=$heap "$here/symmem-run" --ranks "$n" --timeout 280s -- \
+      "$here/symmem-gpu-bench" nvshmem > "$results/bench-rust-$n.txt" 2>&1 || status=1
+    local profile=()
+    [ "$n" = 1 ] && profile=(--profile)
+    SYMMEM_GPU_HEAP_SIZE=$heap "$here/symmem-run" --ranks "$n" --timeout 280s -- \
+      "$python" "$here/alloc_free.py" --pairs "${BENCH_PAIRS:-100}" "${profile[@]}" \
+      > "$results/bench-python-$n.txt" 2>&1 || status=1
+    grep -ho '^\[rank 0\] {.*}' "$results/bench-rust-$n.txt" "$results/bench-python-$n.txt" \
+      | sed 's/^\[rank 0\] //' | tee -a "$results/bench.jsonl"
+  done
+  echo "bench: $(wc -l < "$results/bench.jsonl") figures in bench.jsonl" | tee -a "$results/summary.txt"
+}
+[ -x "$here/symmem-gpu-bench" ] && [ -n "${BENCH_RANKS-1 2 4 8}" ] && bench_runs
+
 echo "overall: $([ "$status" -eq 0 ] && echo PASS || echo FAIL)" | tee -a "$results/summary.txt"
 exit "$status"

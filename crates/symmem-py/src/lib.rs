@@ -308,10 +308,15 @@ enum Waited {
 /// (Ctrl-C: KeyboardInterrupt), the request is abandoned: it may still complete on this rank
 /// and not on the others, so the session is poisoned (every later call says why) and the
 /// exception carries a note saying so.
+///
+/// The first slice begins with a short spin ([`session::HANDOFF_SPIN`]): a request that takes
+/// microseconds (allocate or free at 1 PE) is answered without a sleep and wake-up.
 fn wait<R: Send>(py: Python<'_>, mut pending: session::Pending<R>) -> Result<R, Waited> {
+    let mut spin = true;
     loop {
+        let first = std::mem::replace(&mut spin, false);
         let (back, answer) = py.detach(move || {
-            let answer = pending.wait(SIGNAL_SLICE);
+            let answer = pending.wait(first, SIGNAL_SLICE);
             (pending, answer)
         });
         pending = back;
@@ -359,12 +364,24 @@ fn info(py: Python<'_>) -> PyResult<Option<Bound<'_, PyDict>>> {
     Ok(Some(d))
 }
 
-/// Collective: a symmetric tensor of `shape` and `dtype` with its peer-bases table.
+/// Collective: a symmetric tensor of `shape` and `dtype`, and its allocation (address map and
+/// peer-bases table) apart: the allocation's `data` is None, so the package may keep it
+/// without keeping the tensor's memory in use.
 #[pyfunction]
-fn allocate(py: Python<'_>, shape: Vec<i64>, dtype: String) -> PyResult<Allocation> {
+fn allocate(
+    py: Python<'_>,
+    shape: Vec<i64>,
+    dtype: String,
+) -> PyResult<(Py<SymmetricArray>, Allocation)> {
     let pending = session::allocate(shape, &dtype).map_err(raise)?;
-    let out = wait_raising(py, pending)?;
-    to_allocation(py, out)
+    let mut out = wait_raising(py, pending)?;
+    let Some(data) = out.data.take() else {
+        return Err(SymmemError::new_err(
+            "symmem's session answered an allocation without its tensor (a symmem bug: report it)",
+        ));
+    };
+    let tensor = array(py, data, out.id, "tensor")?;
+    Ok((tensor, to_allocation(py, out)?))
 }
 
 /// `(id, base, nbytes)` of the live allocation containing `addr`, or None.
@@ -383,6 +400,17 @@ fn address_map(py: Python<'_>, id: u64) -> PyResult<Allocation> {
 #[pyfunction]
 fn free(py: Python<'_>, id: u64) -> PyResult<()> {
     wait_raising(py, session::free(id).map_err(raise)?)
+}
+
+/// Collective: one allocate + free of `nbytes` through the Rust `Context` alone, timed on the
+/// session thread: `(allocate ns, free ns)`. For benches/alloc_free.py (the floor the Python
+/// face is measured against); every rank must call it, as any collective.
+#[pyfunction]
+fn _bench_context_pair(py: Python<'_>, nbytes: usize) -> PyResult<(u64, u64)> {
+    if nbytes == 0 {
+        return Err(PyValueError::new_err("nbytes must be at least 1"));
+    }
+    wait_raising(py, session::bench_context_pair(nbytes).map_err(raise)?)
 }
 
 /// Collective: waits for every rank.
@@ -447,6 +475,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(address_map, m)?)?;
     m.add_function(wrap_pyfunction!(free, m)?)?;
     m.add_function(wrap_pyfunction!(barrier, m)?)?;
+    m.add_function(wrap_pyfunction!(_bench_context_pair, m)?)?;
     m.add_function(wrap_pyfunction!(outstanding, m)?)?;
     m.add_function(wrap_pyfunction!(finalize, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;

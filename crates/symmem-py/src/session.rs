@@ -8,6 +8,13 @@
 //! Ctrl-C is taken while a collective waits for the other ranks. Calls from another Python
 //! thread, or from a forked child of the process, are refused with a clear error. Nothing here
 //! touches Python objects, so collectives run with the GIL released.
+//!
+//! The hot path (issue 33): what the Python thread only reads (`find`, address maps, whether an
+//! export is still live) comes from the [`INDEX`] of live allocations, which the session thread
+//! keeps current, without a round trip to that thread; the two threads hand a request and its
+//! answer over by spinning briefly before they block ([`HANDOFF_SPIN`]); and on GPU providers
+//! each allocation's peer-bases table lives at the end of the allocation itself (one upload, no
+//! device allocation or free per table).
 
 use crate::dlpack::{DLDevice, KDL_CPU, KDL_CUDA, KDL_ROCM, Keep, TensorSpec};
 use crate::dtype::{self, DType};
@@ -15,11 +22,11 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::ThreadId;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use symmem::{
     Context, PeerTable, ProviderKind, SymmetricBuffer, SymmetricProvider, UnknownProvider, settings,
 };
-use symmem_gpu::{EnvironmentAccess, ExportedTable, GpuConfig, GpuError, GpuProvider};
+use symmem_gpu::{EnvironmentAccess, GpuConfig, GpuError, GpuProvider};
 use symmem_host::{HostConfig, HostProvider};
 
 /// Why a call failed. The caller, holding the GIL again, raises the matching Python exception.
@@ -112,44 +119,125 @@ impl Drop for DataRef {
     }
 }
 
+/// Where a device table starts after the tensor's bytes (int64 entries; 256 keeps it on its
+/// own cache lines and aligned for any vector load).
+const TABLE_ALIGN: usize = 256;
+
 /// What a session needs of its provider beyond the context: where kernels read a table.
 trait Provider: SymmetricProvider {
-    /// The kernel table of a fresh allocation's `table`, complete when this returns (kernels
-    /// on any stream, and Python, may read it).
-    fn kernel_table(&self, table: &PeerTable) -> Result<Table, Fail>;
+    /// Bytes to allocate for a tensor of `bytes` on `world` ranks, and where in them the
+    /// kernel table goes (`None`: it lives elsewhere); `None` overall when that overflows.
+    fn room(bytes: usize, world: usize) -> Option<(usize, Option<usize>)>;
+
+    /// The kernel table of a fresh allocation's `table` (at `at` when [`Provider::room`] made
+    /// room for it), complete when this returns (kernels on any stream, and Python, may read
+    /// it).
+    fn kernel_table(&self, table: &PeerTable, at: Option<u64>) -> Result<Table, Fail>;
 }
 
 impl Provider for HostProvider {
-    fn kernel_table(&self, table: &PeerTable) -> Result<Table, Fail> {
+    fn room(bytes: usize, _world: usize) -> Option<(usize, Option<usize>)> {
+        Some((bytes, None))
+    }
+
+    fn kernel_table(&self, table: &PeerTable, _at: Option<u64>) -> Result<Table, Fail> {
         Ok(Table::Host(table.to_i64().into()))
     }
 }
 
 impl Provider for GpuProvider {
-    /// A device copy of its own (Python may write into what it is given; the provider's
-    /// launches read the provider's copy), complete on return, freed with the allocation.
-    fn kernel_table(&self, table: &PeerTable) -> Result<Table, Fail> {
-        Ok(Table::Device(Some(self.gpu().export_table(table)?)))
+    /// The table goes after the tensor, in the same symmetric allocation: no device allocation
+    /// or free of its own (a `cudaMalloc` and a `cudaFree`, which waits for the whole device,
+    /// per allocation before), and it goes with the allocation.
+    fn room(bytes: usize, world: usize) -> Option<(usize, Option<usize>)> {
+        let at = bytes.checked_next_multiple_of(TABLE_ALIGN)?;
+        let total = at.checked_add(world.checked_mul(8)?)?;
+        (total <= isize::MAX as usize).then_some((total, Some(at)))
+    }
+
+    /// The device copy Python gets is its own (Python may write into it; the provider's
+    /// launches read the provider's copy): one upload on the shim's stream, complete on return.
+    fn kernel_table(&self, table: &PeerTable, at: Option<u64>) -> Result<Table, Fail> {
+        let Some(addr) = at else {
+            return Err(Fail::Symmem(
+                "no room for the peer-bases table in the allocation (a symmem bug: report it)"
+                    .into(),
+            ));
+        };
+        let bytes: Vec<u8> = table
+            .to_i64()
+            .iter()
+            .flat_map(|v| v.to_ne_bytes())
+            .collect();
+        let gpu = self.gpu();
+        gpu.write_local(addr, &bytes)?;
+        gpu.synchronize()?;
+        Ok(Table::Device { addr })
     }
 }
 
 /// Where an allocation's kernel table lives.
 enum Table {
     Host(Arc<[i64]>),
-    /// A device copy made for Python: freed with the allocation, or before the library
-    /// is finalised (then `None`).
-    Device(Option<ExportedTable>),
-    /// The device copy could not be made: the allocation exists but has no tensor.
-    Missing,
+    /// A device copy made for Python, inside the allocation after the tensor.
+    Device {
+        addr: u64,
+    },
+}
+
+/// A live allocation as the Python thread reads it (through [`INDEX`]): everything an
+/// allocation's or address map's answer holds, made once.
+pub struct Entry {
+    id: u64,
+    rank: usize,
+    base: u64,
+    bytes: u64,
+    bases: Vec<u64>,
+    direct: Vec<bool>,
+    spec: TensorSpec,
+    table: (TensorSpec, Keep),
+}
+
+impl Entry {
+    /// The answer for this allocation, with the tensor when `data` holds it.
+    fn describe(&self, data: Option<DataRef>) -> AllocOut {
+        AllocOut {
+            id: self.id,
+            rank: self.rank,
+            world_size: self.bases.len(),
+            base: self.base,
+            bytes: self.bytes,
+            bases: self.bases.clone(),
+            direct: self.direct.clone(),
+            data: data.map(|d| (self.spec.clone(), Keep::Data(Arc::new(d)))),
+            table: self.table.clone(),
+        }
+    }
+}
+
+/// The live allocations with a tensor, by id and by address. The session thread writes it (on
+/// allocate, free and finalize); the Python thread reads it without a round trip.
+struct Index {
+    entries: BTreeMap<u64, Arc<Entry>>,
+    /// Allocation id by address.
+    by_addr: BTreeMap<u64, u64>,
+}
+
+static INDEX: Mutex<Index> = Mutex::new(Index {
+    entries: BTreeMap::new(),
+    by_addr: BTreeMap::new(),
+});
+
+fn index() -> std::sync::MutexGuard<'static, Index> {
+    INDEX.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 struct Live {
     buffer: SymmetricBuffer<u8>,
     tracker: Arc<Tracker>,
     spec: TensorSpec,
-    bases: Vec<u64>,
-    direct: Vec<bool>,
-    table: Table,
+    /// Whether the table was made (and the allocation is in [`INDEX`]).
+    indexed: bool,
 }
 
 /// What Python gets for an allocation (or an address map of one).
@@ -190,8 +278,6 @@ struct Session<P: Provider> {
     ctx: Context<P>,
     device: DLDevice,
     live: BTreeMap<u64, Live>,
-    /// Allocation id by address.
-    by_addr: BTreeMap<u64, u64>,
     finalized: bool,
 }
 
@@ -201,18 +287,13 @@ impl<P: Provider> Session<P> {
             ctx,
             device,
             live: BTreeMap::new(),
-            by_addr: BTreeMap::new(),
             finalized: false,
         }
     }
 
     fn usable(&self) -> Result<(), Fail> {
         if self.finalized {
-            return Err(Fail::Symmem(
-                "symmem.finalize() was called: this process cannot use symmem again (the GPU \
-                 libraries initialise once per process); start a new process"
-                    .into(),
-            ));
+            return Err(Fail::Symmem(FINALIZED.into()));
         }
         Ok(())
     }
@@ -230,7 +311,9 @@ impl<P: Provider> Session<P> {
     fn allocate(&mut self, shape: Vec<i64>, dtype: DType) -> Result<AllocOut, Fail> {
         self.usable()?;
         let bytes = checked_bytes(&shape, dtype)?;
-        let (buffer, map) = self.ctx.allocate_symmetric_map::<u8>(bytes)?;
+        let (total, table_at) = P::room(bytes, self.ctx.world_size())
+            .ok_or_else(|| Fail::Value(format!("shape {shape:?} overflows the address space")))?;
+        let (buffer, map) = self.ctx.allocate_symmetric_map::<u8>(total)?;
         let (id, base) = (buffer.id(), buffer.addr());
         let tracker = Arc::new(Tracker {
             id,
@@ -242,84 +325,63 @@ impl<P: Provider> Session<P> {
             dropped: AtomicBool::new(false),
             reported: AtomicBool::new(false),
         });
-        let (table, failed) = match self.ctx.provider().kernel_table(&map.table) {
-            Ok(table) => (table, None),
-            Err(e) => (Table::Missing, Some(e)),
+        let at = table_at.map(|at| base + at as u64);
+        let spec = TensorSpec {
+            data: base,
+            shape,
+            dtype,
+            device: self.device,
         };
-        let live = Live {
-            buffer,
-            tracker,
-            spec: TensorSpec {
-                data: base,
-                shape,
-                dtype,
-                device: self.device,
+        let table = self.ctx.provider().kernel_table(&map.table, at);
+        let indexed = table.is_ok();
+        self.live.insert(
+            id,
+            Live {
+                buffer,
+                tracker: Arc::clone(&tracker),
+                spec: spec.clone(),
+                indexed,
             },
+        );
+        // On failure the allocation is live on every rank; it stays tracked (finalize reports
+        // it), with no tensor.
+        let entry = Entry {
+            id,
+            rank: self.ctx.rank(),
+            base,
+            bytes: bytes as u64,
             bases: map.table.bases().to_vec(),
             direct: map.direct().to_vec(),
-            table,
+            table: self.table_spec(table?, map.table.world_size()),
+            spec,
         };
-        self.by_addr.insert(base, id);
-        self.live.insert(id, live);
-        if let Some(e) = failed {
-            // The allocation is live on every rank; it stays tracked (finalize reports it).
-            return Err(e);
-        }
-        let live = &self.live[&id];
-        let data = DataRef::new(&live.tracker);
-        Ok(self.describe(live, Some(data)))
+        let out = entry.describe(Some(DataRef::new(&tracker)));
+        let mut index = index();
+        index.by_addr.insert(base, id);
+        index.entries.insert(id, Arc::new(entry));
+        Ok(out)
     }
 
-    fn describe(&self, live: &Live, data: Option<DataRef>) -> AllocOut {
-        let world_size = live.bases.len();
-        let (table_data, keep, device) = match &live.table {
+    /// The peer-bases table as a tensor: int64, one entry per rank.
+    fn table_spec(&self, table: Table, world_size: usize) -> (TensorSpec, Keep) {
+        let (data, keep, device) = match table {
             Table::Host(entries) => (
                 entries.as_ptr() as u64,
-                Keep::HostTable(Arc::clone(entries)),
+                Keep::HostTable(entries),
                 DLDevice {
                     device_type: KDL_CPU,
                     device_id: 0,
                 },
             ),
-            Table::Device(Some(copy)) => (copy.addr(), Keep::DeviceTable, self.device),
-            Table::Device(None) => unreachable!("tables released by finalize are never described"),
-            Table::Missing => unreachable!("allocations without a table are never described"),
+            Table::Device { addr } => (addr, Keep::DeviceTable, self.device),
         };
-        let table = TensorSpec {
-            data: table_data,
+        let spec = TensorSpec {
+            data,
             shape: vec![world_size as i64],
             dtype: dtype::INT64,
             device,
         };
-        AllocOut {
-            id: live.tracker.id,
-            rank: self.ctx.rank(),
-            world_size,
-            base: live.spec.data,
-            bytes: live.tracker.bytes,
-            bases: live.bases.clone(),
-            direct: live.direct.clone(),
-            data: data.map(|d| (live.spec.clone(), Keep::Data(Arc::new(d)))),
-            table: (table, keep),
-        }
-    }
-
-    fn find(&self, addr: u64) -> Option<(u64, u64, u64)> {
-        let (&base, &id) = self.by_addr.range(..=addr).next_back()?;
-        let live = &self.live[&id];
-        (addr < base + live.tracker.bytes).then_some((id, base, live.tracker.bytes))
-    }
-
-    fn address_map(&self, id: u64) -> Result<AllocOut, Fail> {
-        self.usable()?;
-        match self.live.get(&id) {
-            Some(live) if !matches!(live.table, Table::Missing | Table::Device(None)) => {
-                Ok(self.describe(live, None))
-            }
-            _ => Err(Fail::Value(format!(
-                "no live symmetric allocation #{id} on this rank"
-            ))),
-        }
+        (spec, keep)
     }
 
     fn free(&mut self, id: u64) -> Result<(), Fail> {
@@ -329,12 +391,16 @@ impl<P: Provider> Session<P> {
                 "no live symmetric allocation #{id} on this rank (freed already?)"
             )));
         };
-        self.by_addr.remove(&live.spec.data);
+        if live.indexed {
+            let mut index = index();
+            index.by_addr.remove(&live.spec.data);
+            index.entries.remove(&id);
+        }
         let Live {
             buffer, tracker, ..
         } = live;
         // On failure the context keeps the allocation on its books (finalize reports it). A
-        // device table goes with the allocation, in the provider.
+        // device table goes with the allocation.
         self.ctx.free(buffer)?;
         tracker.freed.store(true, Ordering::Release);
         Ok(())
@@ -343,6 +409,18 @@ impl<P: Provider> Session<P> {
     fn barrier(&mut self) -> Result<(), Fail> {
         self.usable()?;
         Ok(self.ctx.barrier()?)
+    }
+
+    /// One allocate + free of `bytes` through the Rust `Context` alone (no table for Python,
+    /// no index), timed here: the floor the Python face is measured against. Collective.
+    fn bench_context_pair(&mut self, bytes: usize) -> Result<(u64, u64), Fail> {
+        self.usable()?;
+        let start = Instant::now();
+        let (buffer, _table) = self.ctx.allocate_symmetric::<u8>(bytes)?;
+        let allocated = start.elapsed();
+        self.ctx.free(buffer)?;
+        let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        Ok((nanos(allocated), nanos(start.elapsed() - allocated)))
     }
 
     fn outstanding(&self) -> Vec<Outstanding> {
@@ -358,7 +436,8 @@ impl<P: Provider> Session<P> {
         Outstanding {
             id,
             addr,
-            bytes,
+            // The tensor's bytes (a GPU allocation also holds its table).
+            bytes: live.map_or(bytes, |l| l.tracker.bytes),
             dtype: live.map_or("uint8", |l| l.spec.dtype.name),
             shape: live.map_or_else(|| vec![bytes as i64], |l| l.spec.shape.clone()),
             dropped: live.is_some_and(|l| l.tracker.dropped.load(Ordering::Acquire)),
@@ -367,12 +446,11 @@ impl<P: Provider> Session<P> {
 
     fn finalize(&mut self) -> Result<Vec<Outstanding>, Fail> {
         self.usable()?;
-        // Device tables go before the SHMEM library does (finalize is the end of the session
-        // either way: tensors of allocations still live dangle after it, tables as data).
-        for live in self.live.values_mut() {
-            if let Table::Device(copy) = &mut live.table {
-                copy.take();
-            }
+        {
+            // Nothing may be exported or described any more (tables go with the library).
+            let mut index = index();
+            index.entries.clear();
+            index.by_addr.clear();
         }
         let report = self.ctx.finalize()?;
         self.finalized = true;
@@ -386,10 +464,12 @@ impl<P: Provider> Session<P> {
             // Reported just now by the context; dropping the buffer would warn a second time.
             std::mem::forget(live.buffer);
         }
-        self.by_addr.clear();
         Ok(outstanding)
     }
 }
+
+const FINALIZED: &str = "symmem.finalize() was called: this process cannot use symmem again (the \
+                         GPU libraries initialise once per process); start a new process";
 
 /// The most dimensions a tensor may have: numpy, like other DLPack consumers, takes 64.
 const MAX_DIMS: usize = 64;
@@ -466,6 +546,41 @@ struct Handle {
 }
 
 static HANDLE: Mutex<Option<Handle>> = Mutex::new(None);
+/// How long either end of a hand-over spins for the other before it blocks: the session thread
+/// for the next request, the Python thread for the answer. Longer than one allocate + free at
+/// 1 PE (about 25 us on an H200) and the Python between two calls; a rank that waits longer
+/// (collectives of several PEs take milliseconds) sleeps as before.
+pub const HANDOFF_SPIN: Duration = Duration::from_micros(100);
+
+/// Receives from `rx`, spinning at most [`HANDOFF_SPIN`]. `Timeout`: nothing came meanwhile.
+fn spin_recv<T>(rx: &mpsc::Receiver<T>) -> Result<T, mpsc::RecvTimeoutError> {
+    let start = Instant::now();
+    loop {
+        match rx.try_recv() {
+            Ok(value) => return Ok(value),
+            Err(mpsc::TryRecvError::Disconnected) => {
+                return Err(mpsc::RecvTimeoutError::Disconnected);
+            }
+            Err(mpsc::TryRecvError::Empty) if start.elapsed() < HANDOFF_SPIN => {
+                // Yields rather than burns: where ranks outnumber cores, the thread that has
+                // the work to do (a peer's collective) gets the core.
+                std::thread::yield_now();
+            }
+            Err(mpsc::TryRecvError::Empty) => return Err(mpsc::RecvTimeoutError::Timeout),
+        }
+    }
+}
+
+/// The session thread's next request (spinning briefly, then blocking); `None` when the
+/// Python side is gone.
+fn next_job(queue: &mpsc::Receiver<Job>) -> Option<Job> {
+    match spin_recv(queue) {
+        Ok(job) => Some(job),
+        Err(mpsc::RecvTimeoutError::Disconnected) => None,
+        Err(mpsc::RecvTimeoutError::Timeout) => queue.recv().ok(),
+    }
+}
+
 /// The process that started the session (0: none). Read without the lock: a forked child
 /// must be refused before it touches anything its parent's threads may have held.
 static OWNER_PID: AtomicU32 = AtomicU32::new(0);
@@ -498,9 +613,16 @@ pub struct Pending<R> {
 }
 
 impl<R> Pending<R> {
-    /// The answer, if it arrives within `slice`.
-    pub fn wait(&mut self, slice: Duration) -> Option<Result<R, Fail>> {
-        let answer = match self.answer.recv_timeout(slice) {
+    /// The answer, if it arrives within `slice`. With `spin`, it is first awaited by spinning
+    /// that long (an answer that comes within microseconds is then taken without the sleep and
+    /// wake-up of a blocking receive).
+    pub fn wait(&mut self, spin: bool, slice: Duration) -> Option<Result<R, Fail>> {
+        let polled = if spin {
+            spin_recv(&self.answer)
+        } else {
+            Err(mpsc::RecvTimeoutError::Timeout)
+        };
+        let answer = match polled.or_else(|_| self.answer.recv_timeout(slice)) {
             Ok(answer) => answer,
             Err(mpsc::RecvTimeoutError::Timeout) => return None,
             Err(mpsc::RecvTimeoutError::Disconnected) => Err(Fail::Symmem(format!(
@@ -661,7 +783,7 @@ pub fn init(requested: Option<String>) -> Result<Start, Fail> {
                 .name("symmem-session".into())
                 .spawn(move || {
                     let mut session = None;
-                    for job in queue {
+                    while let Some(job) = next_job(&queue) {
                         job(&mut session);
                     }
                 })
@@ -782,24 +904,71 @@ pub fn allocate(shape: Vec<i64>, dtype_name: &str) -> Result<Pending<AllocOut>, 
     )
 }
 
-pub fn find(addr: u64) -> Result<Option<(u64, u64, u64)>, Fail> {
-    now(with_session("find", move |s| {
-        Ok(on_session!(s, s => s.find(addr)))
-    })?)
+/// The checks every call makes (not a fork, initialised, the owner thread, not poisoned), for
+/// a call the Python thread answers itself from [`INDEX`]. Returns whether the session was
+/// finalized.
+fn check_reader() -> Result<bool, Fail> {
+    refuse_a_fork()?;
+    let guard = handle();
+    let Some(h) = guard.as_ref() else {
+        return Err(Fail::Symmem(
+            "symmem is not initialised: call symmem.init() (or allocate) first".into(),
+        ));
+    };
+    if h.owner != std::thread::current().id() {
+        return Err(Fail::Symmem(
+            "symmem was initialised on another thread: call it from that thread only (the \
+             session and the GPU's current device belong to one thread)"
+                .into(),
+        ));
+    }
+    if let Some(why) = &h.poisoned {
+        return Err(Fail::Symmem(why.clone()));
+    }
+    match &h.info {
+        Some(info) => Ok(info.finalized),
+        None => Err(Fail::Symmem("symmem is not initialised".into())),
+    }
 }
 
+/// `(id, base, bytes)` of the live allocation whose tensor holds `addr`. Not collective: read
+/// from [`INDEX`] on the calling thread.
+pub fn find(addr: u64) -> Result<Option<(u64, u64, u64)>, Fail> {
+    check_reader()?;
+    let index = index();
+    let Some((_, &id)) = index.by_addr.range(..=addr).next_back() else {
+        return Ok(None);
+    };
+    let entry = &index.entries[&id];
+    Ok((addr < entry.base + entry.bytes).then_some((id, entry.base, entry.bytes)))
+}
+
+/// The address map of live allocation `id` (no tensor), read from [`INDEX`].
 pub fn address_map(id: u64) -> Result<AllocOut, Fail> {
-    now(with_session(
-        "symmetric_address_map",
-        move |s| on_session!(s, s => s.address_map(id)),
-    )?)
+    if check_reader()? {
+        return Err(Fail::Symmem(FINALIZED.into()));
+    }
+    match index().entries.get(&id) {
+        Some(entry) => Ok(entry.describe(None)),
+        None => Err(Fail::Value(format!(
+            "no live symmetric allocation #{id} on this rank"
+        ))),
+    }
 }
 
 /// Whether allocation `id` is live (not freed, session not finalized).
 pub fn is_live(id: u64) -> Result<bool, Fail> {
-    now(with_session("__dlpack__", move |s| {
-        Ok(on_session!(s, s => s.live.contains_key(&id)))
-    })?)
+    check_reader()?;
+    Ok(index().entries.contains_key(&id))
+}
+
+/// Collective: one allocate + free of `bytes` through the Rust `Context` alone, timed on the
+/// session thread: `(allocate ns, free ns)` (benches/alloc_free.py's floor).
+pub fn bench_context_pair(bytes: usize) -> Result<Pending<(u64, u64)>, Fail> {
+    with_session(
+        "_bench_context_pair",
+        move |s| on_session!(s, s => s.bench_context_pair(bytes)),
+    )
 }
 
 pub fn free(id: u64) -> Result<Pending<()>, Fail> {
@@ -861,6 +1030,34 @@ mod tests {
             ProviderKind::Nvshmem
         );
         assert!(matches!(allocate(vec![4], "complex32"), Err(Fail::Type(_))));
+    }
+
+    #[test]
+    fn a_gpu_table_goes_after_the_tensor_aligned_and_overflow_is_refused() {
+        assert_eq!(GpuProvider::room(4096, 8), Some((4096 + 64, Some(4096))));
+        assert_eq!(
+            GpuProvider::room(1, 2),
+            Some((TABLE_ALIGN + 16, Some(TABLE_ALIGN)))
+        );
+        assert_eq!(GpuProvider::room(isize::MAX as usize, 1), None);
+        assert_eq!(GpuProvider::room(usize::MAX - 3, 1), None);
+        assert_eq!(HostProvider::room(24, 8), Some((24, None)));
+    }
+
+    #[test]
+    fn a_handoff_takes_what_is_sent_and_tells_empty_from_gone() {
+        let (tx, rx) = mpsc::channel();
+        tx.send(5).unwrap();
+        assert_eq!(spin_recv(&rx).unwrap(), 5);
+        assert_eq!(spin_recv(&rx), Err(mpsc::RecvTimeoutError::Timeout));
+        drop(tx);
+        assert_eq!(spin_recv(&rx), Err(mpsc::RecvTimeoutError::Disconnected));
+        // Sent from another thread while the receiver spins.
+        let (tx, rx) = mpsc::channel();
+        let sender = std::thread::spawn(move || tx.send(7).unwrap());
+        let got = spin_recv(&rx).or_else(|_| rx.recv_timeout(Duration::from_secs(10)));
+        assert_eq!(got.unwrap(), 7);
+        sender.join().unwrap();
     }
 
     #[test]

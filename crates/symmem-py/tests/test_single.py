@@ -229,3 +229,67 @@ def test_exit_without_finalize_is_reported():
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "exits without symmem.finalize(); 1 symmetric allocation(s) never freed" in proc.stderr
+
+
+def test_free_waits_for_the_device_unless_the_caller_already_did(monkeypatch):
+    waits = []
+    monkeypatch.setattr(symmem, "_device_sync", lambda: waits.append(1))
+    x, _ = symmem.allocate_symmetric(4, framework="numpy")
+    y, _ = symmem.allocate_symmetric(4, framework="numpy")
+    symmem.free(x)
+    assert waits == [1]
+    symmem.free(y, synchronize=False)
+    assert waits == [1]
+    for freed in (x, y):
+        with pytest.raises(ValueError, match="freed already"):
+            symmem.symmetric_address_map(freed)
+    # Misuse is still refused before the collective (and before any wait).
+    z, _ = symmem.allocate_symmetric(8, framework="numpy")
+    with pytest.raises(ValueError, match="not a slice"):
+        symmem.free(z[2:], synchronize=False)
+    assert waits == [1]
+    symmem.free(z)
+    assert waits == [1, 1]
+
+
+def test_address_maps_of_one_allocation_share_their_table_until_it_is_freed():
+    x, bases = symmem.allocate_symmetric(16, dtype="float64", framework="numpy")
+    first = symmem.symmetric_address_map(x)
+    again = symmem.symmetric_address_map(x[4:])
+    assert again is first
+    addr = x.__array_interface__["data"][0]
+    assert int(bases[0]) == int(first.peer_bases[0]) == first.allocation_base == addr
+    assert first.peer_bases.__array_interface__["data"][0] == bases.__array_interface__["data"][0]
+    symmem.free(x)
+    with pytest.raises(ValueError, match="freed already"):
+        symmem.symmetric_address_map(x)
+
+
+def test_reads_from_another_thread_are_refused_too():
+    import threading
+
+    x, bases = symmem.allocate_symmetric(4, framework="dlpack")
+    seen = []
+
+    def worker():
+        for call in (lambda: symmem._native.find(x.data_ptr()),
+                     lambda: symmem.symmetric_address_map(x),
+                     bases.__dlpack__):
+            with pytest.raises(symmem.SymmemError) as caught:
+                call()
+            seen.append(str(caught.value))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert len(seen) == 3 and all("another thread" in s for s in seen)
+    symmem.free(x)
+
+
+def test_the_context_floor_of_the_bench_leaves_nothing_behind():
+    before = [o.id for o in symmem.outstanding()]
+    allocate_ns, free_ns = symmem._native._bench_context_pair(4096)
+    assert isinstance(allocate_ns, int) and isinstance(free_ns, int)
+    assert [o.id for o in symmem.outstanding()] == before
+    with pytest.raises(ValueError, match="at least 1"):
+        symmem._native._bench_context_pair(0)

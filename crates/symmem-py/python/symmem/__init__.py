@@ -140,10 +140,42 @@ class Outstanding:
 # ---- bookkeeping of the tensors handed out ------------------------------------------------
 
 
-@dataclass
 class _Entry:
-    key: Optional[tuple]
-    framework: str
+    """What the package keeps per live allocation: the tensor's identity key and framework,
+    the extension's allocation (address map and raw peer-bases export, never the tensor:
+    holding that would keep a dropped allocation from being noticed), and the table and maps
+    made from it, once per framework (the same memory either way)."""
+
+    __slots__ = ("key", "framework", "alloc", "tables", "maps")
+
+    def __init__(self, key: Optional[tuple], framework: str, alloc: Any) -> None:
+        self.key = key
+        self.framework = framework
+        self.alloc = alloc
+        self.tables: Dict[str, Any] = {}
+        self.maps: Dict[str, "AddressMap"] = {}
+
+    def peer_bases(self, framework: str) -> Any:
+        wrapped = self.tables.get(framework)
+        if wrapped is None:
+            wrapped = self.tables[framework] = _wrap(self.alloc.peer_bases, framework)
+        return wrapped
+
+    def address_map(self, framework: str) -> "AddressMap":
+        amap = self.maps.get(framework)
+        if amap is None:
+            a = self.alloc
+            amap = self.maps[framework] = AddressMap(
+                local_rank=a.rank,
+                world_size=a.world_size,
+                allocation_base=a.base,
+                allocation_bytes=a.nbytes,
+                bases=tuple(a.bases),
+                direct=tuple(a.direct),
+                peer_bases=self.peer_bases(framework),
+                allocation_id=a.id,
+            )
+        return amap
 
 
 _entries: Dict[int, _Entry] = {}
@@ -181,7 +213,7 @@ def _describe(obj: Any) -> Tuple[int, int]:
         return obj.data_ptr(), obj.nbytes
     module = type(obj).__module__ or ""
     if module.startswith("torch"):
-        return obj.data_ptr(), obj.numel() * obj.element_size()
+        return obj.data_ptr(), obj.nbytes
     if module.startswith("numpy") and hasattr(obj, "__array_interface__"):
         return obj.__array_interface__["data"][0], obj.nbytes
     if callable(getattr(obj, "data_ptr", None)) and hasattr(obj, "nbytes"):
@@ -204,6 +236,7 @@ def init(provider: Optional[str] = None) -> Dict[str, Any]:
     size, interface, no multicast) just before the library reads them: call it before starting
     threads that read or write the environment (``os.environ``, ``getenv``), as for
     ``os.putenv`` in a threaded program."""
+    global _session
     if _native.init(provider):
         dev_type, dev_id = _native.info()["device"]
         if dev_type != KDL_CPU and importlib.util.find_spec("torch") is not None:
@@ -211,10 +244,21 @@ def init(provider: Optional[str] = None) -> Dict[str, Any]:
 
             # Kernels launched through torch and Triton run on torch's current device.
             torch.cuda.set_device(dev_id)
-    return info()
+    current = info()
+    if not current.get("finalized", True):
+        _session = current
+    return current
+
+
+#: The running session's info once init succeeded, until finalize: the hot path reads it
+#: instead of asking the extension each time (which still refuses other threads, forks and
+#: a poisoned or finalized session on every call that reaches it).
+_session: Optional[Dict[str, Any]] = None
 
 
 def _ensure() -> Dict[str, Any]:
+    if _session is not None:
+        return _session
     current = _native.info()
     return current if current is not None else init()
 
@@ -257,11 +301,53 @@ def dtypes() -> List[str]:
 
 
 def _device_sync() -> None:
-    """Kernels queued by torch (and Triton) must be done before a collective frees memory or
-    tells peers that stores are complete."""
-    current = _native.info()
-    if current is not None and current["device"][0] != KDL_CPU and "torch" in sys.modules:
-        sys.modules["torch"].cuda.synchronize()
+    """Kernels queued by torch (and Triton) or cupy must be done before a collective frees
+    memory or tells peers that stores are complete: the whole device is synchronised (every
+    stream of this process), through each of them that is loaded."""
+    current = _session if _session is not None else _native.info()
+    if current is None or current["device"][0] == KDL_CPU:
+        return
+    # One device-wide wait covers every stream of the context, whoever made them: torch and
+    # cupy share the device's primary context. On NVIDIA the driver's own wait for the context
+    # current on this thread (torch and cupy make it current) is the cheapest; where no context
+    # is current, or the driver is not found, the frameworks' own waits.
+    status = _cu_ctx_synchronize() if current["device"][0] == KDL_CUDA else -1
+    if status == 0:
+        return
+    modules = sys.modules
+    # A failed wait (a kernel failed) raises the framework's own error here.
+    if "torch" in modules:
+        modules["torch"].cuda.synchronize()
+    elif "cupy" in modules:
+        modules["cupy"].cuda.runtime.deviceSynchronize()
+    if status not in (-1, _CUDA_ERROR_INVALID_CONTEXT):
+        raise SymmemError(
+            f"waiting for this rank's device failed (CUDA driver error {status}): work queued "
+            f"on it failed; the framework that queued it reports which kernel"
+        )
+
+
+#: cuCtxSynchronize's answer when no context is current on the calling thread.
+_CUDA_ERROR_INVALID_CONTEXT = 201
+
+
+_cuda_driver: Any = None
+
+
+def _cu_ctx_synchronize() -> int:
+    """The CUDA driver's ``cuCtxSynchronize()`` (0: done; 201: no context is current on this
+    thread); -1 when the driver cannot be loaded."""
+    global _cuda_driver
+    if _cuda_driver is None:
+        try:
+            import ctypes
+
+            _cuda_driver = ctypes.CDLL("libcuda.so.1").cuCtxSynchronize
+            _cuda_driver.restype = ctypes.c_int
+            _cuda_driver.argtypes = []
+        except (OSError, AttributeError):
+            _cuda_driver = False
+    return _cuda_driver() if _cuda_driver else -1
 
 
 # ---- allocation ---------------------------------------------------------------------------
@@ -285,7 +371,24 @@ _AMBIGUOUS = {
 MAX_DIMS = 64
 
 
+#: dtype names resolved before, keyed by (type, dtype): the checks below run once per dtype.
+_dtype_names: Dict[Tuple[type, Any], str] = {}
+
+
 def _dtype_name(dtype: Any) -> str:
+    try:
+        return _dtype_names[(type(dtype), dtype)]
+    except (KeyError, TypeError):  # new, or unhashable
+        pass
+    name = _resolve_dtype(dtype)
+    try:
+        _dtype_names[(type(dtype), dtype)] = name
+    except TypeError:
+        pass
+    return name
+
+
+def _resolve_dtype(dtype: Any) -> str:
     if dtype is None:
         name = "float32"
     elif isinstance(dtype, str):
@@ -331,6 +434,8 @@ def _dtype_name(dtype: Any) -> str:
 
 
 def _shape(size: tuple) -> List[int]:
+    if len(size) == 1 and type(size[0]) is int and 0 < size[0] < 1 << 63:
+        return [size[0]]  # the common case: one positive int
     if len(size) == 1 and isinstance(size[0], (tuple, list)) or (
         len(size) == 1 and type(size[0]).__name__ == "Size"
     ):
@@ -356,13 +461,16 @@ def _shape(size: tuple) -> List[int]:
     return dims
 
 
+#: The default framework per device type, found once.
+_default_frameworks: Dict[int, str] = {}
+
+
 def _framework(framework: Optional[str], device_type: int) -> str:
     if framework is None:
-        if importlib.util.find_spec("torch") is not None:
-            return "torch"
-        if device_type == KDL_CPU and importlib.util.find_spec("numpy") is not None:
-            return "numpy"
-        return "dlpack"
+        found = _default_frameworks.get(device_type)
+        if found is None:
+            found = _default_frameworks[device_type] = _find_default_framework(device_type)
+        return found
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
     if framework == "numpy" and device_type != KDL_CPU:
@@ -373,9 +481,20 @@ def _framework(framework: Optional[str], device_type: int) -> str:
     return framework
 
 
+def _find_default_framework(device_type: int) -> str:
+    if importlib.util.find_spec("torch") is not None:
+        return "torch"
+    if device_type == KDL_CPU and importlib.util.find_spec("numpy") is not None:
+        return "numpy"
+    return "dlpack"
+
+
 def _wrap(array: SymmetricArray, framework: str) -> Any:
     if framework == "torch":
-        return sys.modules["torch"].from_dlpack(array)
+        # The capsule itself, not the exporter: torch then skips the stream handshake, which
+        # symmem needs none of (nothing is queued on this memory; a table is uploaded before
+        # allocate returns). Torch takes a DLPack capsule as it takes an exporter.
+        return sys.modules["torch"].from_dlpack(array.__dlpack__())
     if framework == "numpy":
         return sys.modules["numpy"].from_dlpack(array)
     return array
@@ -394,24 +513,26 @@ def _address_map(a: Any, framework: str) -> AddressMap:
     )
 
 
-def _allocate(size: tuple, dtype: Any, framework: Optional[str]) -> Tuple[Any, AddressMap]:
+def _allocate(size: tuple, dtype: Any, framework: Optional[str]) -> Tuple[Any, int]:
+    """Collective: the tensor and its allocation id (its entry in ``_entries``)."""
     # Everything that can be refused is refused before the collective.
     shape = _shape(size)
     name = _dtype_name(dtype)
     session = _ensure()
     fw = _framework(framework, session["device"][0])
-    if fw != "dlpack":
+    if fw != "dlpack" and fw not in sys.modules:
         importlib.import_module(fw)
     if fw == "numpy" and name == "bfloat16":
         raise TypeError("numpy has no bfloat16: use framework='torch' or 'dlpack'")
-    a = _native.allocate(shape, name)
-    tensor = _wrap(a.data, fw)
+    data, a = _native.allocate(shape, name)
+    tensor = _wrap(data, fw)
     key = _identity_key(tensor)
-    _entries[a.id] = _Entry(key, fw)
+    alloc_id = a.id
+    _entries[alloc_id] = _Entry(key, fw, a)
     if key is not None:
-        _key_owner[key] = a.id
+        _key_owner[key] = alloc_id
         _freed.pop(key, None)
-    return tensor, _address_map(a, fw)
+    return tensor, alloc_id
 
 
 def allocate_symmetric(*size: Any, dtype: Any = None, framework: Optional[str] = None):
@@ -421,20 +542,24 @@ def allocate_symmetric(*size: Any, dtype: Any = None, framework: Optional[str] =
 
     ``framework``: ``"torch"``, ``"numpy"`` (CPU providers) or ``"dlpack"`` (the raw
     :class:`SymmetricArray`); by default torch when installed, else numpy on CPU."""
-    tensor, amap = _allocate(size, dtype, framework)
-    return tensor, amap.peer_bases
+    tensor, alloc_id = _allocate(size, dtype, framework)
+    entry = _entries[alloc_id]
+    return tensor, entry.peer_bases(entry.framework)
 
 
 def allocate_symmetric_map(*size: Any, dtype: Any = None, framework: Optional[str] = None):
     """Collective: as :func:`allocate_symmetric`, returning ``(tensor, AddressMap)``."""
-    return _allocate(size, dtype, framework)
+    tensor, alloc_id = _allocate(size, dtype, framework)
+    entry = _entries[alloc_id]
+    return tensor, entry.address_map(entry.framework)
 
 
 def _lookup(tensor: Any) -> Tuple[int, int, int, int, int]:
     """(allocation id, base, bytes, address, bytes covered) of the allocation ``tensor``
     lies in; ValueError naming why when it lies in none."""
     addr, nbytes = _describe(tensor)
-    _ensure()
+    if _session is None:
+        _ensure()
     hit = _native.find(addr)
     if hit is None:
         key = _identity_key(tensor)
@@ -451,7 +576,8 @@ def _lookup(tensor: Any) -> Tuple[int, int, int, int, int]:
 
 def symmetric_address_map(tensor: Any) -> AddressMap:
     """The address map of the allocation that ``tensor`` (or a view of it) lies in.
-    Not collective."""
+    Not collective. Its ``peer_bases`` is made once per allocation and framework: every map of
+    one allocation shares that tensor (the same device memory either way)."""
     alloc_id, _, _, _, _ = _lookup(tensor)
     entry = _entries.get(alloc_id)
     if isinstance(tensor, SymmetricArray):
@@ -462,13 +588,21 @@ def symmetric_address_map(tensor: Any) -> AddressMap:
         fw = "torch"
     else:
         fw = entry.framework if entry else "dlpack"
+    if entry is not None:
+        return entry.address_map(fw)
     return _address_map(_native.address_map(alloc_id), fw)
 
 
-def free(tensor: Any) -> None:
+def free(tensor: Any, *, synchronize: bool = True) -> None:
     """Collective: frees the allocation of ``tensor`` (the tensor allocate_symmetric returned,
     or a view of all of it). Every rank frees the same allocations in the same order.
-    Tensors still viewing the memory must not be used afterwards."""
+    Tensors still viewing the memory must not be used afterwards.
+
+    First it waits for the work queued on this rank's device (every stream, through torch and
+    cupy where loaded), so no kernel still reads or writes the memory when another allocation
+    reuses it. ``synchronize=False`` skips that wait (a few microseconds when the device is
+    idle): safe only when the caller has already waited for every kernel that touches this
+    allocation on this rank, e.g. right after ``torch.cuda.synchronize()``."""
     alloc_id, base, nbytes, addr, covered = _lookup(tensor)
     key = _identity_key(tensor)
     entry = _entries.get(alloc_id)
@@ -483,7 +617,8 @@ def free(tensor: Any) -> None:
             f"#{alloc_id} is [{base:#x}, +{nbytes} B): free the whole tensor that "
             f"allocate_symmetric returned, not a slice of it"
         )
-    _device_sync()
+    if synchronize:
+        _device_sync()
     _native.free(alloc_id)
     entry = _entries.pop(alloc_id, None)
     if entry is not None and entry.key is not None:
@@ -512,9 +647,11 @@ def outstanding() -> List[Outstanding]:
 def finalize() -> List[Outstanding]:
     """Collective: ends symmem in this process. Returns (and warns about) the allocations
     that were never freed; nothing can be allocated afterwards."""
+    global _session
     _ensure()
     _device_sync()
     records = [Outstanding(**r) for r in _native.finalize()]
+    _session = None
     _entries.clear()
     _key_owner.clear()
     if records:

@@ -1,0 +1,126 @@
+"""Where one allocate_symmetric + free (torch) spends its time: the steps the package takes,
+run one by one with the host clock between them (alloc_free.py --profile calls this).
+
+The steps mirror python/symmem/__init__.py; a step the package does not take is skipped. The
+sum of the steps is a little more than one real call (one clock read per step)."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import symmem
+from symmem import _native
+
+ELEMENTS = 1024
+
+
+def _steps(on_gpu):
+    """One allocate + free as a list of (name, thunk); thunks share state through `s`."""
+    s = {}
+    fw = "torch" if on_gpu else "numpy"
+    if fw not in sys.modules:
+        __import__(fw)
+    # Since issue 33 the package keeps the session's info, makes no AddressMap for
+    # allocate_symmetric, and keeps what a map needs in an entry per allocation.
+    lean = hasattr(symmem, "_session")
+
+    def alloc_checks():
+        s["shape"] = symmem._shape((ELEMENTS,))
+        s["name"] = symmem._dtype_name("float32")
+
+    def ensure():
+        s["session"] = symmem._ensure()
+
+    def framework():
+        symmem._framework(fw, s["session"]["device"][0])
+
+    def native_allocate():
+        got = _native.allocate(s["shape"], s["name"])
+        # Since issue 33: (tensor, allocation); before, the allocation held the tensor.
+        s["data"], s["a"] = got if isinstance(got, tuple) else (got.data, got)
+
+    def wrap_tensor():
+        s["x"] = symmem._wrap(s["data"], fw)
+
+    def identity_key():
+        s["key"] = symmem._identity_key(s["x"])
+
+    def wrap_table():
+        s["bases"] = symmem._wrap(s["a"].peer_bases, fw)
+
+    def entry():
+        symmem._Entry(s["key"], fw, s["a"])
+
+    def address_map_object():
+        a = s["a"]
+        symmem.AddressMap(
+            local_rank=a.rank, world_size=a.world_size, allocation_base=a.base,
+            allocation_bytes=a.nbytes, bases=tuple(a.bases), direct=tuple(a.direct),
+            peer_bases=s["bases"], allocation_id=a.id,
+        )
+
+    def describe():
+        symmem._describe(s["x"])
+
+    def native_find():
+        if not lean:
+            symmem._ensure()
+        s["hit"] = _native.find(s["a"].base)
+
+    def device_sync():
+        symmem._device_sync()
+
+    def native_free():
+        _native.free(s["a"].id)
+
+    return [
+        ("allocate: size and dtype checks", alloc_checks),
+        ("allocate: session lookup (_ensure)", ensure),
+        ("allocate: framework choice", framework),
+        ("allocate: native allocate (collective, table, exports)", native_allocate),
+        (f"allocate: wrap the tensor ({fw})", wrap_tensor),
+        ("allocate: identity key", identity_key),
+        (f"allocate: wrap peer_bases ({fw})", wrap_table),
+        ("allocate: bookkeeping entry" if lean else "allocate: AddressMap object",
+         entry if lean else address_map_object),
+        ("free: describe the tensor", describe),
+        ("free: session lookup + native find", native_find),
+        ("free: identity key", identity_key),
+        ("free: device synchronisation", device_sync),
+        ("free: native free (collective)", native_free),
+    ]
+
+
+def profile(on_gpu, pairs):
+    steps = _steps(on_gpu)
+    times = {name: [] for name, _ in steps}
+    clock = time.perf_counter_ns
+    for i in range(pairs + 3):
+        for name, thunk in steps:
+            t0 = clock()
+            thunk()
+            if i >= 3:
+                times[name].append(clock() - t0)
+    # Components on their own: one round trip to the session thread, and an idle device sync.
+    extra = {"native find alone (one session-thread round trip)": lambda: _native.find(0),
+             "native info alone": _native.info}
+    if on_gpu:
+        import torch
+
+        extra["torch.cuda.synchronize() alone"] = torch.cuda.synchronize
+        if hasattr(symmem, "_cu_ctx_synchronize"):
+            extra["cuCtxSynchronize() alone (ctypes)"] = symmem._cu_ctx_synchronize
+    for name, thunk in extra.items():
+        samples = []
+        for _ in range(pairs):
+            t0 = clock()
+            thunk()
+            samples.append(clock() - t0)
+        times[name] = samples
+    return [
+        {"step": name, "median_us": round(statistics.median(v) / 1e3, 2),
+         "min_us": round(min(v) / 1e3, 2)}
+        for name, v in times.items()
+    ]
