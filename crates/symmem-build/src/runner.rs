@@ -529,16 +529,6 @@ mod tests {
         run(&sh, &words(&["true"]), &log, Output::Bar, &interrupt).unwrap();
     }
 
-    /// Whether process `pid` has ended (gone, or a zombie no one has reaped yet).
-    fn ended(pid: &str) -> bool {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Err(_) => true,
-            Ok(stat) => stat
-                .rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        }
-    }
-
     /// An interrupt (SIGTERM or Ctrl-C to the xtask alone) stops the step's whole process
     /// group, the grandchildren (ninja's compilers) included, and reads as "interrupted".
     #[test]
@@ -577,7 +567,7 @@ mod tests {
         let grandchild = grandchild.trim();
         let mut gone = false;
         for _ in 0..200 {
-            gone = ended(grandchild);
+            gone = symmem_test_support::process::gone(grandchild.parse().unwrap());
             if gone {
                 break;
             }
