@@ -28,8 +28,10 @@ mod engine;
 mod error;
 mod exchange;
 mod folder;
+mod nodes;
 mod pmix;
 mod rendezvous;
+mod tcp;
 mod wire;
 
 pub use bootstrap::Bootstrap;
