@@ -275,7 +275,10 @@ fn accept_nodes(
     timeout: Duration,
 ) -> Result<Up, BootstrapError> {
     let deadline = deadline_in(timeout);
-    let contact = places[0].root.as_ref().expect("rank 0 published its contact");
+    let contact = places[0]
+        .root
+        .as_ref()
+        .expect("rank 0 published its contact");
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for rank in 0..places.len() {
         match groups.iter_mut().find(|g| topology.same_host(g[0], rank)) {
@@ -339,7 +342,10 @@ fn rendezvous(
             what: "PMIx rendezvous".into(),
         },
     };
-    let key = format!("symmem.{}.rendezvous", ENGINES.fetch_add(1, Ordering::Relaxed));
+    let key = format!(
+        "symmem.{}.rendezvous",
+        ENGINES.fetch_add(1, Ordering::Relaxed)
+    );
     let bytes = serde_json::to_vec(place).map_err(|e| BootstrapError::Protocol(e.to_string()))?;
     client.put(&key, &bytes)?;
     match client.fence(timeout.saturating_add(FENCE_MARGIN)) {

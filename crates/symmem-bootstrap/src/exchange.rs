@@ -192,9 +192,9 @@ pub(crate) fn release(
             fd_ranks: fd_locals.iter().map(|&q| ranks[q]).collect(),
         };
         let sent = wire::send(leaf, &release, None).and_then(|()| {
-            fd_locals.iter().try_for_each(|&q| {
-                wire::send(leaf, &Message::Fd { rank: ranks[q] }, fd_of(q))
-            })
+            fd_locals
+                .iter()
+                .try_for_each(|&q| wire::send(leaf, &Message::Fd { rank: ranks[q] }, fd_of(q)))
         });
         if let Err(e) = sent {
             // That rank vanished after arriving; the others proceed and will see it gone at

@@ -76,13 +76,19 @@ fn gather_node(node: &Node<'_>, call: &Call<'_>) -> Result<NodeGathered, Bootstr
         op: call.op.clone(),
         payload: call.payload.to_vec(),
     }];
-    calls.extend(arrivals.iter().enumerate().skip(1).filter_map(|(local, a)| {
-        a.as_ref().map(|a| NodeCall {
-            rank: node.ranks[local],
-            op: a.op.clone(),
-            payload: a.payload.clone(),
-        })
-    }));
+    calls.extend(
+        arrivals
+            .iter()
+            .enumerate()
+            .skip(1)
+            .filter_map(|(local, a)| {
+                a.as_ref().map(|a| NodeCall {
+                    rank: node.ranks[local],
+                    op: a.op.clone(),
+                    payload: a.payload.clone(),
+                })
+            }),
+    );
     Ok((arrivals, calls))
 }
 
@@ -122,7 +128,9 @@ pub(crate) fn root_collective(
     let remote_deadline = deadline_in(node.timeout.saturating_add(NODE_MARGIN));
     let (arrivals, mut calls) = match gather_node(node, &call) {
         Ok(gathered) => gathered,
-        Err(BootstrapError::Collective(failure)) => return Err(fail_everyone(node, leaders, failure)),
+        Err(BootstrapError::Collective(failure)) => {
+            return Err(fail_everyone(node, leaders, failure));
+        }
         Err(e) => return Err(e),
     };
     let verdict = gather_leaders(leaders, remote_deadline, node.timeout, call.op)
@@ -159,11 +167,22 @@ pub(crate) fn root_collective(
         fd: call.fd,
         fd_group: call.fd_group,
     };
-    Ok(release(node.leaves, call.op, node.ranks, payloads, arrivals, own))
+    Ok(release(
+        node.leaves,
+        call.op,
+        node.ranks,
+        payloads,
+        arrivals,
+        own,
+    ))
 }
 
 /// Tells every leader and this node's ranks that the collective failed.
-fn fail_everyone(node: &Node<'_>, leaders: &[Leader], failure: CollectiveFailure) -> BootstrapError {
+fn fail_everyone(
+    node: &Node<'_>,
+    leaders: &[Leader],
+    failure: CollectiveFailure,
+) -> BootstrapError {
     let message = Message::Fail {
         failure: failure.clone(),
     };
@@ -263,9 +282,11 @@ fn receive_node(leader: &Leader, op: &CollectiveOp) -> Result<Vec<NodeCall>, Col
             }
         }
         Ok(Received::Frame(Message::Fail { failure }, _)) => Err(failure),
-        Ok(Received::Frame(other, _)) => {
-            Err(protocol(leader.rank, op, format!("sent {other:?} instead of its node's calls")))
-        }
+        Ok(Received::Frame(other, _)) => Err(protocol(
+            leader.rank,
+            op,
+            format!("sent {other:?} instead of its node's calls"),
+        )),
         Ok(Received::Closed) => Err(gone()),
         Ok(Received::TimedOut) => Err(protocol(leader.rank, op, "stopped inside a message".into())),
         Err(_) => Err(gone()),
@@ -304,7 +325,14 @@ pub(crate) fn leader_collective(
                 fd: call.fd,
                 fd_group: call.fd_group,
             };
-            return Ok(release(node.leaves, op, node.ranks, payloads, arrivals, own));
+            return Ok(release(
+                node.leaves,
+                op,
+                node.ranks,
+                payloads,
+                arrivals,
+                own,
+            ));
         }
         Ok(Received::Frame(Message::Fail { failure }, _)) => failure,
         Ok(Received::Frame(other, _)) => protocol(0, op, format!("answered {other:?}")),

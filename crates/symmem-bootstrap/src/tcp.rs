@@ -216,7 +216,12 @@ pub(crate) fn connect_root(
     proof.extend_from_slice(MAGIC);
     proof.extend_from_slice(&rank64.to_le_bytes());
     proof.extend_from_slice(&nc);
-    proof.extend_from_slice(&secret.mac(b"symmem client", ns, &nc, rank64).finalize().into_bytes());
+    proof.extend_from_slice(
+        &secret
+            .mac(b"symmem client", ns, &nc, rank64)
+            .finalize()
+            .into_bytes(),
+    );
     write_all(&stream, &proof, deadline).map_err(refused)?;
     let mut answer = [0u8; MAC];
     read_all(&stream, &mut answer, deadline)
@@ -303,4 +308,185 @@ pub(crate) fn recv(stream: &TcpStream, deadline: Instant) -> Result<Received, Bo
     let mut body = vec![0u8; len];
     read_all(stream, &mut body, rest).map_err(broken)?;
     Ok(Received::Frame(wire::decode(&body)?, None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+    fn secret(byte: u8) -> Secret {
+        Secret::from_bytes([byte; 32])
+    }
+
+    fn soon(seconds: u64) -> Instant {
+        Instant::now() + Duration::from_secs(seconds)
+    }
+
+    /// Rank 0 accepting `expected` on loopback, in a thread: its address and its result.
+    fn rank0(
+        secret: Secret,
+        expected: Vec<usize>,
+        deadline: Instant,
+    ) -> (
+        SocketAddr,
+        std::thread::JoinHandle<Result<Vec<TcpStream>, Vec<usize>>>,
+    ) {
+        let listener = listen(LOOPBACK).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let handle = std::thread::spawn(move || {
+            accept_leaders(&listener, &secret, &expected, deadline).unwrap()
+        });
+        (addr, handle)
+    }
+
+    /// Reads until the peer closes or resets (or 5 s): everything it sent.
+    fn read_to_close(mut stream: &TcpStream) -> Vec<u8> {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut all = Vec::new();
+        let mut buf = [0u8; 256];
+        loop {
+            match stream.read(&mut buf) {
+                Ok(0) => return all,
+                Ok(n) => all.extend_from_slice(&buf[..n]),
+                // Closed with our garbage unread: the kernel resets instead.
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => return all,
+                Err(e) => panic!("the peer neither answered nor closed: {e}"),
+            }
+        }
+    }
+
+    /// A client's proof for rank 0's `hello`, made with `secret` as `rank`.
+    fn proof(secret: &Secret, hello: &[u8], rank: u64) -> Vec<u8> {
+        let nc = [7u8; NONCE];
+        let mut proof = MAGIC.to_vec();
+        proof.extend_from_slice(&rank.to_le_bytes());
+        proof.extend_from_slice(&nc);
+        let mac = secret.mac(b"symmem client", &hello[8..], &nc, rank);
+        proof.extend_from_slice(&mac.finalize().into_bytes());
+        proof
+    }
+
+    fn hello_of(stream: &TcpStream) -> Vec<u8> {
+        let mut hello = vec![0u8; 8 + NONCE];
+        read_all(stream, &mut hello, soon(5)).unwrap();
+        hello
+    }
+
+    #[test]
+    fn the_listener_binds_the_given_address_only() {
+        let listener = listen(LOOPBACK).unwrap();
+        assert_eq!(listener.local_addr().unwrap().ip(), LOOPBACK);
+    }
+
+    #[test]
+    fn leaders_with_the_secret_join_and_rank_0_proves_it_too() {
+        let (addr, rank0) = rank0(secret(1), vec![3, 5], soon(10));
+        let five = std::thread::spawn(move || connect_root(addr, &secret(1), 5, soon(10)));
+        let three = connect_root(addr, &secret(1), 3, soon(10)).unwrap();
+        let five = five.join().unwrap().unwrap();
+        let streams = rank0.join().unwrap().expect("both leaders joined");
+        assert_eq!(streams.len(), 2);
+        // The streams are in the order of `expected`: a frame from 5 arrives on the second.
+        send(&five, &Message::Reject { reason: "5".into() }).unwrap();
+        send(&three, &Message::Reject { reason: "3".into() }).unwrap();
+        for (stream, want) in streams.iter().zip(["3", "5"]) {
+            match recv(stream, soon(5)).unwrap() {
+                Received::Frame(Message::Reject { reason }, None) => assert_eq!(reason, want),
+                _ => panic!("expected leader {want}'s frame"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_secret_never_crosses_and_a_false_rank_0_is_refused() {
+        let listener = listen(LOOPBACK).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let the_secret = secret(9);
+        let client = std::thread::spawn(move || connect_root(addr, &secret(9), 2, soon(10)));
+        let (server, _) = listener.accept().unwrap();
+        let mut hello = MAGIC.to_vec();
+        hello.extend_from_slice(&[3u8; NONCE]);
+        write_all(&server, &hello, soon(5)).unwrap();
+        let mut sent = vec![0u8; 8 + 8 + NONCE + MAC];
+        read_all(&server, &mut sent, soon(5)).unwrap();
+        assert!(
+            !sent.windows(32).any(|w| w == the_secret.0),
+            "the client sent the secret in the clear"
+        );
+        // An answer that is no proof: the client refuses this "rank 0".
+        write_all(&server, &[0u8; MAC], soon(5)).unwrap();
+        let err = client.join().unwrap().expect_err("a false rank 0");
+        assert!(matches!(err, BootstrapError::RootRefused { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_wrong_secret_gets_nothing_and_the_real_leader_still_joins() {
+        let (addr, rank0) = rank0(secret(1), vec![4], soon(10));
+        let err = connect_root(addr, &secret(2), 4, soon(10)).expect_err("wrong secret");
+        assert!(matches!(err, BootstrapError::RootRefused { .. }), "{err}");
+        // By hand: after rank 0's nonce, a wrong proof is met with silence and a close.
+        let raw = TcpStream::connect(addr).unwrap();
+        let hello = hello_of(&raw);
+        write_all(&raw, &proof(&secret(2), &hello, 4), soon(5)).unwrap();
+        assert_eq!(read_to_close(&raw), Vec::<u8>::new());
+        connect_root(addr, &secret(1), 4, soon(10)).unwrap();
+        assert_eq!(rank0.join().unwrap().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_replayed_handshake_is_refused() {
+        let (addr, rank0) = rank0(secret(1), vec![4, 6], soon(10));
+        // A genuine handshake of rank 4, recorded.
+        let first = TcpStream::connect(addr).unwrap();
+        let recorded = proof(&secret(1), &hello_of(&first), 4);
+        write_all(&first, &recorded, soon(5)).unwrap();
+        let mut answer = [0u8; MAC];
+        read_all(&first, &mut answer, soon(5)).expect("rank 0 accepts the genuine proof");
+        // The same bytes again on a new connection: rank 0's nonce changed, so they prove
+        // nothing.
+        let replay = TcpStream::connect(addr).unwrap();
+        let _ = hello_of(&replay);
+        write_all(&replay, &recorded, soon(5)).unwrap();
+        assert_eq!(read_to_close(&replay), Vec::<u8>::new());
+        connect_root(addr, &secret(1), 6, soon(10)).unwrap();
+        assert_eq!(rank0.join().unwrap().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn garbage_gets_nothing_and_changes_nothing() {
+        let (addr, rank0) = rank0(secret(1), vec![1], soon(10));
+        let raw = TcpStream::connect(addr).unwrap();
+        let _ = hello_of(&raw);
+        let garbage: Vec<u8> = (0..200u32).map(|i| (i * 37 % 251) as u8).collect();
+        write_all(&raw, &garbage, soon(5)).unwrap();
+        assert_eq!(read_to_close(&raw), Vec::<u8>::new());
+        connect_root(addr, &secret(1), 1, soon(10)).unwrap();
+        assert_eq!(rank0.join().unwrap().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_slow_loris_does_not_hold_up_the_leaders() {
+        // Rank 0 gives the leaders less time than one handshake may take: were the silent
+        // connections served one after the other, the leader would miss it.
+        let deadline = Instant::now() + HANDSHAKE_WAIT / 2;
+        let (addr, rank0) = rank0(secret(1), vec![2], deadline);
+        let lorises: Vec<TcpStream> = (0..4)
+            .map(|_| {
+                let s = TcpStream::connect(addr).unwrap();
+                write_all(&s, &MAGIC[..3], soon(5)).unwrap();
+                s
+            })
+            .collect();
+        connect_root(addr, &secret(1), 2, soon(10)).unwrap();
+        assert_eq!(rank0.join().unwrap().expect("the leader joined").len(), 1);
+        // The silent ones got rank 0's nonce and nothing more, and are then dropped.
+        for loris in &lorises {
+            assert_eq!(read_to_close(loris).len(), 8 + NONCE);
+        }
+    }
 }
