@@ -372,33 +372,3 @@ fn rendezvous(
         })
         .collect()
 }
-
-/// For benches only: `iterations` raw PMIx all-gathers of 8 bytes per rank (put, commit,
-/// fence collecting the data, get of every rank), with none of symmem's framing or checks: the
-/// engine's own cost, against which [`Bootstrap::exchange`] is measured. Each time is one
-/// all-gather as this rank saw it.
-#[doc(hidden)]
-pub fn raw_pmix_allgather(
-    world_size: usize,
-    iterations: usize,
-    wait: Duration,
-) -> Result<Vec<Duration>, BootstrapError> {
-    let client = Client::init()?;
-    let id = ENGINES.fetch_add(1, Ordering::Relaxed);
-    let mut times = Vec::with_capacity(iterations);
-    for i in 0..iterations {
-        let key = format!("symmem.raw.{id}.{i}");
-        let start = std::time::Instant::now();
-        client.put(&key, &(i as u64).to_le_bytes())?;
-        if client.fence(wait)?.is_none() {
-            return Err(BootstrapError::Protocol("raw PMIx fence timed out".into()));
-        }
-        for peer in 0..world_size {
-            if peer != client.rank() {
-                std::hint::black_box(client.get_bytes(peer, &key)?);
-            }
-        }
-        times.push(start.elapsed());
-    }
-    Ok(times)
-}

@@ -35,7 +35,6 @@ mod tcp;
 mod wire;
 
 pub use bootstrap::Bootstrap;
-pub use engine::raw_pmix_allgather;
 pub use error::{BootstrapError, CollectiveFailure};
 pub use exchange::Gathered;
 pub use rendezvous::default_rendezvous;

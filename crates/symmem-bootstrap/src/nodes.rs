@@ -354,3 +354,181 @@ fn failure_up(up: &Uplink, failure: CollectiveFailure) -> CollectiveFailure {
     let _ = tcp::send(&up.stream, &message);
     failure
 }
+
+#[cfg(test)]
+mod tests {
+    //! A job of two nodes in threads: ranks 0, 1 on node-a (rank 0 its leader and the root),
+    //! ranks 2, 3 on node-b (rank 2 its leader), linked as the engine links them (the TCP link
+    //! on loopback, without the handshake, which `tcp`'s tests cover).
+
+    use super::*;
+    use crate::exchange::leaf_exchange;
+    use std::net::TcpListener;
+    use symmem::CollectiveKind;
+
+    const TIMEOUT: Duration = Duration::from_secs(5);
+    type Outcome = Result<Vec<Vec<u8>>, BootstrapError>;
+
+    fn op(seq: u64) -> CollectiveOp {
+        CollectiveOp {
+            seq,
+            kind: CollectiveKind::Provider {
+                what: "test".into(),
+            },
+        }
+    }
+
+    /// What each rank does: its call (`None`: it returns before the collective, closing its
+    /// links).
+    struct Plan {
+        ops: [Option<CollectiveOp>; 4],
+    }
+
+    fn run(plan: Plan) -> Vec<Outcome> {
+        let (a_centre, a_leaf) = UnixStream::pair().unwrap();
+        let (b_centre, b_leaf) = UnixStream::pair().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let up = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (down, _) = listener.accept().unwrap();
+        let [op0, op1, op2, op3] = plan.ops;
+        let payload = |rank: u8| vec![rank; 3];
+        let leaf = move |stream: UnixStream, rank: u8, op: Option<CollectiveOp>| {
+            std::thread::spawn(move || -> Outcome {
+                let op = op.ok_or(BootstrapError::WorldSizeZero)?;
+                let got = leaf_exchange(
+                    &stream,
+                    4,
+                    TIMEOUT,
+                    LEAF_MARGIN,
+                    &op,
+                    &payload(rank),
+                    None,
+                    0,
+                );
+                Ok(got?.payloads)
+            })
+        };
+        let rank1 = leaf(a_leaf, 1, op1);
+        let rank3 = leaf(b_leaf, 3, op3);
+        let rank2 = std::thread::spawn(move || -> Outcome {
+            let op = op2.ok_or(BootstrapError::WorldSizeZero)?;
+            let leaves = [b_centre];
+            let node = Node {
+                world_size: 4,
+                timeout: TIMEOUT,
+                ranks: &[2, 3],
+                name: "node-b",
+                leaves: &leaves,
+            };
+            let up = Uplink {
+                stream: up,
+                root_node: "node-a".into(),
+            };
+            let call = Call {
+                op: &op,
+                payload: &payload(2),
+                fd: None,
+                fd_group: 0,
+            };
+            Ok(leader_collective(&node, &up, call)?.payloads)
+        });
+        let rank0 = (|| -> Outcome {
+            let op = op0.ok_or(BootstrapError::WorldSizeZero)?;
+            let leaves = [a_centre];
+            let node = Node {
+                world_size: 4,
+                timeout: TIMEOUT,
+                ranks: &[0, 1],
+                name: "node-a",
+                leaves: &leaves,
+            };
+            let leaders = [Leader {
+                rank: 2,
+                node: "node-b".into(),
+                ranks: vec![2, 3],
+                stream: down,
+            }];
+            let call = Call {
+                op: &op,
+                payload: &payload(0),
+                fd: None,
+                fd_group: 0,
+            };
+            Ok(root_collective(&node, &leaders, call)?.payloads)
+        })();
+        let mut outcomes = vec![rank0];
+        outcomes.extend([rank1, rank2, rank3].map(|t| t.join().unwrap()));
+        outcomes
+    }
+
+    #[test]
+    fn every_rank_gets_every_payload_in_rank_order() {
+        let all = Some(op(1));
+        let outcomes = run(Plan {
+            ops: [all.clone(), all.clone(), all.clone(), all],
+        });
+        let want: Vec<Vec<u8>> = (0..4u8).map(|r| vec![r; 3]).collect();
+        for (rank, outcome) in outcomes.into_iter().enumerate() {
+            assert_eq!(outcome.unwrap(), want, "rank {rank}");
+        }
+    }
+
+    #[test]
+    fn a_mismatch_on_another_node_is_named_on_every_rank() {
+        let (same, other) = (Some(op(1)), Some(op(2)));
+        let outcomes = run(Plan {
+            ops: [same.clone(), same.clone(), same, other],
+        });
+        for (rank, outcome) in outcomes.into_iter().enumerate() {
+            match outcome {
+                Err(BootstrapError::Collective(CollectiveFailure::Mismatch(m))) => {
+                    assert_eq!(m.issued.len(), 2, "rank {rank}: {m}");
+                    assert_eq!(m.issued[1].0, [3], "rank {rank}: {m}");
+                }
+                other => panic!("rank {rank}: {other:?}"),
+            }
+        }
+    }
+
+    /// M1: a rank that leaves early is the culprit on every rank; the collective does not
+    /// complete without it.
+    #[test]
+    fn a_rank_that_leaves_on_another_node_is_named_with_its_node() {
+        let all = Some(op(1));
+        let outcomes = run(Plan {
+            ops: [all.clone(), all.clone(), all, None],
+        });
+        for (rank, outcome) in outcomes.into_iter().enumerate().take(3) {
+            match outcome {
+                Err(BootstrapError::Collective(CollectiveFailure::GoneFromNode {
+                    rank: 3,
+                    node,
+                    ..
+                })) => {
+                    assert_eq!(node, "node-b", "rank {rank}");
+                }
+                other => panic!("rank {rank}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_lost_node_leader_is_named_with_its_node() {
+        let all = Some(op(1));
+        let outcomes = run(Plan {
+            ops: [all.clone(), all.clone(), None, all],
+        });
+        for (rank, outcome) in outcomes.into_iter().enumerate().take(2) {
+            match outcome {
+                Err(BootstrapError::Collective(CollectiveFailure::GoneFromNode {
+                    rank: 2,
+                    node,
+                    ..
+                })) => {
+                    assert_eq!(node, "node-b", "rank {rank}");
+                }
+                other => panic!("rank {rank}: {other:?}"),
+            }
+        }
+    }
+}

@@ -325,15 +325,10 @@ mod tests {
         Instant::now() + Duration::from_secs(seconds)
     }
 
+    type Accepted = std::thread::JoinHandle<Result<Vec<TcpStream>, Vec<usize>>>;
+
     /// Rank 0 accepting `expected` on loopback, in a thread: its address and its result.
-    fn rank0(
-        secret: Secret,
-        expected: Vec<usize>,
-        deadline: Instant,
-    ) -> (
-        SocketAddr,
-        std::thread::JoinHandle<Result<Vec<TcpStream>, Vec<usize>>>,
-    ) {
+    fn rank0(secret: Secret, expected: Vec<usize>, deadline: Instant) -> (SocketAddr, Accepted) {
         let listener = listen(LOOPBACK).unwrap();
         let addr = listener.local_addr().unwrap();
         let handle = std::thread::spawn(move || {
