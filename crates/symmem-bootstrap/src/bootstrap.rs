@@ -142,8 +142,8 @@ impl Bootstrap {
     }
 
     /// This rank's end of the Unix star [`connect`](Self::connect) opened.
-    pub(crate) fn into_star_end(self) -> StarEnd {
-        match self.links {
+    pub(crate) fn into_star_end(mut self) -> StarEnd {
+        match std::mem::replace(&mut self.links, Links::Alone) {
             Links::Root(leaves) => StarEnd::Centre(leaves),
             Links::Leaf(root) => StarEnd::Leaf(root),
             Links::Alone | Links::Pmix(_) => StarEnd::Alone,
@@ -207,6 +207,18 @@ impl Bootstrap {
             ),
             Links::Root(leaves) => root_exchange(leaves, self.timeout, op, payload, fd, fd_group),
             Links::Pmix(links) => links.exchange(op, payload, fd, fd_group),
+        }
+    }
+}
+
+impl Drop for Bootstrap {
+    /// Across nodes, a rank that panics keeps its links open until its process ends: closed
+    /// while it unwinds, they would let the other ranks give up on it (and exit) before the
+    /// launcher sees it end, and the launcher would then name one of them first (M1). Its
+    /// process's end closes them, so the others still learn of it at once.
+    fn drop(&mut self) {
+        if std::thread::panicking() && matches!(self.links, Links::Pmix(_)) {
+            std::mem::forget(std::mem::replace(&mut self.links, Links::Alone));
         }
     }
 }
