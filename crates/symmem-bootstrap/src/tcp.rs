@@ -188,24 +188,20 @@ pub(crate) fn connect_root(
     rank: usize,
     deadline: Instant,
 ) -> Result<TcpStream, BootstrapError> {
-    let stream = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let unreachable = |cause: String| BootstrapError::RootUnreachable { addr, cause };
-        if left.is_zero() {
-            return Err(unreachable("no connection in time".into()));
-        }
-        match TcpStream::connect_timeout(&addr, left) {
-            Ok(stream) => break stream,
-            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) => return Err(unreachable(e.to_string())),
+    let refused = |cause: String| BootstrapError::RootRefused { addr, cause };
+    // Rank 0 closes connections at once while it is flooded: connect again until its nonce
+    // comes (bounded by `deadline`).
+    let (stream, hello) = loop {
+        let stream = connect(addr, deadline)?;
+        let mut hello = [0u8; 8 + NONCE];
+        let wait = deadline.min(Instant::now() + HANDSHAKE_WAIT * 2);
+        match read_all(&stream, &mut hello, wait) {
+            Ok(()) => break (stream, hello),
+            Err(e) if Instant::now() >= deadline => return Err(refused(e)),
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
         }
     };
-    let refused = |cause: String| BootstrapError::RootRefused { addr, cause };
     let deadline = deadline.min(Instant::now() + HANDSHAKE_WAIT * 2);
-    let mut hello = [0u8; 8 + NONCE];
-    read_all(&stream, &mut hello, deadline).map_err(refused)?;
     if &hello[..8] != MAGIC {
         return Err(refused("it did not open a symmem handshake".into()));
     }
@@ -234,6 +230,24 @@ pub(crate) fn connect_root(
         .set_nodelay(true)
         .map_err(|e| BootstrapError::io("configuring the link to rank 0", e))?;
     Ok(stream)
+}
+
+/// A connection to `addr`, retried while nothing listens there yet (until `deadline`).
+fn connect(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, BootstrapError> {
+    let unreachable = |cause: String| BootstrapError::RootUnreachable { addr, cause };
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(unreachable("no connection in time".into()));
+        }
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(stream) => return Ok(stream),
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(unreachable(e.to_string())),
+        }
+    }
 }
 
 fn write_all(mut stream: &TcpStream, bytes: &[u8], deadline: Instant) -> Result<(), String> {
@@ -483,5 +497,18 @@ mod tests {
         for loris in &lorises {
             assert_eq!(read_to_close(loris).len(), 8 + NONCE);
         }
+    }
+
+    #[test]
+    fn a_flood_of_silent_connections_only_delays_the_leader() {
+        let (addr, rank0) = rank0(secret(1), vec![2], soon(20));
+        let flood: Vec<TcpStream> = (0..MAX_HANDSHAKES + 8)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        // Rank 0 turns the leader away while the flood holds every handshake; the leader
+        // tries again until they time out.
+        connect_root(addr, &secret(1), 2, soon(20)).unwrap();
+        assert_eq!(rank0.join().unwrap().expect("the leader joined").len(), 1);
+        drop(flood);
     }
 }
