@@ -153,8 +153,11 @@ impl PmixLinks {
             timeout,
         )?
         .into_star_end();
+        let spans_hosts = (0..world_size).any(|r| !topology.same_host(r, 0));
         let up = match (local_rank, listener) {
             (0, Some(listener)) => accept_nodes(&listener, &places, &topology, timeout)?,
+            // Rank 0 found no address to listen on, and other hosts need it: say why.
+            (0, None) if rank == 0 && spans_hosts => return Err(no_address()),
             (0, None) if !topology.same_host(rank, 0) => connect_up(rank, &places, deadline)?,
             _ => Up::None,
         };
@@ -259,6 +262,16 @@ fn open_root() -> Result<(Option<TcpListener>, Option<RootContact>), BootstrapEr
         secret: Secret::generate()?,
     };
     Ok((Some(listener), Some(contact)))
+}
+
+/// Why rank 0 has no address: its host name's resolution, failing again.
+fn no_address() -> BootstrapError {
+    tcp::node_address()
+        .err()
+        .unwrap_or_else(|| BootstrapError::NodeAddress {
+            host: host_name(),
+            cause: "it did not resolve when the job started".into(),
+        })
 }
 
 fn host_name() -> String {
