@@ -162,6 +162,9 @@ fn sigstop_of_node_b_s_leader_ends_the_job_naming_it() {
 
 #[test]
 fn dropped_traffic_between_the_nodes_ends_the_job_within_its_waits() {
+    if let Err(e) = std::process::Command::new("nft").arg("--version").output() {
+        return skip(format!("nft (Debian package nftables) cannot run: {e}"));
+    }
     let Some(cluster) = cluster(Network::Isolated) else {
         return;
     };
