@@ -12,7 +12,8 @@
 //! Through one `Context` (host provider): the rendezvous (its start: join plus its heap
 //! exchange, slowest rank), 100 allocate + free, then `ENGINE_BENCH_COLLECTIVES` barriers
 //! (default 10,000), then 100 allocate + free again. Rank 0 prints one JSON line: min, median
-//! and max of each (microseconds), the median of the first and the last 100 barriers, and the
+//! and max of each (microseconds), the median of the first and the last 100 barriers and of
+//! each tenth of them, and the
 //! resident memory of each rank's parent (the launcher's daemon on its node: mpirun or orted,
 //! slurmstepd) before and after the barriers.
 
@@ -140,6 +141,10 @@ fn main() -> anyhow::Result<()> {
             "barrier_first100_us": first,
             "barrier_last100_us": last,
             "last_over_first": (ratio * 100.0).round() / 100.0,
+            "barrier_median_per_tenth_us": barriers
+                .chunks(collectives / 10)
+                .map(|c| stats(c)["median"].clone())
+                .collect::<Vec<_>>(),
             "daemons_kb": daemons,
         })
     );
