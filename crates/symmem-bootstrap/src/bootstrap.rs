@@ -4,7 +4,7 @@
 
 use crate::BootstrapError;
 use crate::engine::PmixLinks;
-use crate::exchange::{Gathered, leaf_exchange, root_exchange};
+use crate::exchange::{ANSWER_MARGIN, Gathered, leaf_exchange, root_exchange};
 use crate::rendezvous::{accept_all, connect_root};
 use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
@@ -19,6 +19,14 @@ enum Links {
     Alone,
     /// The PMIx engine (ranks on any hosts), with its node-local star inside.
     Pmix(Box<PmixLinks>),
+}
+
+/// A rank's end of a Unix star, taken out of its [`Bootstrap`] by the PMIx engine.
+pub(crate) enum StarEnd {
+    /// The centre: a stream to every other rank of the star, index `star rank - 1`.
+    Centre(Vec<UnixStream>),
+    Leaf(UnixStream),
+    Alone,
 }
 
 /// One rank's end of the control plane.
@@ -133,14 +141,12 @@ impl Bootstrap {
         }
     }
 
-    /// A world of one rank (needs no rendezvous).
-    pub(crate) fn alone() -> Self {
-        Self {
-            rank: 0,
-            world_size: 1,
-            timeout: Duration::ZERO,
-            links: Links::Alone,
-            topology: Topology::single(1),
+    /// This rank's end of the Unix star [`connect`](Self::connect) opened.
+    pub(crate) fn into_star_end(mut self) -> StarEnd {
+        match std::mem::replace(&mut self.links, Links::Alone) {
+            Links::Root(leaves) => StarEnd::Centre(leaves),
+            Links::Leaf(root) => StarEnd::Leaf(root),
+            Links::Alone | Links::Pmix(_) => StarEnd::Alone,
         }
     }
 
@@ -193,6 +199,7 @@ impl Bootstrap {
                 root,
                 self.world_size,
                 self.timeout,
+                ANSWER_MARGIN,
                 op,
                 payload,
                 fd,
@@ -200,6 +207,18 @@ impl Bootstrap {
             ),
             Links::Root(leaves) => root_exchange(leaves, self.timeout, op, payload, fd, fd_group),
             Links::Pmix(links) => links.exchange(op, payload, fd, fd_group),
+        }
+    }
+}
+
+impl Drop for Bootstrap {
+    /// Across nodes, a rank that panics keeps its links open until its process ends: closed
+    /// while it unwinds, they would let the other ranks give up on it (and exit) before the
+    /// launcher sees it end, and the launcher would then name one of them first (M1). Its
+    /// process's end closes them, so the others still learn of it at once.
+    fn drop(&mut self) {
+        if std::thread::panicking() && matches!(self.links, Links::Pmix(_)) {
+            std::mem::forget(std::mem::replace(&mut self.links, Links::Alone));
         }
     }
 }

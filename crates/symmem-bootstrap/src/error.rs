@@ -28,6 +28,15 @@ pub enum CollectiveFailure {
         "rank {rank} disconnected before collective {op} (it exited or crashed); see its output"
     )]
     PeerGone { rank: usize, op: CollectiveOp },
+    #[error(
+        "rank {rank} on node {node} was lost during collective {op} (it exited, crashed, or its \
+         node or the network to it failed); see its output and the launcher's report"
+    )]
+    GoneFromNode {
+        rank: usize,
+        node: String,
+        op: CollectiveOp,
+    },
     #[error("rank {rank} broke the control protocol during collective {op}: {what}")]
     Protocol {
         rank: usize,
@@ -52,6 +61,59 @@ pub enum BootstrapError {
         COLLECTIVE_TIMEOUT.name
     )]
     RootSilent { op: CollectiveOp, waited: Duration },
+    #[error(
+        "rank {leader}, the leader of node {node}, disconnected during collective {op} (it \
+         exited or crashed); see its output"
+    )]
+    LeaderGone {
+        leader: usize,
+        node: String,
+        op: CollectiveOp,
+    },
+    #[error(
+        "rank {leader}, the leader of node {node}, did not answer collective {op} within {}; it \
+         is hung or was stopped (raise {} if ranks legitimately take longer)",
+        format_duration(*.waited),
+        COLLECTIVE_TIMEOUT.name
+    )]
+    LeaderSilent {
+        leader: usize,
+        node: String,
+        op: CollectiveOp,
+        waited: Duration,
+    },
+    #[error(
+        "cannot find this node's address for the control plane: its host name {host} does not \
+         resolve ({cause}); map it to an address the other nodes reach, in /etc/hosts or DNS"
+    )]
+    NodeAddress { host: String, cause: String },
+    #[error(
+        "cannot reach rank 0's control socket at {addr} ({cause}); let TCP from this node \
+         reach that address (firewall), and make rank 0's host name resolve to an address the \
+         other nodes reach"
+    )]
+    RootUnreachable {
+        addr: std::net::SocketAddr,
+        cause: String,
+    },
+    #[error(
+        "the control socket at {addr} is not rank 0 of this job, or refused this node ({cause}); \
+         is another job's process at that address? Start the job again"
+    )]
+    RootRefused {
+        addr: std::net::SocketAddr,
+        cause: String,
+    },
+    #[error(
+        "the leaders of other nodes ({}) never reached rank 0 at {addr} within {}; let TCP \
+         from every node reach that address (firewall), and see those ranks' output",
+        describe_ranks(.missing), format_duration(*.waited)
+    )]
+    LeadersMissing {
+        missing: Vec<usize>,
+        addr: std::net::SocketAddr,
+        waited: Duration,
+    },
     #[error(
         "cannot derive a rendezvous folder: no launcher job id in the environment; set \
          {}=<a folder on this host, the same for every rank of the job>",
@@ -232,6 +294,9 @@ impl ProviderError for BootstrapError {
             | Self::RootGone { .. }
             | Self::RootGaveUp
             | Self::RootSilent { .. }
+            | Self::LeaderGone { .. }
+            | Self::LeaderSilent { .. }
+            | Self::LeadersMissing { .. }
             | Self::EngineTimeout { .. }
             | Self::EnginePeerLost { .. } => Blame::AnotherRank,
             _ => Blame::ThisRank,

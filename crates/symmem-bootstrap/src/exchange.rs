@@ -14,7 +14,7 @@ use symmem::{CollectiveMismatch, CollectiveOp};
 
 /// Extra wait of the other ranks beyond rank 0's timeout, so rank 0's explanation of a
 /// failed collective reaches them before their own timeout fires.
-const ANSWER_MARGIN: Duration = Duration::from_secs(5);
+pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(5);
 
 /// What one collective gathered from every rank.
 #[derive(Debug, Default)]
@@ -25,11 +25,11 @@ pub struct Gathered {
     pub fds: Vec<Option<OwnedFd>>,
 }
 
-struct Arrival {
-    op: CollectiveOp,
-    payload: Vec<u8>,
-    fd_group: u64,
-    fd: Option<OwnedFd>,
+pub(crate) struct Arrival {
+    pub(crate) op: CollectiveOp,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) fd_group: u64,
+    pub(crate) fd: Option<OwnedFd>,
 }
 
 /// Rank 0's side of one collective: gathers every rank's call, compares them, and answers every
@@ -52,26 +52,39 @@ pub(crate) fn root_exchange(
         }
     });
     match verdict {
-        Ok(arrivals) => Ok(release(leaves, op, arrivals, payload, fd, fd_group)),
-        Err(failure) => {
-            // Every rank hears the same verdict (a rank that is gone cannot be told).
-            for leaf in leaves {
-                let _ = wire::send(
-                    leaf,
-                    &Message::Fail {
-                        failure: failure.clone(),
-                    },
-                    None,
-                );
-            }
-            Err(failure.into())
+        Ok(arrivals) => {
+            let payloads: Vec<Vec<u8>> = std::iter::once(payload.to_vec())
+                .chain(arrivals.iter().skip(1).flatten().map(|a| a.payload.clone()))
+                .collect();
+            let ranks: Vec<usize> = (0..leaves.len() + 1).collect();
+            let mine = Own { fd, fd_group };
+            Ok(release(leaves, op, &ranks, payloads, arrivals, mine))
         }
+        Err(failure) => Err(fail_all(leaves, failure).into()),
     }
+}
+
+/// Tells every other rank of the star that the collective failed, as `failure` says (a rank
+/// that is gone cannot be told); `failure` back.
+pub(crate) fn fail_all(leaves: &[UnixStream], failure: CollectiveFailure) -> CollectiveFailure {
+    let message = Message::Fail {
+        failure: failure.clone(),
+    };
+    for leaf in leaves {
+        let _ = wire::send(leaf, &message, None);
+    }
+    failure
+}
+
+/// The centre's own share of a collective: its descriptor and fd group.
+pub(crate) struct Own<'a> {
+    pub(crate) fd: Option<BorrowedFd<'a>>,
+    pub(crate) fd_group: u64,
 }
 
 /// Waits for every other rank's call until `timeout`: their arrivals by rank (rank 0's slot
 /// empty), or the first failure seen.
-fn gather(
+pub(crate) fn gather(
     leaves: &[UnixStream],
     timeout: Duration,
     op: &CollectiveOp,
@@ -146,60 +159,56 @@ fn receive_arrival(
     })
 }
 
-/// Releases every other rank with all payloads and the descriptors of its fd group; this
-/// rank's share of both.
-fn release(
+/// Releases every other rank of the star with `payloads` (every rank of the job's, by rank)
+/// and the descriptors of its fd group; this rank's share of both. `ranks` maps the star's
+/// ranks (0 the centre) to the job's; `arrivals` are by star rank.
+pub(crate) fn release(
     leaves: &[UnixStream],
     op: &CollectiveOp,
+    ranks: &[usize],
+    payloads: Vec<Vec<u8>>,
     arrivals: Vec<Option<Arrival>>,
-    payload: &[u8],
-    fd: Option<BorrowedFd<'_>>,
-    fd_group: u64,
+    own: Own<'_>,
 ) -> Gathered {
-    let world_size = leaves.len() + 1;
-    let groups: Vec<u64> = std::iter::once(fd_group)
+    let groups: Vec<u64> = std::iter::once(own.fd_group)
         .chain(arrivals.iter().skip(1).flatten().map(|a| a.fd_group))
         .collect();
-    let payloads: Vec<Vec<u8>> = std::iter::once(payload.to_vec())
-        .chain(arrivals.iter().skip(1).flatten().map(|a| a.payload.clone()))
-        .collect();
-    let fd_of = |rank: usize| -> Option<BorrowedFd<'_>> {
-        if rank == 0 {
-            fd
+    let fd_of = |local: usize| -> Option<BorrowedFd<'_>> {
+        if local == 0 {
+            own.fd
         } else {
-            arrivals[rank]
+            arrivals[local]
                 .as_ref()
                 .and_then(|a| a.fd.as_ref().map(|f| f.as_fd()))
         }
     };
     for (i, leaf) in leaves.iter().enumerate() {
-        let rank = i + 1;
-        let fd_ranks: Vec<usize> = (0..world_size)
-            .filter(|&q| q != rank && groups[q] == groups[rank] && fd_of(q).is_some())
+        let local = i + 1;
+        let fd_locals: Vec<usize> = (0..ranks.len())
+            .filter(|&q| q != local && groups[q] == groups[local] && fd_of(q).is_some())
             .collect();
         let release = Message::Release {
             payloads: payloads.clone(),
-            fd_ranks: fd_ranks.clone(),
+            fd_ranks: fd_locals.iter().map(|&q| ranks[q]).collect(),
         };
         let sent = wire::send(leaf, &release, None).and_then(|()| {
-            fd_ranks
+            fd_locals
                 .iter()
-                .try_for_each(|&q| wire::send(leaf, &Message::Fd { rank: q }, fd_of(q)))
+                .try_for_each(|&q| wire::send(leaf, &Message::Fd { rank: ranks[q] }, fd_of(q)))
         });
         if let Err(e) = sent {
             // That rank vanished after arriving; the others proceed and will see it gone at
             // the next collective.
+            let rank = ranks[local];
             tracing::warn!(rank, error = %e, "could not release a rank from collective {op}");
         }
     }
-    let fds = arrivals
-        .into_iter()
-        .enumerate()
-        .map(|(rank, a)| {
-            a.filter(|_| rank != 0 && groups[rank] == groups[0])
-                .and_then(|a| a.fd)
-        })
-        .collect();
+    let mut fds: Vec<Option<OwnedFd>> = (0..payloads.len()).map(|_| None).collect();
+    for (local, a) in arrivals.into_iter().enumerate() {
+        if local != 0 && groups[local] == groups[0] {
+            fds[ranks[local]] = a.and_then(|a| a.fd);
+        }
+    }
     Gathered { payloads, fds }
 }
 
@@ -210,29 +219,43 @@ fn wait_readable(
     pending: &[usize],
     left: Duration,
 ) -> Result<Vec<usize>, BootstrapError> {
+    let fds: Vec<BorrowedFd<'_>> = pending.iter().map(|&r| leaves[r - 1].as_fd()).collect();
+    let ready = poll_readable(&fds, left)?;
+    Ok(ready.into_iter().map(|i| pending[i]).collect())
+}
+
+/// Indexes of `fds` that have something to read (or hung up), waiting up to `left`.
+pub(crate) fn poll_readable(
+    fds: &[BorrowedFd<'_>],
+    left: Duration,
+) -> Result<Vec<usize>, BootstrapError> {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    let mut fds: Vec<PollFd<'_>> = pending
+    let mut polled: Vec<PollFd<'_>> = fds
         .iter()
-        .map(|&r| PollFd::new(leaves[r - 1].as_fd(), PollFlags::POLLIN))
+        .map(|fd| PollFd::new(*fd, PollFlags::POLLIN))
         .collect();
     let ms = i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX);
     let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
-    match poll(&mut fds, timeout) {
+    match poll(&mut polled, timeout) {
         Ok(_) | Err(nix::errno::Errno::EINTR) => {}
         Err(e) => return Err(BootstrapError::io("waiting for ranks", e)),
     }
-    Ok(pending
+    Ok(polled
         .iter()
-        .zip(&fds)
+        .enumerate()
         .filter(|(_, f)| f.revents().is_some_and(|r| !r.is_empty()))
-        .map(|(&rank, _)| rank)
+        .map(|(i, _)| i)
         .collect())
 }
 
+/// A rank's side of one collective: its call to the centre of its star, then the answer,
+/// waited for up to `timeout` and `margin` beyond (the centre's own wait, and any beyond it).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn leaf_exchange(
     root: &UnixStream,
     world_size: usize,
     timeout: Duration,
+    margin: Duration,
     op: &CollectiveOp,
     payload: &[u8],
     fd: Option<BorrowedFd<'_>>,
@@ -247,14 +270,15 @@ pub(crate) fn leaf_exchange(
     if wire::send(root, &arrive, fd).is_err() {
         return Err(BootstrapError::RootGone { op: op.clone() });
     }
-    let deadline = deadline_in(timeout.saturating_add(ANSWER_MARGIN));
+    let waited = timeout.saturating_add(margin);
+    let deadline = deadline_in(waited);
     let answer = |deadline| -> Result<(Message, Option<OwnedFd>), BootstrapError> {
         match wire::recv(root, deadline)? {
             Received::Frame(message, fd) => Ok((message, fd)),
             Received::Closed => Err(BootstrapError::RootGone { op: op.clone() }),
             Received::TimedOut => Err(BootstrapError::RootSilent {
                 op: op.clone(),
-                waited: timeout.saturating_add(ANSWER_MARGIN),
+                waited,
             }),
         }
     };

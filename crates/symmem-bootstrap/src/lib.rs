@@ -14,10 +14,12 @@
 //!
 //! [`Bootstrap`] (`bootstrap.rs`) is one rank's end of both; `wire.rs` frames the messages.
 //!
-//! Across hosts the same contract rides on the launcher's PMIx server instead (`engine.rs`,
-//! through the client of `pmix.rs`): one PMIx all-gather per collective, every rank comparing
-//! the calls itself, and a Unix star per node for what cannot cross hosts (descriptors).
-//! [`Bootstrap::join`] picks the engine ([`symmem::choose_engine`]).
+//! Across hosts the launcher's PMIx server carries the rendezvous only (`engine.rs`, through
+//! the client of `pmix.rs`): one all-gather at start publishes every rank's place and rank 0's
+//! TCP address and job secret. Collectives then run over the same wire protocol: each host's
+//! ranks over their own Unix star around the host's lowest rank (its node leader), the leaders
+//! over TCP to rank 0, each connection proving it holds the secret (`tcp.rs`); rank 0 compares
+//! every call (`nodes.rs`). [`Bootstrap::join`] picks the engine ([`symmem::choose_engine`]).
 //!
 //! Either engine gathers, as it opens, which node every rank is on: the job's one
 //! [`Topology`](symmem::Topology) ([`Bootstrap::topology`]), the engine's host of each rank with
@@ -28,12 +30,13 @@ mod engine;
 mod error;
 mod exchange;
 mod folder;
+mod nodes;
 mod pmix;
 mod rendezvous;
+mod tcp;
 mod wire;
 
 pub use bootstrap::Bootstrap;
-pub use engine::raw_pmix_allgather;
 pub use error::{BootstrapError, CollectiveFailure};
 pub use exchange::Gathered;
 pub use rendezvous::default_rendezvous;

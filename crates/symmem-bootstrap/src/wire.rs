@@ -48,6 +48,41 @@ pub(crate) enum Message {
     Fail {
         failure: crate::CollectiveFailure,
     },
+    /// Across nodes, a node leader to rank 0 over TCP: the calls of every rank of its node,
+    /// once all arrived (a failure among them travels as `Fail` instead).
+    NodeArrive {
+        calls: Vec<NodeCall>,
+    },
+}
+
+/// One rank's call as its node leader forwards it to rank 0 (descriptors stay on the node).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct NodeCall {
+    pub(crate) rank: usize,
+    pub(crate) op: CollectiveOp,
+    pub(crate) payload: Vec<u8>,
+}
+
+/// One frame: the body's length (u32 LE), then the message as JSON.
+pub(crate) fn encode(message: &Message) -> Result<Vec<u8>, BootstrapError> {
+    let body = serde_json::to_vec(message).map_err(|e| BootstrapError::Protocol(e.to_string()))?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&body);
+    Ok(frame)
+}
+
+/// The body length a frame's header announces, refused when over [`MAX_FRAME`].
+pub(crate) fn frame_len(header: [u8; 4]) -> Result<usize, BootstrapError> {
+    let len = u32::from_le_bytes(header) as usize;
+    if len > MAX_FRAME {
+        return Err(BootstrapError::Protocol(format!("frame of {len} bytes")));
+    }
+    Ok(len)
+}
+
+pub(crate) fn decode(body: &[u8]) -> Result<Message, BootstrapError> {
+    serde_json::from_slice(body).map_err(|e| BootstrapError::Protocol(e.to_string()))
 }
 
 pub(crate) enum Received {
@@ -61,10 +96,7 @@ pub(crate) fn send(
     message: &Message,
     fd: Option<BorrowedFd<'_>>,
 ) -> Result<(), BootstrapError> {
-    let body = serde_json::to_vec(message).map_err(|e| BootstrapError::Protocol(e.to_string()))?;
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    frame.extend_from_slice(&body);
+    let frame = encode(message)?;
     let raw: [RawFd; 1] = [fd.map_or(-1, |f| f.as_raw_fd())];
     let rights = [ControlMessage::ScmRights(&raw)];
     let cmsgs: &[ControlMessage<'_>] = if fd.is_some() { &rights } else { &[] };
@@ -149,15 +181,9 @@ pub(crate) fn recv(stream: &UnixStream, deadline: Instant) -> Result<Received, B
     if got < 4 {
         read_exact(&mut reader, &mut header[got..])?;
     }
-    let len = u32::from_le_bytes(header) as usize;
-    if len > MAX_FRAME {
-        return Err(BootstrapError::Protocol(format!("frame of {len} bytes")));
-    }
-    let mut body = vec![0u8; len];
+    let mut body = vec![0u8; frame_len(header)?];
     read_exact(&mut reader, &mut body)?;
-    let message =
-        serde_json::from_slice(&body).map_err(|e| BootstrapError::Protocol(e.to_string()))?;
-    Ok(Received::Frame(message, fd))
+    Ok(Received::Frame(decode(&body)?, fd))
 }
 
 fn read_exact(reader: &mut &UnixStream, buf: &mut [u8]) -> Result<(), BootstrapError> {

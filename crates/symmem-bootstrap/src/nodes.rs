@@ -1,0 +1,534 @@
+//! One collective across nodes, over symmem's own wire protocol: a star of node leaders around
+//! rank 0 over TCP, each leader at the centre of its node's Unix star.
+//!
+//! - every rank sends `Arrive` to its node leader (its node's lowest rank) over the Unix star;
+//! - a node leader gathers its node's calls and forwards them to rank 0 in one `NodeArrive`
+//!   over TCP (or one `Fail`, naming the rank it lost, when its node failed);
+//! - rank 0 gathers its own node and every leader, compares all calls
+//!   ([`CollectiveMismatch`] naming ranks), and answers every leader alike: `Release` with
+//!   every rank's payload, or `Fail`;
+//! - each leader answers its node's ranks, handing on the descriptors of its node (they never
+//!   leave it).
+
+use crate::exchange::{self, Arrival, Own, fail_all, release};
+use crate::tcp;
+use crate::wire::{Message, NodeCall, Received, deadline_in};
+use crate::{BootstrapError, CollectiveFailure, Gathered};
+use std::net::TcpStream;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+use symmem::{CollectiveMismatch, CollectiveOp};
+
+/// Rank 0's wait for the other nodes beyond the collective timeout: their leaders' own
+/// verdicts (which name the late rank) reach it first.
+const NODE_MARGIN: Duration = Duration::from_secs(2);
+/// A node leader's wait for rank 0's answer beyond the collective timeout.
+const LEADER_MARGIN: Duration = Duration::from_secs(6);
+/// The other ranks' wait for their leader's answer beyond the collective timeout.
+pub(crate) const LEAF_MARGIN: Duration = Duration::from_secs(8);
+
+/// A node leader, as rank 0 holds it.
+pub(crate) struct Leader {
+    pub(crate) rank: usize,
+    /// Its node's name (host name).
+    pub(crate) node: String,
+    /// The ranks of its node, in rank order (its own first).
+    pub(crate) ranks: Vec<usize>,
+    pub(crate) stream: TcpStream,
+}
+
+/// A node leader's link to rank 0.
+pub(crate) struct Uplink {
+    pub(crate) stream: TcpStream,
+    /// Rank 0's node name.
+    pub(crate) root_node: String,
+}
+
+/// What a centre of a node's star knows of its node.
+pub(crate) struct Node<'a> {
+    pub(crate) world_size: usize,
+    pub(crate) timeout: Duration,
+    /// The ranks of this node, in rank order (index = local rank; this rank first).
+    pub(crate) ranks: &'a [usize],
+    pub(crate) name: &'a str,
+    pub(crate) leaves: &'a [UnixStream],
+}
+
+/// One call of this rank to a collective.
+pub(crate) struct Call<'a> {
+    pub(crate) op: &'a CollectiveOp,
+    pub(crate) payload: &'a [u8],
+    pub(crate) fd: Option<BorrowedFd<'a>>,
+    pub(crate) fd_group: u64,
+}
+
+type NodeGathered = (Vec<Option<Arrival>>, Vec<NodeCall>);
+
+/// Gathers the calls of this node's ranks (this one's being `call`), failures in job ranks.
+fn gather_node(node: &Node<'_>, call: &Call<'_>) -> Result<NodeGathered, BootstrapError> {
+    let arrivals = match exchange::gather(node.leaves, node.timeout, call.op)? {
+        Ok(arrivals) => arrivals,
+        Err(failure) => return Err(globalize(failure, node).into()),
+    };
+    let mut calls = vec![NodeCall {
+        rank: node.ranks[0],
+        op: call.op.clone(),
+        payload: call.payload.to_vec(),
+    }];
+    calls.extend(
+        arrivals
+            .iter()
+            .enumerate()
+            .skip(1)
+            .filter_map(|(local, a)| {
+                a.as_ref().map(|a| NodeCall {
+                    rank: node.ranks[local],
+                    op: a.op.clone(),
+                    payload: a.payload.clone(),
+                })
+            }),
+    );
+    Ok((arrivals, calls))
+}
+
+/// A failure of the node's star, its local ranks turned into the job's.
+fn globalize(failure: CollectiveFailure, node: &Node<'_>) -> CollectiveFailure {
+    let job = |local: usize| node.ranks[local];
+    match failure {
+        CollectiveFailure::NeverArrived {
+            op,
+            missing,
+            waited_ms,
+        } => CollectiveFailure::NeverArrived {
+            op,
+            missing: missing.into_iter().map(job).collect(),
+            waited_ms,
+        },
+        CollectiveFailure::PeerGone { rank, op } => CollectiveFailure::GoneFromNode {
+            rank: job(rank),
+            node: node.name.to_string(),
+            op,
+        },
+        CollectiveFailure::Protocol { rank, op, what } => CollectiveFailure::Protocol {
+            rank: job(rank),
+            op,
+            what,
+        },
+        other => other,
+    }
+}
+
+/// Rank 0's side of one collective (see the module docs).
+pub(crate) fn root_collective(
+    node: &Node<'_>,
+    leaders: &[Leader],
+    call: Call<'_>,
+) -> Result<Gathered, BootstrapError> {
+    let remote_deadline = deadline_in(node.timeout.saturating_add(NODE_MARGIN));
+    let (arrivals, mut calls) = match gather_node(node, &call) {
+        Ok(gathered) => gathered,
+        Err(BootstrapError::Collective(failure)) => {
+            return Err(fail_everyone(node, leaders, failure));
+        }
+        Err(e) => return Err(e),
+    };
+    let verdict = gather_leaders(leaders, remote_deadline, node.timeout, call.op)
+        .and_then(|remote| {
+            calls.extend(remote);
+            in_rank_order(calls, node.world_size, call.op)
+        })
+        .and_then(|calls| {
+            let ops: Vec<CollectiveOp> = calls.iter().map(|c| c.op.clone()).collect();
+            match CollectiveMismatch::detect(&ops) {
+                Some(mismatch) => Err(CollectiveFailure::Mismatch(mismatch)),
+                None => Ok(calls),
+            }
+        });
+    let calls = match verdict {
+        Ok(calls) => calls,
+        Err(failure) => return Err(fail_everyone(node, leaders, failure)),
+    };
+    let message = Message::Release {
+        payloads: calls.into_iter().map(|c| c.payload).collect(),
+        fd_ranks: Vec::new(),
+    };
+    let frame = crate::wire::encode(&message)?;
+    for leader in leaders {
+        if let Err(e) = tcp::send_frame(&leader.stream, &frame) {
+            let rank = leader.rank;
+            tracing::warn!(rank, error = %e, "could not release a node from collective {}", call.op);
+        }
+    }
+    let Message::Release { payloads, .. } = message else {
+        unreachable!("built above")
+    };
+    let own = Own {
+        fd: call.fd,
+        fd_group: call.fd_group,
+    };
+    Ok(release(
+        node.leaves,
+        call.op,
+        node.ranks,
+        payloads,
+        arrivals,
+        own,
+    ))
+}
+
+/// Tells every leader and this node's ranks that the collective failed.
+fn fail_everyone(
+    node: &Node<'_>,
+    leaders: &[Leader],
+    failure: CollectiveFailure,
+) -> BootstrapError {
+    let message = Message::Fail {
+        failure: failure.clone(),
+    };
+    for leader in leaders {
+        let _ = tcp::send(&leader.stream, &message);
+    }
+    fail_all(node.leaves, failure).into()
+}
+
+/// Every rank's call, by rank: each exactly once.
+fn in_rank_order(
+    calls: Vec<NodeCall>,
+    world_size: usize,
+    op: &CollectiveOp,
+) -> Result<Vec<NodeCall>, CollectiveFailure> {
+    let mut slots: Vec<Option<NodeCall>> = (0..world_size).map(|_| None).collect();
+    for call in calls {
+        let rank = call.rank;
+        match slots.get_mut(rank) {
+            Some(slot @ None) => *slot = Some(call),
+            _ => {
+                return Err(CollectiveFailure::Protocol {
+                    rank,
+                    op: op.clone(),
+                    what: "its call came twice, or it is not a rank of this job".into(),
+                });
+            }
+        }
+    }
+    let missing: Vec<usize> = (0..world_size).filter(|&r| slots[r].is_none()).collect();
+    if !missing.is_empty() {
+        return Err(CollectiveFailure::Protocol {
+            rank: missing[0],
+            op: op.clone(),
+            what: "its node leader forwarded no call of it".into(),
+        });
+    }
+    Ok(slots.into_iter().flatten().collect())
+}
+
+/// Waits for every leader's `NodeArrive` until `deadline`: their calls, or the first failure.
+fn gather_leaders(
+    leaders: &[Leader],
+    deadline: Instant,
+    timeout: Duration,
+    op: &CollectiveOp,
+) -> Result<Vec<NodeCall>, CollectiveFailure> {
+    let mut pending: Vec<usize> = (0..leaders.len()).collect();
+    let mut calls = Vec::new();
+    while !pending.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            let missing = pending.iter().flat_map(|&i| leaders[i].ranks.clone());
+            return Err(CollectiveFailure::NeverArrived {
+                op: op.clone(),
+                missing: missing.collect(),
+                waited_ms: timeout.as_millis() as u64,
+            });
+        }
+        let fds: Vec<BorrowedFd<'_>> = pending.iter().map(|&i| leaders[i].stream.as_fd()).collect();
+        let ready = exchange::poll_readable(&fds, left).map_err(|e| {
+            let leader = &leaders[pending[0]];
+            protocol(leader.rank, op, e.to_string())
+        })?;
+        for index in ready.into_iter().map(|i| pending[i]).collect::<Vec<_>>() {
+            calls.extend(receive_node(&leaders[index], op)?);
+            pending.retain(|&i| i != index);
+        }
+    }
+    Ok(calls)
+}
+
+fn protocol(rank: usize, op: &CollectiveOp, what: String) -> CollectiveFailure {
+    CollectiveFailure::Protocol {
+        rank,
+        op: op.clone(),
+        what,
+    }
+}
+
+/// Reads the calls of `leader`'s node, whose socket is readable.
+fn receive_node(leader: &Leader, op: &CollectiveOp) -> Result<Vec<NodeCall>, CollectiveFailure> {
+    let gone = || CollectiveFailure::GoneFromNode {
+        rank: leader.rank,
+        node: leader.node.clone(),
+        op: op.clone(),
+    };
+    match tcp::recv(&leader.stream, deadline_in(Duration::from_secs(10))) {
+        Ok(Received::Frame(Message::NodeArrive { calls }, _)) => {
+            let mut ranks: Vec<usize> = calls.iter().map(|c| c.rank).collect();
+            ranks.sort_unstable();
+            if ranks == leader.ranks {
+                Ok(calls)
+            } else {
+                let what = format!("forwarded the calls of ranks {ranks:?}, not of its node");
+                Err(protocol(leader.rank, op, what))
+            }
+        }
+        Ok(Received::Frame(Message::Fail { failure }, _)) => Err(failure),
+        Ok(Received::Frame(other, _)) => Err(protocol(
+            leader.rank,
+            op,
+            format!("sent {other:?} instead of its node's calls"),
+        )),
+        Ok(Received::Closed) => Err(gone()),
+        Ok(Received::TimedOut) => Err(protocol(leader.rank, op, "stopped inside a message".into())),
+        Err(_) => Err(gone()),
+    }
+}
+
+/// A node leader's side of one collective (see the module docs).
+pub(crate) fn leader_collective(
+    node: &Node<'_>,
+    up: &Uplink,
+    call: Call<'_>,
+) -> Result<Gathered, BootstrapError> {
+    let op = call.op;
+    let (arrivals, calls) = match gather_node(node, &call) {
+        Ok(gathered) => gathered,
+        Err(BootstrapError::Collective(failure)) => {
+            let failure = failure_up(up, failure);
+            return Err(fail_all(node.leaves, failure).into());
+        }
+        Err(e) => return Err(e),
+    };
+    let lost = || CollectiveFailure::GoneFromNode {
+        rank: 0,
+        node: up.root_node.clone(),
+        op: op.clone(),
+    };
+    if tcp::send(&up.stream, &Message::NodeArrive { calls }).is_err() {
+        return Err(fail_all(node.leaves, lost()).into());
+    }
+    let waited = node.timeout.saturating_add(LEADER_MARGIN);
+    let failure = match tcp::recv(&up.stream, deadline_in(waited)) {
+        Ok(Received::Frame(Message::Release { payloads, .. }, _))
+            if payloads.len() == node.world_size =>
+        {
+            let own = Own {
+                fd: call.fd,
+                fd_group: call.fd_group,
+            };
+            return Ok(release(
+                node.leaves,
+                op,
+                node.ranks,
+                payloads,
+                arrivals,
+                own,
+            ));
+        }
+        Ok(Received::Frame(Message::Fail { failure }, _)) => failure,
+        Ok(Received::Frame(other, _)) => protocol(0, op, format!("answered {other:?}")),
+        Ok(Received::Closed) | Err(_) => lost(),
+        Ok(Received::TimedOut) => CollectiveFailure::NeverArrived {
+            op: op.clone(),
+            missing: vec![0],
+            waited_ms: waited.as_millis() as u64,
+        },
+    };
+    Err(fail_all(node.leaves, failure).into())
+}
+
+/// Tells rank 0 that this node failed the collective; `failure` back.
+fn failure_up(up: &Uplink, failure: CollectiveFailure) -> CollectiveFailure {
+    let message = Message::Fail {
+        failure: failure.clone(),
+    };
+    let _ = tcp::send(&up.stream, &message);
+    failure
+}
+
+#[cfg(test)]
+mod tests {
+    //! A job of two nodes in threads: ranks 0, 1 on node-a (rank 0 its leader and the root),
+    //! ranks 2, 3 on node-b (rank 2 its leader), linked as the engine links them (the TCP link
+    //! on loopback, without the handshake, which `tcp`'s tests cover).
+
+    use super::*;
+    use crate::exchange::leaf_exchange;
+    use std::net::TcpListener;
+    use symmem::CollectiveKind;
+
+    const TIMEOUT: Duration = Duration::from_secs(5);
+    type Outcome = Result<Vec<Vec<u8>>, BootstrapError>;
+
+    fn op(seq: u64) -> CollectiveOp {
+        CollectiveOp {
+            seq,
+            kind: CollectiveKind::Provider {
+                what: "test".into(),
+            },
+        }
+    }
+
+    /// What each rank does: its call (`None`: it returns before the collective, closing its
+    /// links).
+    struct Plan {
+        ops: [Option<CollectiveOp>; 4],
+    }
+
+    fn run(plan: Plan) -> Vec<Outcome> {
+        let (a_centre, a_leaf) = UnixStream::pair().unwrap();
+        let (b_centre, b_leaf) = UnixStream::pair().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let up = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (down, _) = listener.accept().unwrap();
+        let [op0, op1, op2, op3] = plan.ops;
+        let payload = |rank: u8| vec![rank; 3];
+        let leaf = move |stream: UnixStream, rank: u8, op: Option<CollectiveOp>| {
+            std::thread::spawn(move || -> Outcome {
+                let op = op.ok_or(BootstrapError::WorldSizeZero)?;
+                let got = leaf_exchange(
+                    &stream,
+                    4,
+                    TIMEOUT,
+                    LEAF_MARGIN,
+                    &op,
+                    &payload(rank),
+                    None,
+                    0,
+                );
+                Ok(got?.payloads)
+            })
+        };
+        let rank1 = leaf(a_leaf, 1, op1);
+        let rank3 = leaf(b_leaf, 3, op3);
+        let rank2 = std::thread::spawn(move || -> Outcome {
+            let op = op2.ok_or(BootstrapError::WorldSizeZero)?;
+            let leaves = [b_centre];
+            let node = Node {
+                world_size: 4,
+                timeout: TIMEOUT,
+                ranks: &[2, 3],
+                name: "node-b",
+                leaves: &leaves,
+            };
+            let up = Uplink {
+                stream: up,
+                root_node: "node-a".into(),
+            };
+            let call = Call {
+                op: &op,
+                payload: &payload(2),
+                fd: None,
+                fd_group: 0,
+            };
+            Ok(leader_collective(&node, &up, call)?.payloads)
+        });
+        let rank0 = (|| -> Outcome {
+            let op = op0.ok_or(BootstrapError::WorldSizeZero)?;
+            let leaves = [a_centre];
+            let node = Node {
+                world_size: 4,
+                timeout: TIMEOUT,
+                ranks: &[0, 1],
+                name: "node-a",
+                leaves: &leaves,
+            };
+            let leaders = [Leader {
+                rank: 2,
+                node: "node-b".into(),
+                ranks: vec![2, 3],
+                stream: down,
+            }];
+            let call = Call {
+                op: &op,
+                payload: &payload(0),
+                fd: None,
+                fd_group: 0,
+            };
+            Ok(root_collective(&node, &leaders, call)?.payloads)
+        })();
+        let mut outcomes = vec![rank0];
+        outcomes.extend([rank1, rank2, rank3].map(|t| t.join().unwrap()));
+        outcomes
+    }
+
+    #[test]
+    fn every_rank_gets_every_payload_in_rank_order() {
+        let all = Some(op(1));
+        let outcomes = run(Plan {
+            ops: [all.clone(), all.clone(), all.clone(), all],
+        });
+        let want: Vec<Vec<u8>> = (0..4u8).map(|r| vec![r; 3]).collect();
+        for (rank, outcome) in outcomes.into_iter().enumerate() {
+            assert_eq!(outcome.unwrap(), want, "rank {rank}");
+        }
+    }
+
+    #[test]
+    fn a_mismatch_on_another_node_is_named_on_every_rank() {
+        let (same, other) = (Some(op(1)), Some(op(2)));
+        let outcomes = run(Plan {
+            ops: [same.clone(), same.clone(), same, other],
+        });
+        for (rank, outcome) in outcomes.into_iter().enumerate() {
+            match outcome {
+                Err(BootstrapError::Collective(CollectiveFailure::Mismatch(m))) => {
+                    assert_eq!(m.issued.len(), 2, "rank {rank}: {m}");
+                    assert_eq!(m.issued[1].0, [3], "rank {rank}: {m}");
+                }
+                other => panic!("rank {rank}: {other:?}"),
+            }
+        }
+    }
+
+    /// M1: a rank that leaves early is the culprit on every rank; the collective does not
+    /// complete without it.
+    #[test]
+    fn a_rank_that_leaves_on_another_node_is_named_with_its_node() {
+        let all = Some(op(1));
+        let outcomes = run(Plan {
+            ops: [all.clone(), all.clone(), all, None],
+        });
+        for (rank, outcome) in outcomes.into_iter().enumerate().take(3) {
+            match outcome {
+                Err(BootstrapError::Collective(CollectiveFailure::GoneFromNode {
+                    rank: 3,
+                    node,
+                    ..
+                })) => {
+                    assert_eq!(node, "node-b", "rank {rank}");
+                }
+                other => panic!("rank {rank}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_lost_node_leader_is_named_with_its_node() {
+        let all = Some(op(1));
+        let outcomes = run(Plan {
+            ops: [all.clone(), all.clone(), None, all],
+        });
+        for (rank, outcome) in outcomes.into_iter().enumerate().take(2) {
+            match outcome {
+                Err(BootstrapError::Collective(CollectiveFailure::GoneFromNode {
+                    rank: 2,
+                    node,
+                    ..
+                })) => {
+                    assert_eq!(node, "node-b", "rank {rank}");
+                }
+                other => panic!("rank {rank}: {other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! Faults of the control plane across nodes, on the emulated nodes (`symmem-cluster`) under
+//! Open MPI's mpirun (`symmem-launch`'s `Launcher::Mpirun`): node-b's leader (its lowest rank)
+//! killed with 9 or stopped, and the traffic between the nodes dropped. In each, every other
+//! rank ends within its bounded waits, naming the rank it lost (and its node), and nothing is
+//! left on the nodes.
+//!
+//! The ranks are this test binary itself, run as `rank_loop` (an ignored test): each joins
+//! with a collective timeout of [`TIMEOUT`], says `ready` after its first barrier, then loops
+//! over barriers until one fails, which it prints (`lost: ...`) before exiting 75.
+//!
+//! Needs root and Open MPI (`.ci/cluster` installs them); elsewhere each test prints
+//! "SKIPPED: ..." with the reason (a failure under `CI=true`).
+
+use nix::sys::signal::Signal;
+use std::time::Duration;
+use symmem::{CollectiveKind, CollectiveOp, RankIdentity};
+use symmem_bootstrap::{Bootstrap, default_rendezvous};
+use symmem_cluster::{Cluster, ClusterError, Network};
+use symmem_launch::{LaunchSpec, Launcher, Layout, OutputLine, RunReport};
+
+/// Each rank's collective timeout.
+const TIMEOUT: Duration = Duration::from_secs(3);
+/// Node-b's leader in a 2x2 job.
+const LEADER_B: usize = 2;
+
+#[test]
+#[ignore = "a rank of the tests below, which run it"]
+fn rank_loop() {
+    let identity = RankIdentity::from_env().expect("started by a launcher");
+    let dir = default_rendezvous(&identity).unwrap();
+    let mut bootstrap = Bootstrap::join(&identity, 0, &dir, TIMEOUT).unwrap();
+    // Bounded: the tests end the job long before this many barriers.
+    for seq in 0..1_000_000u64 {
+        let op = CollectiveOp {
+            seq,
+            kind: CollectiveKind::Barrier,
+        };
+        if let Err(e) = bootstrap.barrier(&op) {
+            println!("lost: {e}");
+            // The launcher ends the job at the first exit and may drop lines still on their
+            // way: give the other ranks' reports time to travel first.
+            std::thread::sleep(Duration::from_millis(500));
+            std::process::exit(75);
+        }
+        if seq == 0 {
+            println!("ready");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn skip(why: impl std::fmt::Display) {
+    assert!(
+        std::env::var_os("CI").is_none_or(|v| v.is_empty()),
+        "under CI this must not skip: {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+}
+
+fn cluster(network: Network) -> Option<Cluster> {
+    match Cluster::up_with(2, network) {
+        Ok(cluster) => Some(cluster),
+        Err(e @ (ClusterError::NotRoot | ClusterError::ToolMissing { .. })) => {
+            skip(e);
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Runs the 2x2 job; once every rank said `ready`, `fault` runs once. Every line back.
+fn run_job(
+    cluster: &Cluster,
+    limit: Duration,
+    fault: &mut dyn FnMut(),
+) -> (RunReport, Vec<OutputLine>) {
+    let me = std::env::current_exe().unwrap();
+    let spec = LaunchSpec::new(cluster.on_nodes(&me).unwrap(), 0)
+        .args(["--ignored", "--exact", "rank_loop", "--nocapture"])
+        .layout(Layout::even(2, 2))
+        .timeout(limit);
+    let mut ready = 0;
+    let mut lines = Vec::new();
+    let report = Launcher::Mpirun(cluster.mpirun())
+        .launch(&spec, &mut |line| {
+            if line.rank.is_some() && line.text == "ready" {
+                ready += 1;
+                if ready == 4 {
+                    fault();
+                }
+            }
+            lines.push(line.clone());
+        })
+        .unwrap();
+    assert_eq!(ready, 4, "{report}\n{}", show(&lines));
+    (report, lines)
+}
+
+fn show(lines: &[OutputLine]) -> String {
+    let lines: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    lines.join("\n")
+}
+
+/// What node-a's ranks said they lost: at least one of them (the launcher ends the job at
+/// the first exit, and may drop the others' last lines), and every line that came says
+/// `expected`.
+fn node_a_lost(lines: &[OutputLine], expected: &str) {
+    let said: Vec<&OutputLine> = lines
+        .iter()
+        .filter(|l| matches!(l.rank, Some(0 | 1)) && l.text.starts_with("lost: "))
+        .collect();
+    assert!(
+        !said.is_empty(),
+        "node-a's ranks reported no loss:\n{}",
+        show(lines)
+    );
+    for line in said {
+        assert!(line.text.contains(expected), "{line}\n{}", show(lines));
+    }
+}
+
+/// Nothing of the job on either node, and the nodes go down clean.
+fn nothing_left(cluster: Cluster) {
+    for node in cluster.nodes() {
+        assert_eq!(cluster.processes(node), [], "on {}", node.name());
+    }
+    for dir in ["/tmp", "/dev/shm"] {
+        assert_eq!(cluster.leftovers(dir, "symmem"), [], "in {dir}");
+    }
+    let teardown = cluster.down();
+    assert!(teardown.killed.is_empty(), "{:?}", teardown.killed);
+}
+
+#[test]
+fn kill_9_of_node_b_s_leader_is_named_with_its_node() {
+    let Some(cluster) = cluster(Network::Shared) else {
+        return;
+    };
+    let (report, lines) = run_job(&cluster, Duration::from_secs(60), &mut || {
+        let (node, _) = cluster.signal_rank(LEADER_B, Signal::SIGKILL).unwrap();
+        assert_eq!(node, "node-b");
+    });
+    assert!(!report.success(), "{report}");
+    node_a_lost(&lines, "rank 2 on node node-b was lost");
+    nothing_left(cluster);
+}
+
+#[test]
+fn sigstop_of_node_b_s_leader_ends_the_job_naming_it() {
+    let Some(cluster) = cluster(Network::Shared) else {
+        return;
+    };
+    let (report, lines) = run_job(&cluster, Duration::from_secs(60), &mut || {
+        cluster.signal_rank(LEADER_B, Signal::SIGSTOP).unwrap();
+    });
+    assert!(!report.success(), "{report}");
+    node_a_lost(&lines, "ranks 2, 3 never arrived");
+    // Rank 3, behind the stopped leader, hears whatever its leader hands on once the launcher
+    // ends the job (it may resume it first to deliver its signals): no claim on it.
+    nothing_left(cluster);
+}
+
+#[test]
+fn dropped_traffic_between_the_nodes_ends_the_job_within_its_waits() {
+    if let Err(e) = std::process::Command::new("nft").arg("--version").output() {
+        return skip(format!("nft (Debian package nftables) cannot run: {e}"));
+    }
+    let Some(cluster) = cluster(Network::Isolated) else {
+        return;
+    };
+    let fabric = cluster
+        .fabric_pid()
+        .expect("an isolated network")
+        .to_string();
+    // The cut also parts mpirun from node-b's daemon, which then never learns that node-b's
+    // ranks ended (M5): the launcher's own limit ends the job.
+    let (report, lines) = run_job(&cluster, Duration::from_secs(30), &mut || {
+        let rules = "table bridge cut {\n chain forward {\n type filter hook forward priority \
+                     0;\n ip saddr 198.18.0.3 drop\n ip daddr 198.18.0.3 drop\n }\n}\n";
+        let mut nft = std::process::Command::new("nsenter")
+            .args(["-t", &fabric, "-n", "--", "nft", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("nsenter nft");
+        std::io::Write::write_all(&mut nft.stdin.take().unwrap(), rules.as_bytes()).unwrap();
+        assert!(nft.wait().unwrap().success(), "nft refused {rules}");
+    });
+    assert!(!report.success(), "{report}");
+    // Node-a's ranks name node-b's, which never arrived (the rule goes with the fabric's
+    // network namespace when the cluster is down).
+    node_a_lost(&lines, "ranks 2, 3 never arrived");
+    nothing_left(cluster);
+}
