@@ -3,6 +3,20 @@
 
 use crate::report::{EXIT_PEER_FAILED, Ended, Lost, Outcome};
 
+/// What symmem writes when a rank gives up on a lost peer over a cluster launcher's engine
+/// (PMIx): its collective timed out, or PMIx said a rank was lost. A rank whose output holds
+/// one of these is a witness, not the culprit. symmem-bootstrap's `EngineTimeout` and
+/// `EnginePeerLost` messages; its tests check that they still say so.
+pub const WITNESS_REPORTS: [&str; 2] = [
+    "not every rank reached collective",
+    "was lost during collective",
+];
+
+/// Whether a rank's line is a witness's report ([`WITNESS_REPORTS`]).
+pub(crate) fn is_witness_report(text: &str) -> bool {
+    WITNESS_REPORTS.iter().any(|phrase| text.contains(phrase))
+}
+
 /// How one rank stands when the launcher is about to send `SIGTERM`: `None`
 /// while it runs, else how it ended and the number of the poll in which the
 /// launcher saw it end (polls are numbered in increasing order).

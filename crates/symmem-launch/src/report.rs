@@ -129,7 +129,8 @@ pub enum Outcome {
         /// How they were lost.
         reason: Lost,
         /// The ranks that exited with [`EXIT_PEER_FAILED`], first to end
-        /// first (never empty).
+        /// first (never empty on this host; under a cluster launcher, those it reported and
+        /// those whose output holds a witness's report, possibly none).
         reporters: Vec<usize>,
     },
     /// The global timeout elapsed; these ranks were still running.
@@ -476,10 +477,19 @@ impl RunReport {
         reason: Lost,
         reporters: &[usize],
     ) -> fmt::Result {
-        let who = describe_ranks(culprits);
+        let mut who = describe_ranks(culprits);
+        if let (Some(node), [_]) = (&self.culprit_node, culprits) {
+            who = format!("{who} on {node}");
+        }
         let it = if culprits.len() == 1 { "it" } else { "them" };
         let by = describe_ranks(reporters);
         match reason {
+            // A cluster launcher may end the others before any gives up.
+            Lost::ExitedEarly if reporters.is_empty() => write!(
+                f,
+                "{who} exited early with status 0 while the others still needed {it}; the \
+                 launcher stopped the others"
+            )?,
             Lost::ExitedEarly => write!(
                 f,
                 "{who} exited early with status 0 while the others still needed {it}: {by} gave \

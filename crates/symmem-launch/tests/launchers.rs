@@ -4,7 +4,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use symmem_launch::{
-    Hosts, LaunchSpec, Launcher, Layout, LeftBehind, Mpirun, Outcome, RunReport, Srun, Sweep,
+    EXIT_PEER_FAILED, Hosts, LaunchSpec, Launcher, Layout, LeftBehind, Lost, Mpirun, Outcome,
+    RunReport, Srun, Sweep,
 };
 use symmem_test_support::command::write_script;
 use symmem_test_support::process::group_empty;
@@ -170,4 +171,103 @@ fn what_the_launcher_leaves_in_its_group_is_killed_and_reported() {
     assert_eq!(left, [("this host", "sleep")], "{report}");
     assert!(!report.success() && report.exit_code() == 1, "{report}");
     assert!(group_empty(report.pgid), "the sleep is gone");
+}
+
+/// Runs a stand-in mpirun of 4 ranks (2 x 2) printing `body`'s output.
+fn mpirun_says(body: &str) -> RunReport {
+    let (_dir, mpirun) = stand_in("mpirun", body);
+    let launcher = Launcher::Mpirun(Mpirun {
+        program: mpirun,
+        ..Mpirun::new(two_hosts())
+    });
+    let spec = LaunchSpec::new("/bin/true", 4)
+        .layout(Layout::even(2, 2))
+        .timeout(Duration::from_secs(30))
+        .grace(Duration::from_secs(1));
+    launcher
+        .launch(&spec, &mut |_| {})
+        .expect("the stand-in runs")
+}
+
+/// M3: a rank that exits 0 before the others are done is named, with its node, from mpirun's
+/// "exiting improperly" report (it was reported as mpirun failing on its own).
+#[test]
+fn mpirun_names_a_rank_that_exited_improperly() {
+    let report = mpirun_says(
+        "echo '[1,0]<stdout>:check 5 passed'\n\
+         echo 'mpirun has exited due to process rank 3 with PID 2703 on' >&2\n\
+         echo 'node node-b exiting improperly. There are three reasons this could occur:' >&2\n\
+         exit 1\n",
+    );
+    assert_eq!(
+        report.outcome,
+        Outcome::PeerLost {
+            culprits: vec![3],
+            reason: Lost::ExitedEarly,
+            reporters: vec![],
+        },
+        "{report}"
+    );
+    assert_eq!(report.culprit_node.as_deref(), Some("node-b"));
+    assert_eq!(report.exit_code(), EXIT_PEER_FAILED);
+    let text = report.to_string();
+    assert!(text.contains("rank 3 on node-b exited early"), "{text}");
+}
+
+/// M3: a hung (or SIGSTOPped) rank. Its peers time out and exit 75, and mpirun names the first
+/// of them: a witness, never the culprit. The culprit is the rank that wrote no witness's
+/// report.
+#[test]
+fn mpirun_never_names_a_witness_of_a_hung_rank() {
+    let timeout = "not every rank reached collective #71 free(allocation #69) within 10s \
+                   through PMIx";
+    let report = mpirun_says(&format!(
+        "for r in 0 1 2; do echo \"[1,$r]<stderr>:rank $r: ERROR: {timeout}\"; done\n\
+         echo 'mpirun detected that one or more processes exited with non-zero status, thus \
+         causing' >&2\n\
+         echo 'the job to be terminated. The first process to do so was:' >&2\n\
+         echo '  Process name: [[21097,1],1]' >&2\n\
+         echo '  Exit code:    75' >&2\n\
+         exit 75\n"
+    ));
+    assert_eq!(
+        report.outcome,
+        Outcome::PeerLost {
+            culprits: vec![3],
+            reason: Lost::StillRunning,
+            reporters: vec![1, 0, 2],
+        },
+        "{report}"
+    );
+    let text = report.to_string();
+    assert!(
+        text.starts_with("rank 3 was still running (hung?)"),
+        "{text}"
+    );
+}
+
+/// The phrases by which a cluster launcher's runner tells a witness's report are still what
+/// symmem-bootstrap's PMIx engine writes when it gives up on a lost peer.
+#[test]
+fn witness_phrases_are_the_engine_s() {
+    use symmem::{CollectiveKind, CollectiveOp};
+    use symmem_bootstrap::BootstrapError;
+    let op = CollectiveOp {
+        seq: 7,
+        kind: CollectiveKind::Barrier,
+    };
+    let timeout = BootstrapError::EngineTimeout {
+        op: op.clone(),
+        waited: Duration::from_secs(10),
+    };
+    let lost = BootstrapError::EnginePeerLost {
+        op,
+        text: "LOST-CONNECTION".into(),
+    };
+    for (error, phrase) in [timeout.to_string(), lost.to_string()]
+        .iter()
+        .zip(symmem_launch::WITNESS_REPORTS)
+    {
+        assert!(error.contains(phrase), "{error:?} lacks {phrase:?}");
+    }
 }

@@ -236,7 +236,30 @@ impl Tagger for Demux {
 
 /// The rank `mpirun` reported ending the job (it names one).
 fn reports(lines: &[String]) -> Vec<RankEnd> {
-    first_report(lines).into_iter().collect()
+    first_report(lines)
+        .or_else(|| improper_exit(lines))
+        .into_iter()
+        .collect()
+}
+
+/// Open MPI 4's report of a rank that left without finalizing (it exited 0 early, or never
+/// started PMIx), on two lines: `mpirun has exited due to process rank 3 with PID 2703 on` /
+/// `node node-b exiting improperly. ...`. The rank ended with status 0, as far as mpirun says.
+fn improper_exit(lines: &[String]) -> Option<RankEnd> {
+    let text = lines.join(" ");
+    let rest = text.split("has exited due to process rank ").nth(1)?;
+    let (what, _) = rest.split_once(" exiting improperly")?;
+    let rank = what.split_whitespace().next()?.parse().ok()?;
+    let node = what
+        .split(" node ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .map(str::to_string);
+    Some(RankEnd {
+        rank,
+        node,
+        how: Ended::Exited(0),
+    })
 }
 
 /// Open MPI 4's report of the rank that ended the job: `mpirun noticed that process rank 3
@@ -374,6 +397,27 @@ mod tests {
             })
         );
         assert_eq!(first_report(&lines(&["all fine"])), None);
+    }
+
+    /// M3: a rank that exits 0 before finalizing is named by mpirun in a report of its own.
+    #[test]
+    fn a_rank_that_exited_improperly_is_read() {
+        let text = lines(&[
+            "--------------------------------------------------------------------------",
+            "mpirun has exited due to process rank 3 with PID 2703 on",
+            "node node-b exiting improperly. There are three reasons this could occur:",
+            "",
+            "1. this process did not call \"init\" before exiting, but others in",
+        ]);
+        assert_eq!(
+            reports(&text),
+            [RankEnd {
+                rank: 3,
+                node: Some("node-b".into()),
+                how: Ended::Exited(0),
+            }]
+        );
+        assert_eq!(reports(&lines(&["mpirun has exited"])), []);
     }
 
     #[test]
