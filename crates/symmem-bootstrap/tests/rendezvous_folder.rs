@@ -318,3 +318,49 @@ fn two_jobs_at_once_leave_no_empty_namespace() {
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// M9: a job ended during its rendezvous. A launcher ends the job's ranks with SIGTERM (mpirun
+/// after a peer was killed); rank 0, waiting for that peer, held its folders, which were left
+/// behind empty. It now removes them, then dies of the SIGTERM as it would have.
+#[test]
+fn sigterm_during_the_rendezvous_leaves_no_folder() {
+    let runtime = tempfile::tempdir().expect("tempdir");
+    let mut cmd = rank_process_command(CHILD_ENV, Environment::PathOnly);
+    cmd.env("RANK", "0")
+        .env("WORLD_SIZE", "2")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", fresh_port().to_string())
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut rank0 = cmd.spawn().expect("spawn rank 0");
+    let ns = runtime.path().join(format!("symmem-{}", me()));
+    let mut waited = 0;
+    while !has_socket(&ns) {
+        assert!(waited < 2000, "rank 0 never listened in {}", ns.display());
+        std::thread::sleep(Duration::from_millis(5));
+        waited += 1;
+    }
+    let pid = nix::unistd::Pid::from_raw(rank0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let status = symmem_test_support::command::wait_within(&mut rank0, Duration::from_secs(10));
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(15),
+        "rank 0 did not die of SIGTERM: {status}"
+    );
+    let left: Vec<_> = std::fs::read_dir(runtime.path())
+        .expect("read")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// Whether a job folder in `ns` holds rank 0's socket.
+fn has_socket(ns: &Path) -> bool {
+    std::fs::read_dir(ns).is_ok_and(|jobs| {
+        jobs.flatten()
+            .any(|job| job.path().join(symmem::RENDEZVOUS_SOCKET).exists())
+    })
+}
