@@ -22,6 +22,12 @@ use symmem::{CollectiveKind, CollectiveMismatch, CollectiveOp, Topology};
 /// it honours one) answers first.
 const FENCE_MARGIN: Duration = Duration::from_secs(5);
 
+/// How long a collective's fence waits for the others: the collective timeout and the margin.
+/// Its timeout error says this time, the time it waited (M11: it said the timeout alone).
+fn fence_wait(timeout: Duration) -> Duration {
+    timeout.saturating_add(FENCE_MARGIN)
+}
+
 /// Engines opened in this process so far: each names its keys apart (opening is collective,
 /// so every rank counts alike).
 static ENGINES: AtomicU64 = AtomicU64::new(0);
@@ -194,12 +200,13 @@ impl PmixLinks {
         let bytes =
             serde_json::to_vec(&call).map_err(|e| BootstrapError::Protocol(e.to_string()))?;
         self.client.put(&key, &bytes)?;
-        match self.client.fence(timeout.saturating_add(FENCE_MARGIN)) {
+        let waited = fence_wait(timeout);
+        match self.client.fence(waited) {
             Ok(Some(())) => {}
             Ok(None) => {
                 return Err(BootstrapError::EngineTimeout {
                     op: op.clone(),
-                    waited: timeout,
+                    waited,
                 });
             }
             Err(BootstrapError::Pmix { status, text, .. }) if peer_lost(status) => {
@@ -262,4 +269,24 @@ pub fn raw_pmix_allgather(
         times.push(start.elapsed());
     }
     Ok(times)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// M11: a fence that timed out after 15 s (a 10 s timeout and the margin) says 15 s, not
+    /// "within 10s".
+    #[test]
+    fn a_timeout_says_how_long_it_waited() {
+        let error = BootstrapError::EngineTimeout {
+            op: CollectiveOp {
+                seq: 71,
+                kind: CollectiveKind::Barrier,
+            },
+            waited: fence_wait(Duration::from_secs(10)),
+        };
+        let text = error.to_string();
+        assert!(text.contains("within 15s through PMIx"), "{text}");
+    }
 }
