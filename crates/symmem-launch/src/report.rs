@@ -33,6 +33,10 @@ pub enum Ended {
     Exited(i32),
     /// It was killed by this signal.
     Signaled(i32),
+    /// It was killed by a signal its cluster launcher did not name (mpirun's log of its
+    /// processes' states says "aborted by signal"; its own report, with the number, never
+    /// came: M6).
+    SignaledUnnamed,
 }
 
 impl Ended {
@@ -46,6 +50,7 @@ impl Ended {
         match self {
             Ended::Exited(code) => code,
             Ended::Signaled(signal) => 128 + signal,
+            Ended::SignaledUnnamed => 128,
         }
     }
 }
@@ -58,6 +63,9 @@ impl fmt::Display for Ended {
                 Some(name) => write!(f, "was killed by signal {signal} ({name})"),
                 None => write!(f, "was killed by signal {signal}"),
             },
+            Ended::SignaledUnnamed => {
+                f.write_str("was killed by a signal (the launcher did not say which)")
+            }
         }
     }
 }
@@ -198,6 +206,10 @@ pub struct RunReport {
     /// task that failed, mpirun the first); empty for one host, where [`RunReport::ranks`]
     /// says it of every rank.
     pub reported: Vec<RankEnd>,
+    /// A cluster launcher that said it was aborting the job and had not ended a grace period
+    /// later (Open MPI 4.1 can hang there for good, M6): its process group was killed, and
+    /// what it had started on the nodes was left to the caller's sweep.
+    pub abort_hung: bool,
 }
 
 /// How a cluster launcher reported that one rank ended.
@@ -355,6 +367,12 @@ impl fmt::Display for RunReport {
                 "; the watchdog that ends the run if symmem-run dies {how} during the run (a \
                  rank, or another process of this user, ended it): had symmem-run died too, what \
                  the ranks started and the rendezvous folder would have been left behind"
+            )?;
+        }
+        if self.abort_hung {
+            f.write_str(
+                "; the launcher hung in its abort for the grace period and was killed (seen with \
+                 Open MPI 4.1 after a kill during start-up)",
             )?;
         }
         if !self.left_behind.is_empty() {
@@ -545,10 +563,12 @@ fn write_failed(f: &mut fmt::Formatter<'_>, failed: &[(Ended, Vec<usize>)]) -> f
         } else {
             let also = match end {
                 Ended::Exited(code) => format!("also exited with status {code}"),
-                Ended::Signaled(_) if ranks.len() > 1 => {
+                Ended::Signaled(_) | Ended::SignaledUnnamed if ranks.len() > 1 => {
                     format!("{end}").replacen("was", "were also", 1)
                 }
-                Ended::Signaled(_) => format!("{end}").replacen("was", "was also", 1),
+                Ended::Signaled(_) | Ended::SignaledUnnamed => {
+                    format!("{end}").replacen("was", "was also", 1)
+                }
             };
             write!(f, "; {} {also}", describe_ranks(ranks))?;
         }
@@ -598,6 +618,7 @@ mod tests {
             left_behind: Vec::new(),
             launcher_lines: Vec::new(),
             reported: Vec::new(),
+            abort_hung: false,
         }
     }
 

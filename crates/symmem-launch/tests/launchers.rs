@@ -4,8 +4,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use symmem_launch::{
-    EXIT_PEER_FAILED, Hosts, LaunchSpec, Launcher, Layout, LeftBehind, Lost, Mpirun, Outcome,
-    RunReport, Srun, Sweep,
+    EXIT_PEER_FAILED, Ended, Hosts, LaunchSpec, Launcher, Layout, LeftBehind, Lost, Mpirun,
+    Outcome, RunReport, Srun, Sweep,
 };
 use symmem_test_support::command::write_script;
 use symmem_test_support::process::group_empty;
@@ -270,4 +270,31 @@ fn witness_phrases_are_the_engine_s() {
     {
         assert!(error.contains(phrase), "{error:?} lacks {phrase:?}");
     }
+}
+
+/// M6: a rank killed during start-up, and mpirun hanging for good in its abort (Open MPI
+/// 4.1.4). Its report never names the rank, so its log of states does; and from the notice
+/// that it aborts the job, it has the grace period to end, then its group gets SIGKILL (it
+/// waited for the job's timeout before).
+#[test]
+fn mpirun_hung_in_its_abort_is_ended_and_the_rank_named_from_its_log() {
+    let report = mpirun_says(
+        "trap '' TERM\n\
+         echo '[node-b:14800] [[20282,0],1] ACTIVATE PROC [[20282,1],3] STATE ABORTED BY \
+         SIGNAL AT ../../orte/mca/odls/base/odls_base_default_fns.c:1746' >&2\n\
+         echo 'Primary job  terminated normally, but 1 process returned' >&2\n\
+         echo 'a non-zero exit code. Per user-direction, the job has been aborted.' >&2\n\
+         while :; do sleep 1; done\n",
+    );
+    assert_eq!(
+        report.outcome,
+        Outcome::RankFailed {
+            rank: 3,
+            how: Ended::SignaledUnnamed,
+        },
+        "{report}"
+    );
+    assert_eq!(report.culprit_node.as_deref(), Some("node-b"));
+    assert!(report.abort_hung, "{report}");
+    assert!(report.to_string().contains("hung in its abort"), "{report}");
 }

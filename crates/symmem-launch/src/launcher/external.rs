@@ -29,6 +29,7 @@ use crate::report::{
 use crate::signals::SignalGuard;
 use crate::spec::LaunchSpec;
 use crate::watchdog::{Watchdog, new_run_id};
+use symmem::format_duration;
 
 /// How often the launcher is polled (and the longest a line waits).
 const POLL: Duration = Duration::from_millis(10);
@@ -64,9 +65,16 @@ pub(crate) struct Job<'a> {
     /// Environment for the launcher itself, before the spec's (which the ranks get).
     pub(crate) env: Vec<(OsString, OsString)>,
     pub(crate) tagger: fn() -> Box<dyn Tagger>,
-    /// How ranks ended, as the launcher's own lines report it.
-    pub(crate) reports: fn(&[String]) -> Vec<RankEnd>,
+    /// How ranks ended, as the launcher's own lines and its exit status report it.
+    pub(crate) reports: fn(&[String], ExitStatus) -> Vec<RankEnd>,
+    /// The launcher's own lines that are kept for `reports` but not handed to the sink (a log
+    /// asked for only to name a culprit the launcher's report may leave out).
+    pub(crate) quiet: fn(&str) -> bool,
     pub(crate) stop: Stop,
+    /// Whether one of the launcher's own lines says it is ending the job because a rank failed
+    /// (mpirun: "the job has been aborted"). From then on it has the grace period to exit;
+    /// past it, its group gets SIGKILL (Open MPI 4.1 can hang for good in its abort, M6).
+    pub(crate) aborting: fn(&str) -> bool,
     pub(crate) sweep: Option<&'a Sweep>,
 }
 
@@ -111,7 +119,11 @@ pub(crate) fn run(
         rx,
         sink,
         own: Vec::new(),
+        log: Vec::new(),
         witnesses: BTreeSet::new(),
+        aborting_since: None,
+        aborting: job.aborting,
+        quiet: job.quiet,
     };
     let ended = watch.until_exit(&mut child, &job, spec, &signals, start);
     let ended = match ended {
@@ -134,7 +146,7 @@ pub(crate) fn run(
         }
     }
     let watchdog_lost = watchdog.lost().map(ended_as);
-    let reported = (job.reports)(&watch.own);
+    let reported = (job.reports)(&[&watch.own[..], &watch.log[..]].concat(), ended.status);
     let told = Told {
         reported: &reported,
         witnesses: &watch.witnesses,
@@ -156,6 +168,7 @@ pub(crate) fn run(
         left_behind,
         launcher_lines: watch.own,
         reported,
+        abort_hung: ended.abort_hung,
     })
 }
 
@@ -184,6 +197,8 @@ struct End {
     stopped: Option<Why>,
     /// Whether its group got SIGKILL (it outlived the grace period).
     killed: bool,
+    /// Whether that was because it hung in its abort ([`Job::aborting`]).
+    abort_hung: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -339,19 +354,33 @@ struct Watch<'s> {
     sink: &'s mut dyn FnMut(&OutputLine),
     /// The launcher's own lines.
     own: Vec<String>,
+    /// Its own lines kept from the sink ([`Job::quiet`]).
+    log: Vec<String>,
     /// The ranks that wrote a witness's report (they gave up on a lost peer), in rank order.
     witnesses: BTreeSet<usize>,
+    /// When the launcher first said it was aborting the job ([`Job::aborting`]).
+    aborting_since: Option<Instant>,
+    aborting: fn(&str) -> bool,
+    quiet: fn(&str) -> bool,
 }
 
 impl Watch<'_> {
     fn take(&mut self, line: OutputLine) {
-        (self.sink)(&line);
         match line.rank {
-            None => self.own.push(line.text),
-            Some(rank) if is_witness_report(&line.text) => {
-                self.witnesses.insert(rank);
+            None if (self.quiet)(&line.text) => self.log.push(line.text),
+            None => {
+                (self.sink)(&line);
+                if self.aborting_since.is_none() && (self.aborting)(&line.text) {
+                    self.aborting_since = Some(Instant::now());
+                }
+                self.own.push(line.text);
             }
-            Some(_) => {}
+            Some(rank) => {
+                (self.sink)(&line);
+                if is_witness_report(&line.text) {
+                    self.witnesses.insert(rank);
+                }
+            }
         }
     }
 
@@ -367,6 +396,7 @@ impl Watch<'_> {
         let deadline = start.checked_add(spec.timeout);
         let mut stopped: Option<(Why, Instant)> = None;
         let mut killed = false;
+        let mut abort_hung = false;
         loop {
             while let Ok(line) = self.rx.try_recv() {
                 self.take(line);
@@ -377,6 +407,7 @@ impl Watch<'_> {
                     status,
                     stopped,
                     killed,
+                    abort_hung,
                 });
             }
             let now = Instant::now();
@@ -390,10 +421,23 @@ impl Watch<'_> {
                     stop(child.id(), job.stop);
                     stopped = Some((why, now));
                 }
-                (Some((_, at)), _) if now >= at + spec.grace => {
-                    let pgid = i32::try_from(child.id()).unwrap_or(i32::MAX);
-                    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-                    killed = true;
+                (Some((_, at)), _) if now >= at + spec.grace => killed = kill_group(child),
+                // Aborting for longer than the grace period: stuck in its abort, which a
+                // signal to stop would only restart ("abort is already in progress").
+                _ if !killed && self.aborting_since.is_some_and(|at| now >= at + spec.grace) => {
+                    killed = kill_group(child);
+                    abort_hung = true;
+                    let line = OutputLine {
+                        rank: None,
+                        stream: Stream::Stderr,
+                        text: format!(
+                            "symmem-launch: {} said it was aborting the job {} ago and is still \
+                             running: its process group got SIGKILL",
+                            job.name,
+                            format_duration(spec.grace)
+                        ),
+                    };
+                    (self.sink)(&line);
                 }
                 _ => {}
             }
@@ -446,6 +490,13 @@ fn end_group(pgid: i32, killed: bool) -> Vec<LeftBehind> {
         signal_group(pgid, Signal::SIGKILL);
         std::thread::sleep(POLL);
     }
+}
+
+/// SIGKILL to the launcher's process group; true.
+fn kill_group(child: &Child) -> bool {
+    let pgid = i32::try_from(child.id()).unwrap_or(i32::MAX);
+    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    true
 }
 
 fn stop(pid: u32, how: Stop) {
