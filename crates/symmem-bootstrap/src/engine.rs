@@ -105,6 +105,8 @@ impl PmixLinks {
                 world_size,
             });
         }
+        // Its launcher's death ends it, collectives or not (M5).
+        crate::launcher_watch::start(rank);
         let place = Place {
             host: Host::of(&client),
             emulated: node,

@@ -28,6 +28,7 @@ mod engine;
 mod error;
 mod exchange;
 mod folder;
+mod launcher_watch;
 mod pmix;
 mod rendezvous;
 mod wire;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use symmem::count_ranks;
 use symmem_cluster::Cluster;
 use symmem_conformance::{CHECKS, CONFORMANCE_FAULT, CheckResult};
-use symmem_launch::{Ended, Layout, Outcome, OutputLine, RunReport, print_line};
+use symmem_launch::{Ended, Launcher, Layout, Outcome, OutputLine, RunReport, print_line};
 
 use crate::layouts::label;
 use crate::target::Target;
@@ -58,10 +58,10 @@ pub fn run(
         problems.extend(leftovers(cluster));
         // M6: the same kill during start-up, a few ms after the rank's exec.
         println!("kill test, start-up: rank {victim} gets SIGKILL as soon as its process exists");
-        let spec = plan
+        let bare = plan
             .bare(world, spec.layout.clone())
             .args(["--check".to_string(), format!("{},{}", first.id, second.id)]);
-        let (report, killed) = launch_and_kill_at_start(target, &spec, cluster, victim)?;
+        let (report, killed) = launch_and_kill_at_start(target, &bare, cluster, victim)?;
         problems.extend(judge(
             &report,
             plan,
@@ -71,6 +71,9 @@ pub fn run(
             last_node.as_deref(),
         ));
         problems.extend(leftovers(cluster));
+        if let Target::Emulated(_, Launcher::Mpirun(_)) = target {
+            problems.extend(launcher_death(target, &spec, cluster, world)?);
+        }
     }
     if problems.is_empty() {
         println!(
@@ -172,6 +175,66 @@ enum Moment {
     /// As soon as its process existed: Open MPI 4.1 may then leave the signal unnamed, or hang
     /// in its abort until the launcher's grace period ends it, its daemons left to the sweep.
     StartUp,
+}
+
+/// M5: `kill -9` of mpirun itself once every rank reported the first check, rank 0 hanging
+/// in the second (in no collective) and the others waiting for it. Every rank must end by
+/// itself, within the grace period the sweep gives them: the hung rank 0, mpirun's own child,
+/// lived on forever.
+fn launcher_death(
+    target: &Target,
+    spec: &symmem_launch::LaunchSpec,
+    cluster: &Cluster,
+    world: usize,
+) -> anyhow::Result<Vec<String>> {
+    let first = CHECKS[0].id;
+    println!("kill test, launcher: mpirun gets SIGKILL once every rank reported check {first}");
+    let mut reported = 0;
+    let mut killed = None;
+    let report = target.launcher().launch(spec, &mut |line: &OutputLine| {
+        print_line(line);
+        let done =
+            line.rank.is_some() && CheckResult::parse(&line.text).is_some_and(|r| r.check == first);
+        reported += usize::from(done);
+        if done && reported == world {
+            killed = Some(kill_mpirun(cluster));
+        }
+    })?;
+    let mut problems = Vec::new();
+    match killed {
+        Some(Ok(process)) => println!("  kill -9 mpirun: {process}"),
+        Some(Err(e)) => problems.push(format!("mpirun could not be killed: {e}")),
+        None => problems.push(format!("the job never got past check {first}: {report}")),
+    }
+    println!("job over ({report})");
+    if !report.left_behind.is_empty() {
+        problems.push(format!(
+            "ranks outlived their launcher (the sweep ended them): {report}"
+        ));
+    }
+    problems.extend(leftovers(cluster));
+    Ok(problems)
+}
+
+/// `kill -9` of the `mpirun` running on the cluster's first node.
+fn kill_mpirun(cluster: &Cluster) -> anyhow::Result<String> {
+    let node = cluster.nodes().first().context("the cluster has no node")?;
+    let mpirun = cluster
+        .processes(node)
+        .into_iter()
+        .find(|p| {
+            p.command
+                .split_whitespace()
+                .next()
+                .is_some_and(|w| w.ends_with("mpirun"))
+        })
+        .context("no mpirun on the first node")?;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(mpirun.pid as i32),
+        Signal::SIGKILL,
+    )
+    .context("kill -9 mpirun")?;
+    Ok(mpirun.to_string())
 }
 
 /// What is wrong with how the job ended.
