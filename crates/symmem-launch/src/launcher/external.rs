@@ -250,10 +250,12 @@ fn outcome(launcher: &'static str, end: &End, told: &Told<'_>) -> (Outcome, Opti
 /// one): a witness is never the culprit. `None` when nobody can be named.
 fn blame(told: &Told<'_>) -> Option<(Outcome, Option<String>)> {
     let witness = Ended::Exited(EXIT_PEER_FAILED);
+    // A rank that wrote a witness's report and was then killed (srun ends every task once one
+    // exited 75) was killed for the others' failure, not its own.
     if let Some(own) = told
         .reported
         .iter()
-        .find(|r| r.how != witness && !r.how.success())
+        .find(|r| r.how != witness && !r.how.success() && !told.witnesses.contains(&r.rank))
     {
         let outcome = Outcome::RankFailed {
             rank: own.rank,
@@ -565,6 +567,20 @@ mod tests {
         );
         // Every rank wrote a witness's report: nobody to name.
         assert_eq!(named(&[end(1, peer)], &[0, 1], 2), None);
+    }
+
+    /// M3 under srun: the first witness's exit 75 made srun kill every other task, the hung
+    /// one and the witnesses still waiting alike; those that wrote a witness's report are
+    /// not the culprit.
+    #[test]
+    fn a_witness_killed_by_the_launcher_is_not_the_culprit() {
+        let peer = Ended::Exited(EXIT_PEER_FAILED);
+        let term = Ended::Signaled(15);
+        let reported = [end(0, peer), end(1, term), end(2, term), end(3, term)];
+        assert_eq!(
+            named(&reported, &[0, 1, 3], 4),
+            Some(Outcome::RankFailed { rank: 2, how: term })
+        );
     }
 
     /// M3: a rank that left early (mpirun: "exiting improperly") is the culprit, with its node.
