@@ -72,7 +72,25 @@ pub fn run(
         ));
         problems.extend(leftovers(cluster));
         if let Target::Emulated(_, Launcher::Mpirun(_)) = target {
-            problems.extend(launcher_death(target, &spec, cluster, world)?);
+            problems.extend(launcher_death(
+                target,
+                &spec,
+                cluster,
+                world,
+                Daemon::Mpirun,
+            )?);
+            // The last node's orted, its rank `victim` hung outside any collective.
+            let hung = bare.clone().env(
+                CONFORMANCE_FAULT.name,
+                format!("hang@{victim}:{}", second.id),
+            );
+            problems.extend(launcher_death(
+                target,
+                &hung,
+                cluster,
+                world,
+                Daemon::Orted,
+            )?);
         }
     }
     if problems.is_empty() {
@@ -177,18 +195,28 @@ enum Moment {
     StartUp,
 }
 
-/// M5: `kill -9` of mpirun itself once every rank reported the first check, rank 0 hanging
-/// in the second (in no collective) and the others waiting for it. Every rank must end by
-/// itself, within the grace period the sweep gives them: the hung rank 0, mpirun's own child,
-/// lived on forever.
+/// The launcher's process that [`launcher_death`] kills.
+#[derive(Clone, Copy, Debug)]
+enum Daemon {
+    /// `mpirun`, on the first node.
+    Mpirun,
+    /// The `orted` of the last node.
+    Orted,
+}
+
+/// M5: `kill -9` of the launcher's process on a node once every rank reported the first check,
+/// a rank of that node hanging in the second (in no collective). Every rank must end by
+/// itself, within the grace period the sweep gives them: the hung rank, a child of the dead
+/// process, lived on forever.
 fn launcher_death(
     target: &Target,
     spec: &symmem_launch::LaunchSpec,
     cluster: &Cluster,
     world: usize,
+    daemon: Daemon,
 ) -> anyhow::Result<Vec<String>> {
     let first = CHECKS[0].id;
-    println!("kill test, launcher: mpirun gets SIGKILL once every rank reported check {first}");
+    println!("kill test, launcher: {daemon:?} gets SIGKILL once every rank reported check {first}");
     let mut reported = 0;
     let mut killed = None;
     let report = target.launcher().launch(spec, &mut |line: &OutputLine| {
@@ -197,13 +225,13 @@ fn launcher_death(
             line.rank.is_some() && CheckResult::parse(&line.text).is_some_and(|r| r.check == first);
         reported += usize::from(done);
         if done && reported == world {
-            killed = Some(kill_mpirun(cluster));
+            killed = Some(kill_daemon(cluster, daemon));
         }
     })?;
     let mut problems = Vec::new();
     match killed {
-        Some(Ok(process)) => println!("  kill -9 mpirun: {process}"),
-        Some(Err(e)) => problems.push(format!("mpirun could not be killed: {e}")),
+        Some(Ok(process)) => println!("  kill -9 {daemon:?}: {process}"),
+        Some(Err(e)) => problems.push(format!("{daemon:?} could not be killed: {e:#}")),
         None => problems.push(format!("the job never got past check {first}: {report}")),
     }
     println!("job over ({report})");
@@ -216,25 +244,28 @@ fn launcher_death(
     Ok(problems)
 }
 
-/// `kill -9` of the `mpirun` running on the cluster's first node.
-fn kill_mpirun(cluster: &Cluster) -> anyhow::Result<String> {
-    let node = cluster.nodes().first().context("the cluster has no node")?;
-    let mpirun = cluster
+/// `kill -9` of `daemon` on its node.
+fn kill_daemon(cluster: &Cluster, daemon: Daemon) -> anyhow::Result<String> {
+    let nodes = cluster.nodes();
+    let (node, name) = match daemon {
+        Daemon::Mpirun => (nodes.first(), "mpirun"),
+        Daemon::Orted => (nodes.last(), "orted"),
+    };
+    let node = node.context("the cluster has no node")?;
+    let process = cluster
         .processes(node)
         .into_iter()
         .find(|p| {
-            p.command
-                .split_whitespace()
-                .next()
-                .is_some_and(|w| w.ends_with("mpirun"))
+            let program = p.command.split_whitespace().next().unwrap_or_default();
+            program.rsplit('/').next() == Some(name)
         })
-        .context("no mpirun on the first node")?;
+        .with_context(|| format!("no {name} on {}", node.name()))?;
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(mpirun.pid as i32),
+        nix::unistd::Pid::from_raw(process.pid as i32),
         Signal::SIGKILL,
     )
-    .context("kill -9 mpirun")?;
-    Ok(mpirun.to_string())
+    .with_context(|| format!("kill -9 {name}"))?;
+    Ok(format!("{process} on {}", node.name()))
 }
 
 /// What is wrong with how the job ended.
