@@ -501,6 +501,13 @@ impl RunReport {
         }
         let it = if culprits.len() == 1 { "it" } else { "them" };
         let by = describe_ranks(reporters);
+        // On one host every reporter exited 75; under a cluster launcher, most are known as
+        // witnesses by what they wrote, whatever status the program then chose.
+        let how = if self.ranks.is_empty() {
+            "as their output says".to_string()
+        } else {
+            format!("status {EXIT_PEER_FAILED}")
+        };
         match reason {
             // A cluster launcher may end the others before any gives up.
             Lost::ExitedEarly if reporters.is_empty() => write!(
@@ -511,14 +518,14 @@ impl RunReport {
             Lost::ExitedEarly => write!(
                 f,
                 "{who} exited early with status 0 while the others still needed {it}: {by} gave \
-                 up on {it} (status {EXIT_PEER_FAILED})"
+                 up on {it} ({how})"
             )?,
             Lost::StillRunning => {
                 let was = if culprits.len() == 1 { "was" } else { "were" };
                 write!(
                     f,
                     "{who} {was} still running (hung?) when {by} gave up waiting for {it} \
-                     (status {EXIT_PEER_FAILED})"
+                     ({how})"
                 )?;
                 if culprits
                     .iter()

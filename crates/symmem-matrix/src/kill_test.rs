@@ -8,9 +8,10 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use symmem::count_ranks;
+use symmem::settings::COLLECTIVE_TIMEOUT;
 use symmem_cluster::Cluster;
 use symmem_conformance::{CHECKS, CONFORMANCE_FAULT, CheckResult};
-use symmem_launch::{Ended, Launcher, Layout, Outcome, OutputLine, RunReport, print_line};
+use symmem_launch::{Ended, Launcher, Layout, Lost, Outcome, OutputLine, RunReport, print_line};
 
 use crate::layouts::label;
 use crate::target::Target;
@@ -44,7 +45,7 @@ pub fn run(
         .bare(world, layout)
         .args(["--check".to_string(), format!("{},{}", first.id, second.id)])
         .env(CONFORMANCE_FAULT.name, format!("{fault}:{}", second.id));
-    let (report, mid_run) = launch_and_end(target, &spec, cluster, victim, world)?;
+    let (report, mid_run) = launch_and_end(target, &spec, cluster, (victim, Signal::SIGKILL))?;
     let last_node = cluster.map(|c| c.hosts().last().cloned().unwrap_or_default());
     let mut problems = judge(
         &report,
@@ -61,7 +62,8 @@ pub fn run(
         let bare = plan
             .bare(world, spec.layout.clone())
             .args(["--check".to_string(), format!("{},{}", first.id, second.id)]);
-        let (report, killed) = launch_and_kill_at_start(target, &bare, cluster, victim)?;
+        let (report, killed) =
+            launch_and_kill_at_start(target, &bare, cluster, (victim, Signal::SIGKILL))?;
         problems.extend(judge(
             &report,
             plan,
@@ -91,6 +93,7 @@ pub fn run(
                 world,
                 Daemon::Orted,
             )?);
+            problems.extend(stopped_rank(target, &bare, cluster, victim)?);
         }
     }
     if problems.is_empty() {
@@ -113,9 +116,9 @@ fn launch_and_end(
     target: &Target,
     spec: &symmem_launch::LaunchSpec,
     cluster: Option<&Cluster>,
-    victim: usize,
-    world: usize,
+    (victim, signal): (usize, Signal),
 ) -> anyhow::Result<(RunReport, Instant)> {
+    let world = spec.ranks;
     let first = CHECKS[0].id;
     let mut reported = 0;
     let mut mid_run = None;
@@ -128,8 +131,10 @@ fn launch_and_end(
         if done && reported == world {
             mid_run = Some(Instant::now());
             if let Some(cluster) = cluster {
-                match cluster.signal_rank(victim, Signal::SIGKILL) {
-                    Ok((node, process)) => println!("  kill -9 rank {victim}: {process} on {node}"),
+                match cluster.signal_rank(victim, signal) {
+                    Ok((node, process)) => {
+                        println!("  {signal} to rank {victim}: {process} on {node}");
+                    }
                     Err(e) => kill_error = Some(e),
                 }
             }
@@ -160,13 +165,13 @@ fn launch_and_kill_at_start(
     target: &Target,
     spec: &symmem_launch::LaunchSpec,
     cluster: &Cluster,
-    victim: usize,
+    (victim, signal): (usize, Signal),
 ) -> anyhow::Result<(RunReport, Instant)> {
     let over = AtomicBool::new(false);
     let (report, killed) = std::thread::scope(|scope| {
         let killer = scope.spawn(|| {
             while !over.load(Ordering::SeqCst) {
-                if let Ok((node, process)) = cluster.signal_rank(victim, Signal::SIGKILL) {
+                if let Ok((node, process)) = cluster.signal_rank(victim, signal) {
                     return Some((node, process, Instant::now()));
                 }
                 std::thread::sleep(Duration::from_millis(1));
@@ -181,7 +186,7 @@ fn launch_and_kill_at_start(
     let Ok(Some((node, process, at))) = killed else {
         bail!("rank {victim} was never seen on a node, so it was not killed: {report}");
     };
-    println!("  kill -9 rank {victim} at its start: {process} on {node}");
+    println!("  {signal} to rank {victim} at its start: {process} on {node}");
     Ok((report, at))
 }
 
@@ -193,6 +198,43 @@ enum Moment {
     /// As soon as its process existed: Open MPI 4.1 may then leave the signal unnamed, or hang
     /// in its abort until the launcher's grace period ends it, its daemons left to the sweep.
     StartUp,
+}
+
+/// M3: rank `victim` gets SIGSTOP as soon as its process exists (a rank stopped after its
+/// part of the last collective is waited for by nobody but its launcher). The others time out
+/// in the rendezvous and exit 75; mpirun names the first of them, a witness. The report must
+/// name the stopped rank among the ranks that wrote no witness's report, never a witness.
+fn stopped_rank(
+    target: &Target,
+    bare: &symmem_launch::LaunchSpec,
+    cluster: &Cluster,
+    victim: usize,
+) -> anyhow::Result<Vec<String>> {
+    println!("kill test, stop: rank {victim} gets SIGSTOP as soon as its process exists");
+    // Short, so that the witnesses give up soon (2 s and the PMIx fence's 5 s margin).
+    let spec = bare.clone().env(COLLECTIVE_TIMEOUT.name, "2s");
+    let (report, _) = launch_and_kill_at_start(target, &spec, cluster, (victim, Signal::SIGSTOP))?;
+    println!("job over ({report})");
+    let mut problems = Vec::new();
+    match &report.outcome {
+        Outcome::PeerLost {
+            culprits,
+            reason: Lost::StillRunning,
+            ..
+        } if culprits.contains(&victim) => {}
+        _ => problems.push(format!(
+            "the stopped rank {victim} was not named among the hung: {report}"
+        )),
+    }
+    if report
+        .left_behind
+        .iter()
+        .any(|l| l.command.contains("symmem-conformance"))
+    {
+        problems.push(format!("processes left behind: {report}"));
+    }
+    problems.extend(leftovers(cluster));
+    Ok(problems)
 }
 
 /// The launcher's process that [`launcher_death`] kills.

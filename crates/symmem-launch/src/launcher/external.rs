@@ -250,8 +250,9 @@ fn outcome(launcher: &'static str, end: &End, told: &Told<'_>) -> (Outcome, Opti
 /// one): a witness is never the culprit. `None` when nobody can be named.
 fn blame(told: &Told<'_>) -> Option<(Outcome, Option<String>)> {
     let witness = Ended::Exited(EXIT_PEER_FAILED);
-    // A rank that wrote a witness's report and was then killed (srun ends every task once one
-    // exited 75) was killed for the others' failure, not its own.
+    // A rank that wrote a witness's report is a witness, whatever it then ended with: srun
+    // kills every task once one exited 75, and a program may exit otherwise after a witness's
+    // error (symmem-conformance exits 2 when its provider cannot start).
     if let Some(own) = told
         .reported
         .iter()
