@@ -34,7 +34,13 @@ use symmem::{CollectiveKind, CollectiveOp, Topology};
 /// it honours one) answers first.
 const FENCE_MARGIN: Duration = Duration::from_secs(5);
 
-/// Engines opened in this process so far: each names its key apart (opening is collective,
+/// How long the rendezvous fence waits for the others: the collective timeout and the margin.
+/// Its timeout error says this time, the time it waited (M11: it said the timeout alone).
+fn fence_wait(timeout: Duration) -> Duration {
+    timeout.saturating_add(FENCE_MARGIN)
+}
+
+/// Engines opened in this process so far: each names its keys apart (opening is collective,
 /// so every rank counts alike).
 static ENGINES: AtomicU64 = AtomicU64::new(0);
 
@@ -122,6 +128,8 @@ impl PmixLinks {
                 world_size,
             });
         }
+        // Its launcher's death ends it, collectives or not (M5).
+        crate::launcher_watch::start(rank);
         let (listener, root) = match (rank, world_size) {
             (0, 2..) => open_root()?,
             _ => (None, None),
@@ -361,13 +369,11 @@ fn rendezvous(
     );
     let bytes = serde_json::to_vec(place).map_err(|e| BootstrapError::Protocol(e.to_string()))?;
     client.put(&key, &bytes)?;
-    match client.fence(timeout.saturating_add(FENCE_MARGIN)) {
+    let waited = fence_wait(timeout);
+    match client.fence(waited) {
         Ok(Some(())) => {}
         Ok(None) => {
-            return Err(BootstrapError::EngineTimeout {
-                op,
-                waited: timeout,
-            });
+            return Err(BootstrapError::EngineTimeout { op, waited });
         }
         Err(BootstrapError::Pmix { status, text, .. }) if peer_lost(status) => {
             return Err(BootstrapError::EnginePeerLost { op, text });
@@ -384,4 +390,24 @@ fn rendezvous(
                 .map_err(|e| BootstrapError::Protocol(format!("rank {peer} sent no place: {e}")))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// M11: a fence that timed out after 15 s (a 10 s timeout and the margin) says 15 s, not
+    /// "within 10s".
+    #[test]
+    fn a_timeout_says_how_long_it_waited() {
+        let error = BootstrapError::EngineTimeout {
+            op: CollectiveOp {
+                seq: 71,
+                kind: CollectiveKind::Barrier,
+            },
+            waited: fence_wait(Duration::from_secs(10)),
+        };
+        let text = error.to_string();
+        assert!(text.contains("within 15s through PMIx"), "{text}");
+    }
 }

@@ -235,11 +235,15 @@ pub enum BootstrapError {
     #[error(transparent)]
     Setting(#[from] symmem::InvalidSetting),
     #[error(
-        "the PMIx engine needs the PMIx client library {} ({cause}): install {}, or unset {} \
-         to run on one host without it",
-        symmem_pmix_sys::LIBRARY, symmem_pmix_sys::PACKAGES, BOOTSTRAP.name
+        "the PMIx engine needs the PMIx client library {} ({cause}): install {}{}",
+        symmem_pmix_sys::LIBRARY, symmem_pmix_sys::PACKAGES, unset_hint(*.asked)
     )]
-    PmixUnavailable { cause: String },
+    PmixUnavailable {
+        cause: String,
+        /// Whether `SYMMEM_BOOTSTRAP` asked for PMIx (else a job across nodes needs it, and
+        /// unsetting the variable would change nothing).
+        asked: bool,
+    },
     #[error(
         "{call} failed: {text} ({status}); was this process started by a PMIx launcher \
          (`srun --mpi=pmix`, `mpirun`) of a PMIx version this library serves?"
@@ -275,6 +279,18 @@ pub enum BootstrapError {
          launcher's report for which rank failed"
     )]
     EnginePeerLost { op: CollectiveOp, text: String },
+}
+
+/// The way out of a missing PMIx library when `SYMMEM_BOOTSTRAP` asked for PMIx.
+fn unset_hint(asked: bool) -> String {
+    if asked {
+        format!(
+            ", or unset {} to run on one host without it",
+            BOOTSTRAP.name
+        )
+    } else {
+        " on every node of the job".to_string()
+    }
 }
 
 impl BootstrapError {

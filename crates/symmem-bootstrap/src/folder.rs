@@ -57,8 +57,9 @@ pub(crate) struct Folder {
     /// Names below the base, in order; `names[i]` lives in `fds[i]`, is open as `fds[i + 1]`.
     names: Vec<OsString>,
     /// Indexes into `names` of the folders this rank removes on drop while empty: those it
-    /// created, and (rank 0) every folder below symmem's own `symmem-<uid>`, whoever created
-    /// it: two jobs of one name each find the other's folder, and neither would remove it.
+    /// created, and (rank 0) symmem's own `symmem-<uid>` and every folder below it, whoever
+    /// created it: two jobs of one name each find the other's folder, and neither would
+    /// remove it.
     created: Vec<usize>,
 }
 
@@ -88,12 +89,15 @@ impl Folder {
     fn try_open(path: &Path, create: Create) -> Result<Self, OpenError> {
         // The folders below the first existing ancestor are made (or awaited) here; the
         // rendezvous folder itself is always checked, existing or not.
+        let namespace = OsString::from(format!("symmem-{}", nix::unistd::getuid()));
         let mut base = path.to_path_buf();
         let mut names = Vec::new();
         loop {
             let name = base.file_name().map(OsStr::to_os_string);
+            // Rank 0 opens the namespace from its parent, so that it can remove it (below).
+            let namespace_next = create == Create::Yes && name.as_deref() == Some(&namespace);
             match std::fs::symlink_metadata(&base) {
-                Ok(_) if !names.is_empty() => break,
+                Ok(_) if !names.is_empty() && !namespace_next => break,
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     return Err(not_usable(&base, e).into());
                 }
@@ -107,14 +111,15 @@ impl Folder {
         }
         names.reverse();
         // Rank 0 removes every empty folder below `symmem-<uid>` (the derived rendezvous
-        // folders' namespace, see `default_rendezvous`) as it drops, not only those it created.
-        let namespace = OsString::from(format!("symmem-{}", nix::unistd::getuid()));
+        // folders' namespace, see `default_rendezvous`), and that namespace itself, as it
+        // drops, not only those it created: of two jobs at once, the one that made the
+        // namespace may leave first, while the other's folder is still in it.
         let components: Vec<_> = path.components().collect();
         let first = components.len().saturating_sub(names.len());
         let below_namespace = |i: usize| {
             let at = first + i;
             create == Create::Yes
-                && components[..at]
+                && components[..=at]
                     .iter()
                     .any(|c| c.as_os_str() == namespace.as_os_str())
         };

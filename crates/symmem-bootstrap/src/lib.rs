@@ -30,6 +30,7 @@ mod engine;
 mod error;
 mod exchange;
 mod folder;
+mod launcher_watch;
 mod nodes;
 mod pmix;
 mod rendezvous;

@@ -20,8 +20,9 @@ fn library() -> Result<&'static sys::Pmix, BootstrapError> {
         .get_or_init(|| open(sys::LIBRARY))
         .as_ref()
         .map_err(|e| match e {
-            BootstrapError::PmixUnavailable { cause } => BootstrapError::PmixUnavailable {
+            BootstrapError::PmixUnavailable { cause, asked } => BootstrapError::PmixUnavailable {
                 cause: cause.clone(),
+                asked: *asked,
             },
             other => BootstrapError::Protocol(other.to_string()),
         })
@@ -32,6 +33,8 @@ fn open(file: &str) -> Result<sys::Pmix, BootstrapError> {
     // state; every symbol is resolved and typed by the bindings.
     unsafe { sys::Pmix::new(file) }.map_err(|e| BootstrapError::PmixUnavailable {
         cause: e.to_string(),
+        // Set and not empty (empty counts as unset): PMIx was asked for by name.
+        asked: std::env::var_os(symmem::settings::BOOTSTRAP.name).is_some_and(|v| !v.is_empty()),
     })
 }
 
@@ -347,6 +350,29 @@ mod tests {
             text.contains("libpmix2") && text.contains("libpmix-not-here.so.2"),
             "{text}"
         );
-        assert!(text.contains(symmem::settings::BOOTSTRAP.name), "{text}");
+    }
+
+    /// M11: unsetting SYMMEM_BOOTSTRAP is suggested only where it was set.
+    #[test]
+    fn unsetting_the_bootstrap_is_suggested_only_where_it_was_set() {
+        let name = symmem::settings::BOOTSTRAP.name;
+        let text = |asked| {
+            crate::BootstrapError::PmixUnavailable {
+                cause: "not found".into(),
+                asked,
+            }
+            .to_string()
+        };
+        assert!(
+            text(true).contains(&format!("unset {name}")),
+            "{}",
+            text(true)
+        );
+        assert!(!text(false).contains(name), "{}", text(false));
+        assert!(
+            text(false).ends_with("on every node of the job"),
+            "{}",
+            text(false)
+        );
     }
 }

@@ -15,10 +15,12 @@
 use crate::BootstrapError;
 use crate::folder::{Create, Folder, OpenError};
 use crate::wire::{self, Message, Received, deadline_in};
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use std::io::ErrorKind;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use symmem::settings::{self, RENDEZVOUS};
 use symmem::{RENDEZVOUS_SOCKET, RankIdentity};
@@ -78,6 +80,9 @@ pub(crate) fn accept_all(
     // A concurrent job of ours may remove the (empty) folder between our open and our bind:
     // start over a few times rather than fail.
     let mut attempts = 0;
+    // Declared before the folder, so dropped after it: a SIGTERM while waiting ends this
+    // process only once the folder is gone.
+    let term = TermGuard::install();
     loop {
         // Folders this rank creates are removed again once everyone is in (innermost first),
         // as the folder drops.
@@ -95,7 +100,8 @@ pub(crate) fn accept_all(
         // path, as `bound` drops (before `folder`).
         match folder.bind() {
             Ok(bound) => {
-                let streams = accept_on(&bound.listener, &folder, world_size, timeout, &job)?;
+                let streams =
+                    accept_on(&bound.listener, &folder, world_size, timeout, &job, &term)?;
                 return welcome_all(streams, node);
             }
             Err(BootstrapError::RendezvousNotWritable { cause, .. })
@@ -164,6 +170,7 @@ fn accept_on(
     world_size: usize,
     timeout: Duration,
     job: &[(String, String)],
+    term: &TermGuard,
 ) -> Result<Vec<(UnixStream, u64)>, BootstrapError> {
     let path = folder.socket_display();
     listener
@@ -174,7 +181,7 @@ fn accept_on(
     let ours = describe_job(world_size, job);
     let mut slots: Vec<Option<(UnixStream, u64)>> = (1..world_size).map(|_| None).collect();
     while slots.iter().any(Option::is_none) {
-        let Some(stream) = accept_next(listener, deadline)? else {
+        let Some(stream) = accept_next(listener, deadline, term)? else {
             let missing = (1..world_size).filter(|r| slots[r - 1].is_none()).collect();
             return Err(BootstrapError::AcceptTimeout {
                 missing,
@@ -204,8 +211,13 @@ fn accept_on(
 fn accept_next(
     listener: &UnixListener,
     deadline: Instant,
+    term: &TermGuard,
 ) -> Result<Option<UnixStream>, BootstrapError> {
     loop {
+        if term.caught() {
+            let cause = std::io::Error::new(ErrorKind::Interrupted, "SIGTERM");
+            return Err(BootstrapError::io("waiting for the ranks", cause));
+        }
         match listener.accept() {
             Ok((stream, _)) => return Ok(Some(stream)),
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
@@ -395,5 +407,60 @@ pub(crate) fn connect_root(
             "rank 0 accepted the connection but sent no welcome within {}; is it hung?",
             symmem::format_duration(timeout)
         ))),
+    }
+}
+
+/// Set when SIGTERM came while a [`TermGuard`] was installed.
+static TERM_CAUGHT: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_term(_: nix::libc::c_int) {
+    TERM_CAUGHT.store(true, Ordering::SeqCst);
+}
+
+/// While rank 0 waits for the ranks in the folders it holds: a launcher ending the job (mpirun
+/// after a peer was killed) sends SIGTERM, which would kill it with its folders left behind
+/// (M9). Where SIGTERM's disposition is the default, it is caught instead; the wait ends, the
+/// folders go as they drop, and the guard's drop restores the default and raises SIGTERM again,
+/// so the process dies of it as it would have. A program's own disposition is left alone.
+struct TermGuard {
+    installed: bool,
+}
+
+impl TermGuard {
+    fn install() -> Self {
+        let catch = SigAction::new(
+            SigHandler::Handler(on_term),
+            SaFlags::empty(),
+            SigSet::empty(),
+        );
+        // SAFETY: the handler only stores to an atomic.
+        let installed = match unsafe { sigaction(Signal::SIGTERM, &catch) } {
+            Ok(previous) if previous.handler() == SigHandler::SigDfl => true,
+            Ok(previous) => {
+                // SAFETY: puts back the disposition that was there.
+                let _ = unsafe { sigaction(Signal::SIGTERM, &previous) };
+                false
+            }
+            Err(_) => false,
+        };
+        Self { installed }
+    }
+
+    fn caught(&self) -> bool {
+        self.installed && TERM_CAUGHT.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for TermGuard {
+    fn drop(&mut self) {
+        if !self.installed {
+            return;
+        }
+        let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+        // SAFETY: restores the default disposition, which was there before.
+        let _ = unsafe { sigaction(Signal::SIGTERM, &default) };
+        if TERM_CAUGHT.load(Ordering::SeqCst) {
+            let _ = nix::sys::signal::raise(Signal::SIGTERM);
+        }
     }
 }

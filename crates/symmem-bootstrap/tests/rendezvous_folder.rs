@@ -275,3 +275,92 @@ fn a_folder_path_longer_than_a_socket_address_works() {
     // The folders rank 0 created are gone again.
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
 }
+
+/// M9: two jobs at once in one `symmem-<uid>`. Job A's rank 0 made the namespace and leaves
+/// while job B's folder is in it; job B's rank 0 found it there. When B leaves, nothing may be
+/// left: the empty namespace was left (5 runs in 10) as neither rank 0 removed it.
+#[test]
+fn two_jobs_at_once_leave_no_empty_namespace() {
+    let runtime = tempfile::tempdir().expect("tempdir");
+    let ns = runtime.path().join(format!("symmem-{}", me()));
+    let (a, b) = (ns.join("job-a"), ns.join("job-b"));
+    let timeout = Duration::from_secs(20);
+    let rank = |rank: usize, dir: &Path| {
+        let dir = dir.to_path_buf();
+        std::thread::spawn(move || Bootstrap::connect(rank, 2, &dir, timeout).map(drop))
+    };
+    // Each step waits for the folder of the rank 0 it started, a bounded number of times.
+    let appears = |dir: &Path| {
+        for _ in 0..2000 {
+            if dir.join(symmem::RENDEZVOUS_SOCKET).exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("{} never appeared", dir.display());
+    };
+    let a0 = rank(0, &a);
+    appears(&a);
+    let b0 = rank(0, &b);
+    appears(&b);
+    let a1 = rank(1, &a);
+    for job in [a0, a1] {
+        job.join().expect("thread").expect("job A");
+    }
+    assert!(ns.exists(), "job B's folder is still in use");
+    let b1 = rank(1, &b);
+    for job in [b0, b1] {
+        job.join().expect("thread").expect("job B");
+    }
+    let left: Vec<_> = std::fs::read_dir(runtime.path())
+        .expect("read")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// M9: a job ended during its rendezvous. A launcher ends the job's ranks with SIGTERM (mpirun
+/// after a peer was killed); rank 0, waiting for that peer, held its folders, which were left
+/// behind empty. It now removes them, then dies of the SIGTERM as it would have.
+#[test]
+fn sigterm_during_the_rendezvous_leaves_no_folder() {
+    let runtime = tempfile::tempdir().expect("tempdir");
+    let mut cmd = rank_process_command(CHILD_ENV, Environment::PathOnly);
+    cmd.env("RANK", "0")
+        .env("WORLD_SIZE", "2")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", fresh_port().to_string())
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut rank0 = cmd.spawn().expect("spawn rank 0");
+    let ns = runtime.path().join(format!("symmem-{}", me()));
+    let mut waited = 0;
+    while !has_socket(&ns) {
+        assert!(waited < 2000, "rank 0 never listened in {}", ns.display());
+        std::thread::sleep(Duration::from_millis(5));
+        waited += 1;
+    }
+    let pid = nix::unistd::Pid::from_raw(rank0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let status = symmem_test_support::command::wait_within(&mut rank0, Duration::from_secs(10));
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.signal(),
+        Some(15),
+        "rank 0 did not die of SIGTERM: {status}"
+    );
+    let left: Vec<_> = std::fs::read_dir(runtime.path())
+        .expect("read")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// Whether a job folder in `ns` holds rank 0's socket.
+fn has_socket(ns: &Path) -> bool {
+    std::fs::read_dir(ns).is_ok_and(|jobs| {
+        jobs.flatten()
+            .any(|job| job.path().join(symmem::RENDEZVOUS_SOCKET).exists())
+    })
+}

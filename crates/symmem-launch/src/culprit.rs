@@ -3,6 +3,27 @@
 
 use crate::report::{EXIT_PEER_FAILED, Ended, Lost, Outcome};
 
+/// What symmem writes when a rank gives up on another rank across nodes: the rendezvous fence
+/// of the engine (PMIx) timed out or lost a rank, or a collective over symmem's own links found
+/// a rank (its node's leader, rank 0) missing, gone or silent. A rank whose output holds one of
+/// these is a witness, not the culprit. symmem-bootstrap's `EngineTimeout`, `EnginePeerLost`,
+/// `CollectiveFailure::{NeverArrived, PeerGone, GoneFromNode}`, `RootGone`, `RootSilent`,
+/// `LeaderGone` and `LeaderSilent` messages; a test of symmem-launch checks that each still
+/// says one.
+pub const WITNESS_REPORTS: [&str; 6] = [
+    "not every rank reached collective",
+    "was lost during collective",
+    "never arrived at collective",
+    "disconnected before collective",
+    "disconnected during collective",
+    "did not answer collective",
+];
+
+/// Whether a rank's line is a witness's report ([`WITNESS_REPORTS`]).
+pub(crate) fn is_witness_report(text: &str) -> bool {
+    WITNESS_REPORTS.iter().any(|phrase| text.contains(phrase))
+}
+
 /// How one rank stands when the launcher is about to send `SIGTERM`: `None`
 /// while it runs, else how it ended and the number of the poll in which the
 /// launcher saw it end (polls are numbered in increasing order).

@@ -100,7 +100,7 @@ fn main() -> ExitCode {
     match run(&cli) {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(err) => {
-            eprintln!("symmem-run: error: {err:#}");
+            say(format_args!("error: {err:#}"));
             // A spec the launcher refuses (e.g. `--ranks 0`) is bad usage, as clap's errors are.
             let usage = err
                 .downcast_ref::<LaunchError>()
@@ -108,6 +108,14 @@ fn main() -> ExitCode {
             ExitCode::from(if usage { EXIT_USAGE as u8 } else { 1 })
         }
     }
+}
+
+/// Prints `symmem-run: MESSAGE` on stderr. A write error (the reader of a pipe is gone, as
+/// after `| head -1`) is ignored: the launcher's own output must not end the run or change
+/// its status, and what cannot be read is lost either way.
+fn say(message: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "symmem-run: {message}");
 }
 
 fn run(cli: &Cli) -> anyhow::Result<i32> {
@@ -125,18 +133,18 @@ fn run(cli: &Cli) -> anyhow::Result<i32> {
     let report = launch_with(&spec, &mut print_line, &mut |started: &Started<'_>| {
         if !quiet {
             let pids: Vec<String> = started.pids.iter().map(u32::to_string).collect();
-            eprintln!(
-                "symmem-run: started {} ({} {}) in {} ms",
+            say(format_args!(
+                "started {} ({} {}) in {} ms",
                 count_ranks(started.pids.len()),
                 if pids.len() == 1 { "pid" } else { "pids" },
                 pids.join(", "),
                 started.spawn_time.as_millis()
-            );
+            ));
         }
     })
     .with_context(|| format!("could not run `{}`", cli.program.display()))?;
     if !quiet || !report.success() {
-        eprintln!("symmem-run: {report}");
+        say(format_args!("{report}"));
     }
     Ok(report.exit_code())
 }

@@ -33,6 +33,10 @@ pub enum Ended {
     Exited(i32),
     /// It was killed by this signal.
     Signaled(i32),
+    /// It was killed by a signal its cluster launcher did not name (mpirun's log of its
+    /// processes' states says "aborted by signal"; its own report, with the number, never
+    /// came: M6).
+    SignaledUnnamed,
 }
 
 impl Ended {
@@ -46,6 +50,7 @@ impl Ended {
         match self {
             Ended::Exited(code) => code,
             Ended::Signaled(signal) => 128 + signal,
+            Ended::SignaledUnnamed => 128,
         }
     }
 }
@@ -58,6 +63,9 @@ impl fmt::Display for Ended {
                 Some(name) => write!(f, "was killed by signal {signal} ({name})"),
                 None => write!(f, "was killed by signal {signal}"),
             },
+            Ended::SignaledUnnamed => {
+                f.write_str("was killed by a signal (the launcher did not say which)")
+            }
         }
     }
 }
@@ -129,7 +137,8 @@ pub enum Outcome {
         /// How they were lost.
         reason: Lost,
         /// The ranks that exited with [`EXIT_PEER_FAILED`], first to end
-        /// first (never empty).
+        /// first (never empty on this host; under a cluster launcher, those it reported and
+        /// those whose output holds a witness's report, possibly none).
         reporters: Vec<usize>,
     },
     /// The global timeout elapsed; these ranks were still running.
@@ -197,6 +206,10 @@ pub struct RunReport {
     /// task that failed, mpirun the first); empty for one host, where [`RunReport::ranks`]
     /// says it of every rank.
     pub reported: Vec<RankEnd>,
+    /// A cluster launcher that said it was aborting the job and had not ended a grace period
+    /// later (Open MPI 4.1 can hang there for good, M6): its process group was killed, and
+    /// what it had started on the nodes was left to the caller's sweep.
+    pub abort_hung: bool,
 }
 
 /// How a cluster launcher reported that one rank ended.
@@ -356,6 +369,12 @@ impl fmt::Display for RunReport {
                  the ranks started and the rendezvous folder would have been left behind"
             )?;
         }
+        if self.abort_hung {
+            f.write_str(
+                "; the launcher hung in its abort for the grace period and was killed (seen with \
+                 Open MPI 4.1 after a kill during start-up)",
+            )?;
+        }
         if !self.left_behind.is_empty() {
             let list: Vec<String> = self.left_behind.iter().map(|l| l.to_string()).collect();
             write!(f, "; left behind (killed): {}", list.join(", "))?;
@@ -476,21 +495,37 @@ impl RunReport {
         reason: Lost,
         reporters: &[usize],
     ) -> fmt::Result {
-        let who = describe_ranks(culprits);
+        let mut who = describe_ranks(culprits);
+        if let (Some(node), [_]) = (&self.culprit_node, culprits) {
+            who = format!("{who} on {node}");
+        }
         let it = if culprits.len() == 1 { "it" } else { "them" };
         let by = describe_ranks(reporters);
+        // On one host every reporter exited 75; under a cluster launcher, most are known as
+        // witnesses by what they wrote, whatever status the program then chose.
+        let how = if self.ranks.is_empty() {
+            "as their output says".to_string()
+        } else {
+            format!("status {EXIT_PEER_FAILED}")
+        };
         match reason {
+            // A cluster launcher may end the others before any gives up.
+            Lost::ExitedEarly if reporters.is_empty() => write!(
+                f,
+                "{who} exited early with status 0 while the others still needed {it}; the \
+                 launcher stopped the others"
+            )?,
             Lost::ExitedEarly => write!(
                 f,
                 "{who} exited early with status 0 while the others still needed {it}: {by} gave \
-                 up on {it} (status {EXIT_PEER_FAILED})"
+                 up on {it} ({how})"
             )?,
             Lost::StillRunning => {
                 let was = if culprits.len() == 1 { "was" } else { "were" };
                 write!(
                     f,
                     "{who} {was} still running (hung?) when {by} gave up waiting for {it} \
-                     (status {EXIT_PEER_FAILED})"
+                     ({how})"
                 )?;
                 if culprits
                     .iter()
@@ -535,10 +570,12 @@ fn write_failed(f: &mut fmt::Formatter<'_>, failed: &[(Ended, Vec<usize>)]) -> f
         } else {
             let also = match end {
                 Ended::Exited(code) => format!("also exited with status {code}"),
-                Ended::Signaled(_) if ranks.len() > 1 => {
+                Ended::Signaled(_) | Ended::SignaledUnnamed if ranks.len() > 1 => {
                     format!("{end}").replacen("was", "were also", 1)
                 }
-                Ended::Signaled(_) => format!("{end}").replacen("was", "was also", 1),
+                Ended::Signaled(_) | Ended::SignaledUnnamed => {
+                    format!("{end}").replacen("was", "was also", 1)
+                }
             };
             write!(f, "; {} {also}", describe_ranks(ranks))?;
         }
@@ -588,6 +625,7 @@ mod tests {
             left_behind: Vec::new(),
             launcher_lines: Vec::new(),
             reported: Vec::new(),
+            abort_hung: false,
         }
     }
 

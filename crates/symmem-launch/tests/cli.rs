@@ -484,3 +484,41 @@ fn nothing_of_the_run_survives_kill_9_of_the_launcher() {
         folder.display()
     );
 }
+
+/// M10: `symmem-run … 2>&1 | head -1`. Once the reader of symmem-run's stdout and stderr is
+/// gone, writing there fails with EPIPE (Rust ignores SIGPIPE); that must neither end the
+/// launcher (it panicked, rc 101) nor stop the ranks early, and the job's status stays its own.
+#[test]
+fn a_closed_output_pipe_changes_neither_the_job_nor_its_status() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let done = dir.path().join("done");
+    let (reader, writer) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+    let writer = std::fs::File::from(writer);
+    let script = format!(
+        "echo hi; echo err >&2; sleep 0.5; echo late; echo late >&2; touch {}.$RANK; exit 3",
+        done.display()
+    );
+    let mut child = symmem_run()
+        .args([
+            "--ranks", "2", "--grace", "1s", "--", "/bin/sh", "-c", &script,
+        ])
+        .stdin(Stdio::null())
+        .stdout(writer.try_clone().expect("dup"))
+        .stderr(writer)
+        .spawn()
+        .expect("spawn symmem-run");
+    // `head -1`: one line read, then the pipe's only reader is gone.
+    let mut first = String::new();
+    BufReader::new(std::fs::File::from(reader))
+        .read_line(&mut first)
+        .expect("read the first line");
+    assert!(!first.is_empty(), "no first line");
+    let status = wait_within(&mut child, GRACE + MARGIN);
+    assert_eq!(status.code(), Some(3), "the ranks' status, not a panic's");
+    for rank in 0..2 {
+        assert!(
+            dir.path().join(format!("done.{rank}")).exists(),
+            "rank {rank} was stopped before its end"
+        );
+    }
+}

@@ -4,7 +4,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use symmem_launch::{
-    Hosts, LaunchSpec, Launcher, Layout, LeftBehind, Mpirun, Outcome, RunReport, Srun, Sweep,
+    EXIT_PEER_FAILED, Ended, Hosts, LaunchSpec, Launcher, Layout, LeftBehind, Lost, Mpirun,
+    Outcome, RunReport, Srun, Sweep,
 };
 use symmem_test_support::command::write_script;
 use symmem_test_support::process::group_empty;
@@ -170,4 +171,177 @@ fn what_the_launcher_leaves_in_its_group_is_killed_and_reported() {
     assert_eq!(left, [("this host", "sleep")], "{report}");
     assert!(!report.success() && report.exit_code() == 1, "{report}");
     assert!(group_empty(report.pgid), "the sleep is gone");
+}
+
+/// Runs a stand-in mpirun of 4 ranks (2 x 2) printing `body`'s output.
+fn mpirun_says(body: &str) -> RunReport {
+    let (_dir, mpirun) = stand_in("mpirun", body);
+    let launcher = Launcher::Mpirun(Mpirun {
+        program: mpirun,
+        ..Mpirun::new(two_hosts())
+    });
+    let spec = LaunchSpec::new("/bin/true", 4)
+        .layout(Layout::even(2, 2))
+        .timeout(Duration::from_secs(30))
+        .grace(Duration::from_secs(1));
+    launcher
+        .launch(&spec, &mut |_| {})
+        .expect("the stand-in runs")
+}
+
+/// M3: a rank that exits 0 before the others are done is named, with its node, from mpirun's
+/// "exiting improperly" report (it was reported as mpirun failing on its own).
+#[test]
+fn mpirun_names_a_rank_that_exited_improperly() {
+    let report = mpirun_says(
+        "echo '[1,0]<stdout>:check 5 passed'\n\
+         echo 'mpirun has exited due to process rank 3 with PID 2703 on' >&2\n\
+         echo 'node node-b exiting improperly. There are three reasons this could occur:' >&2\n\
+         exit 1\n",
+    );
+    assert_eq!(
+        report.outcome,
+        Outcome::PeerLost {
+            culprits: vec![3],
+            reason: Lost::ExitedEarly,
+            reporters: vec![],
+        },
+        "{report}"
+    );
+    assert_eq!(report.culprit_node.as_deref(), Some("node-b"));
+    assert_eq!(report.exit_code(), EXIT_PEER_FAILED);
+    let text = report.to_string();
+    assert!(text.contains("rank 3 on node-b exited early"), "{text}");
+}
+
+/// M3: a hung (or SIGSTOPped) rank. Its peers time out and exit 75, and mpirun names the first
+/// of them: a witness, never the culprit. The culprit is the rank that wrote no witness's
+/// report.
+#[test]
+fn mpirun_never_names_a_witness_of_a_hung_rank() {
+    let timeout = "not every rank reached collective #71 free(allocation #69) within 10s \
+                   through PMIx";
+    let report = mpirun_says(&format!(
+        "for r in 0 1 2; do echo \"[1,$r]<stderr>:rank $r: ERROR: {timeout}\"; done\n\
+         echo 'mpirun detected that one or more processes exited with non-zero status, thus \
+         causing' >&2\n\
+         echo 'the job to be terminated. The first process to do so was:' >&2\n\
+         echo '  Process name: [[21097,1],1]' >&2\n\
+         echo '  Exit code:    75' >&2\n\
+         exit 75\n"
+    ));
+    assert_eq!(
+        report.outcome,
+        Outcome::PeerLost {
+            culprits: vec![3],
+            reason: Lost::StillRunning,
+            reporters: vec![1, 0, 2],
+        },
+        "{report}"
+    );
+    let text = report.to_string();
+    assert!(
+        text.starts_with("rank 3 was still running (hung?)"),
+        "{text}"
+    );
+}
+
+/// The phrases by which a cluster launcher's runner tells a witness's report are still what
+/// symmem-bootstrap writes when it gives up on another rank (the engine's rendezvous, or a
+/// collective over its own links).
+#[test]
+fn witness_phrases_are_the_control_plane_s() {
+    use symmem::{CollectiveKind, CollectiveOp};
+    use symmem_bootstrap::{BootstrapError, CollectiveFailure};
+    let op = CollectiveOp {
+        seq: 7,
+        kind: CollectiveKind::Barrier,
+    };
+    let waited = Duration::from_secs(10);
+    let node = "node-b".to_string();
+    let reports = [
+        BootstrapError::EngineTimeout {
+            op: op.clone(),
+            waited,
+        },
+        BootstrapError::EnginePeerLost {
+            op: op.clone(),
+            text: "LOST-CONNECTION".into(),
+        },
+        CollectiveFailure::NeverArrived {
+            op: op.clone(),
+            missing: vec![1],
+            waited_ms: 10_000,
+        }
+        .into(),
+        CollectiveFailure::PeerGone {
+            rank: 1,
+            op: op.clone(),
+        }
+        .into(),
+        CollectiveFailure::GoneFromNode {
+            rank: 3,
+            node: node.clone(),
+            op: op.clone(),
+        }
+        .into(),
+        BootstrapError::RootGone { op: op.clone() },
+        BootstrapError::RootSilent {
+            op: op.clone(),
+            waited,
+        },
+        BootstrapError::LeaderGone {
+            leader: 2,
+            node: node.clone(),
+            op: op.clone(),
+        },
+        BootstrapError::LeaderSilent {
+            leader: 2,
+            node,
+            op,
+            waited,
+        },
+    ];
+    for report in reports.iter().map(ToString::to_string) {
+        assert!(
+            symmem_launch::WITNESS_REPORTS
+                .iter()
+                .any(|phrase| report.contains(phrase)),
+            "{report:?} holds no witness phrase"
+        );
+    }
+    // Every phrase is one of them (none is stale).
+    for phrase in symmem_launch::WITNESS_REPORTS {
+        assert!(
+            reports.iter().any(|r| r.to_string().contains(phrase)),
+            "{phrase:?} is no report's"
+        );
+    }
+}
+
+/// M6: a rank killed during start-up, and mpirun hanging for good in its abort (Open MPI
+/// 4.1.4). Its report never names the rank, so its log of states does; and from the notice
+/// that it aborts the job, it has the grace period to end, then its group gets SIGKILL (it
+/// waited for the job's timeout before).
+#[test]
+fn mpirun_hung_in_its_abort_is_ended_and_the_rank_named_from_its_log() {
+    let report = mpirun_says(
+        "trap '' TERM\n\
+         echo '[node-b:14800] [[20282,0],1] ACTIVATE PROC [[20282,1],3] STATE ABORTED BY \
+         SIGNAL AT ../../orte/mca/odls/base/odls_base_default_fns.c:1746' >&2\n\
+         echo 'Primary job  terminated normally, but 1 process returned' >&2\n\
+         echo 'a non-zero exit code. Per user-direction, the job has been aborted.' >&2\n\
+         while :; do sleep 1; done\n",
+    );
+    assert_eq!(
+        report.outcome,
+        Outcome::RankFailed {
+            rank: 3,
+            how: Ended::SignaledUnnamed,
+        },
+        "{report}"
+    );
+    assert_eq!(report.culprit_node.as_deref(), Some("node-b"));
+    assert!(report.abort_hung, "{report}");
+    assert!(report.to_string().contains("hung in its abort"), "{report}");
 }

@@ -75,11 +75,12 @@ pub enum Error {
     /// A collective that every rank reached and that failed on every rank alike, each rank
     /// knowing that all of them failed (e.g. out of heap on any rank: every rank undid its
     /// part). The ranks are still in step, so the context stays usable.
-    #[error("{provider}: {source}")]
+    #[error("{provider}: {cause}")]
     RefusedByAll {
         provider: ProviderKind,
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+        /// The provider's error. Part of this error's text, so not its `source()`: a printer
+        /// of error chains (anyhow's `{:#}`) would show it twice.
+        cause: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
     #[error(
         "provider {provider} says all {world_size} ranks share one node, yet no peer is \
@@ -114,17 +115,19 @@ pub enum Error {
     Finalized,
     #[error(transparent)]
     Translate(#[from] TranslateError),
-    #[error("{provider}: {source}")]
+    #[error("{provider}: {cause}")]
     PeerFailed {
         provider: ProviderKind,
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+        /// The provider's error. Part of this error's text, so not its `source()`: a printer
+        /// of error chains (anyhow's `{:#}`) would show it twice.
+        cause: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
-    #[error("{provider}: {source}")]
+    #[error("{provider}: {cause}")]
     Provider {
         provider: ProviderKind,
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+        /// The provider's error. Part of this error's text, so not its `source()`: a printer
+        /// of error chains (anyhow's `{:#}`) would show it twice.
+        cause: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
 }
 
@@ -178,7 +181,7 @@ impl Error {
     ) -> Self {
         Self::Provider {
             provider,
-            source: Box::new(source),
+            cause: Box::new(source),
         }
     }
 
@@ -190,7 +193,7 @@ impl Error {
     ) -> Self {
         Self::PeerFailed {
             provider,
-            source: Box::new(source),
+            cause: Box::new(source),
         }
     }
 
@@ -202,7 +205,7 @@ impl Error {
     ) -> Self {
         Self::RefusedByAll {
             provider,
-            source: Box::new(source),
+            cause: Box::new(source),
         }
     }
 
@@ -231,6 +234,32 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// M11: a provider's error is printed once, also by a printer of error chains (each
+    /// `source()` after the error's own text, as anyhow's `{:#}` does).
+    #[test]
+    fn a_provider_error_is_printed_once_in_its_chain() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("not every rank reached collective #3 barrier")]
+        struct Late;
+        impl ProviderError for Late {
+            fn blame(&self) -> Blame {
+                Blame::AnotherRank
+            }
+        }
+        let err = Error::from_provider(ProviderKind::Host, Late);
+        let mut chain = err.to_string();
+        let mut next = std::error::Error::source(&err);
+        while let Some(cause) = next {
+            chain.push_str(&format!(": {cause}"));
+            next = cause.source();
+        }
+        assert_eq!(
+            chain.matches("not every rank reached").count(),
+            1,
+            "{chain}"
+        );
+    }
 
     #[test]
     fn a_world_of_one_rank_is_singular() {

@@ -7,6 +7,7 @@
 //! [`Mpirun`]: super::Mpirun
 //! [`Srun`]: super::Srun
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -19,14 +20,16 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
 use super::Sweep;
+use crate::culprit::is_witness_report;
 use crate::error::LaunchError;
 use crate::group::{command_name, exiting, live_members, signal_group};
 use crate::report::{
-    EXIT_PEER_FAILED, Ended, LeftBehind, Outcome, OutputLine, RankEnd, RunReport, Stream,
+    EXIT_PEER_FAILED, Ended, LeftBehind, Lost, Outcome, OutputLine, RankEnd, RunReport, Stream,
 };
 use crate::signals::SignalGuard;
 use crate::spec::LaunchSpec;
 use crate::watchdog::{Watchdog, new_run_id};
+use symmem::format_duration;
 
 /// How often the launcher is polled (and the longest a line waits).
 const POLL: Duration = Duration::from_millis(10);
@@ -62,9 +65,16 @@ pub(crate) struct Job<'a> {
     /// Environment for the launcher itself, before the spec's (which the ranks get).
     pub(crate) env: Vec<(OsString, OsString)>,
     pub(crate) tagger: fn() -> Box<dyn Tagger>,
-    /// How ranks ended, as the launcher's own lines report it.
-    pub(crate) reports: fn(&[String]) -> Vec<RankEnd>,
+    /// How ranks ended, as the launcher's own lines and its exit status report it.
+    pub(crate) reports: fn(&[String], ExitStatus) -> Vec<RankEnd>,
+    /// The launcher's own lines that are kept for `reports` but not handed to the sink (a log
+    /// asked for only to name a culprit the launcher's report may leave out).
+    pub(crate) quiet: fn(&str) -> bool,
     pub(crate) stop: Stop,
+    /// Whether one of the launcher's own lines says it is ending the job because a rank failed
+    /// (mpirun: "the job has been aborted"). From then on it has the grace period to exit;
+    /// past it, its group gets SIGKILL (Open MPI 4.1 can hang for good in its abort, M6).
+    pub(crate) aborting: fn(&str) -> bool,
     pub(crate) sweep: Option<&'a Sweep>,
 }
 
@@ -109,6 +119,11 @@ pub(crate) fn run(
         rx,
         sink,
         own: Vec::new(),
+        log: Vec::new(),
+        witnesses: BTreeSet::new(),
+        aborting_since: None,
+        aborting: job.aborting,
+        quiet: job.quiet,
     };
     let ended = watch.until_exit(&mut child, &job, spec, &signals, start);
     let ended = match ended {
@@ -131,8 +146,13 @@ pub(crate) fn run(
         }
     }
     let watchdog_lost = watchdog.lost().map(ended_as);
-    let reported = (job.reports)(&watch.own);
-    let (outcome, culprit_node) = outcome(job.name, &ended, &reported, spec.ranks);
+    let reported = (job.reports)(&[&watch.own[..], &watch.log[..]].concat(), ended.status);
+    let told = Told {
+        reported: &reported,
+        witnesses: &watch.witnesses,
+        ranks: spec.ranks,
+    };
+    let (outcome, culprit_node) = outcome(job.name, &ended, &told);
     Ok(RunReport {
         outcome,
         ranks: Vec::new(),
@@ -148,6 +168,7 @@ pub(crate) fn run(
         left_behind,
         launcher_lines: watch.own,
         reported,
+        abort_hung: ended.abort_hung,
     })
 }
 
@@ -176,6 +197,8 @@ struct End {
     stopped: Option<Why>,
     /// Whether its group got SIGKILL (it outlived the grace period).
     killed: bool,
+    /// Whether that was because it hung in its abort ([`Job::aborting`]).
+    abort_hung: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -184,18 +207,23 @@ enum Why {
     Signal(i32),
 }
 
-fn outcome(
-    launcher: &'static str,
-    end: &End,
-    reported: &[RankEnd],
+/// What the launcher and the ranks' output told of how the ranks ended.
+struct Told<'a> {
+    /// The ranks' ends the launcher reported.
+    reported: &'a [RankEnd],
+    /// The ranks that wrote a witness's report.
+    witnesses: &'a BTreeSet<usize>,
+    /// The world size.
     ranks: usize,
-) -> (Outcome, Option<String>) {
+}
+
+fn outcome(launcher: &'static str, end: &End, told: &Told<'_>) -> (Outcome, Option<String>) {
     match end.stopped {
         Some(Why::Signal(signal)) => return (Outcome::Interrupted { signal }, None),
         Some(Why::Timeout) => {
             // The launcher does not say which ranks were still running: all of them, as far
             // as this side can tell.
-            let still_running = (0..ranks).collect();
+            let still_running = (0..told.ranks).collect();
             return (Outcome::TimedOut { still_running }, None);
         }
         None => {}
@@ -203,14 +231,8 @@ fn outcome(
     if end.status.success() {
         return (Outcome::Success, None);
     }
-    match culprit(reported) {
-        Some(named) => (
-            Outcome::RankFailed {
-                rank: named.rank,
-                how: named.how,
-            },
-            named.node.clone(),
-        ),
+    match blame(told) {
+        Some(found) => found,
         None => (
             Outcome::LauncherFailed {
                 launcher,
@@ -221,15 +243,60 @@ fn outcome(
     }
 }
 
-/// The rank that failed on its own: the first reported that did not end with
-/// [`EXIT_PEER_FAILED`] (a witness, never the culprit), else the first reported (which then
-/// gave up on a peer no one saw fail).
-fn culprit(reported: &[RankEnd]) -> Option<&RankEnd> {
+/// The culprit of a failed job, by the failure policy, from what the launcher reported and
+/// what the ranks wrote: a rank that failed on its own; else one the launcher saw leave early
+/// (status 0 without finalizing); else, when only witnesses (status 75) were reported, the
+/// ranks that wrote no witness's report (hung, stopped, or ended before they could write
+/// one): a witness is never the culprit. `None` when nobody can be named.
+fn blame(told: &Told<'_>) -> Option<(Outcome, Option<String>)> {
     let witness = Ended::Exited(EXIT_PEER_FAILED);
-    reported
+    // A rank that wrote a witness's report is a witness, whatever it then ended with: srun
+    // kills every task once one exited 75, and a program may exit otherwise after a witness's
+    // error (symmem-conformance exits 2 when its provider cannot start).
+    if let Some(own) = told
+        .reported
         .iter()
-        .find(|r| r.how != witness && !r.how.success())
-        .or_else(|| reported.iter().find(|r| !r.how.success()))
+        .find(|r| r.how != witness && !r.how.success() && !told.witnesses.contains(&r.rank))
+    {
+        let outcome = Outcome::RankFailed {
+            rank: own.rank,
+            how: own.how,
+        };
+        return Some((outcome, own.node.clone()));
+    }
+    let mut reporters: Vec<usize> = told
+        .reported
+        .iter()
+        .filter(|r| r.how == witness)
+        .map(|r| r.rank)
+        .collect();
+    for &rank in told.witnesses {
+        if !reporters.contains(&rank) {
+            reporters.push(rank);
+        }
+    }
+    if let Some(early) = told.reported.iter().find(|r| r.how.success()) {
+        reporters.retain(|&r| r != early.rank);
+        let outcome = Outcome::PeerLost {
+            culprits: vec![early.rank],
+            reason: Lost::ExitedEarly,
+            reporters,
+        };
+        return Some((outcome, early.node.clone()));
+    }
+    if told.reported.is_empty() {
+        return None;
+    }
+    let silent: Vec<usize> = (0..told.ranks).filter(|r| !reporters.contains(r)).collect();
+    if silent.is_empty() {
+        return None;
+    }
+    let outcome = Outcome::PeerLost {
+        culprits: silent,
+        reason: Lost::StillRunning,
+        reporters,
+    };
+    Some((outcome, None))
 }
 
 fn ended_as(status: ExitStatus) -> Ended {
@@ -290,13 +357,33 @@ struct Watch<'s> {
     sink: &'s mut dyn FnMut(&OutputLine),
     /// The launcher's own lines.
     own: Vec<String>,
+    /// Its own lines kept from the sink ([`Job::quiet`]).
+    log: Vec<String>,
+    /// The ranks that wrote a witness's report (they gave up on a lost peer), in rank order.
+    witnesses: BTreeSet<usize>,
+    /// When the launcher first said it was aborting the job ([`Job::aborting`]).
+    aborting_since: Option<Instant>,
+    aborting: fn(&str) -> bool,
+    quiet: fn(&str) -> bool,
 }
 
 impl Watch<'_> {
     fn take(&mut self, line: OutputLine) {
-        (self.sink)(&line);
-        if line.rank.is_none() {
-            self.own.push(line.text);
+        match line.rank {
+            None if (self.quiet)(&line.text) => self.log.push(line.text),
+            None => {
+                (self.sink)(&line);
+                if self.aborting_since.is_none() && (self.aborting)(&line.text) {
+                    self.aborting_since = Some(Instant::now());
+                }
+                self.own.push(line.text);
+            }
+            Some(rank) => {
+                (self.sink)(&line);
+                if is_witness_report(&line.text) {
+                    self.witnesses.insert(rank);
+                }
+            }
         }
     }
 
@@ -312,6 +399,7 @@ impl Watch<'_> {
         let deadline = start.checked_add(spec.timeout);
         let mut stopped: Option<(Why, Instant)> = None;
         let mut killed = false;
+        let mut abort_hung = false;
         loop {
             while let Ok(line) = self.rx.try_recv() {
                 self.take(line);
@@ -322,6 +410,7 @@ impl Watch<'_> {
                     status,
                     stopped,
                     killed,
+                    abort_hung,
                 });
             }
             let now = Instant::now();
@@ -335,10 +424,23 @@ impl Watch<'_> {
                     stop(child.id(), job.stop);
                     stopped = Some((why, now));
                 }
-                (Some((_, at)), _) if now >= at + spec.grace => {
-                    let pgid = i32::try_from(child.id()).unwrap_or(i32::MAX);
-                    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-                    killed = true;
+                (Some((_, at)), _) if now >= at + spec.grace => killed = kill_group(child),
+                // Aborting for longer than the grace period: stuck in its abort, which a
+                // signal to stop would only restart ("abort is already in progress").
+                _ if !killed && self.aborting_since.is_some_and(|at| now >= at + spec.grace) => {
+                    killed = kill_group(child);
+                    abort_hung = true;
+                    let line = OutputLine {
+                        rank: None,
+                        stream: Stream::Stderr,
+                        text: format!(
+                            "symmem-launch: {} said it was aborting the job {} ago and is still \
+                             running: its process group got SIGKILL",
+                            job.name,
+                            format_duration(spec.grace)
+                        ),
+                    };
+                    (self.sink)(&line);
                 }
                 _ => {}
             }
@@ -393,6 +495,13 @@ fn end_group(pgid: i32, killed: bool) -> Vec<LeftBehind> {
     }
 }
 
+/// SIGKILL to the launcher's process group; true.
+fn kill_group(child: &Child) -> bool {
+    let pgid = i32::try_from(child.id()).unwrap_or(i32::MAX);
+    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    true
+}
+
 fn stop(pid: u32, how: Stop) {
     let pid = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
     match how {
@@ -421,13 +530,87 @@ mod tests {
         }
     }
 
+    fn named(reported: &[RankEnd], witnesses: &[usize], ranks: usize) -> Option<Outcome> {
+        let witnesses = witnesses.iter().copied().collect();
+        let told = Told {
+            reported,
+            witnesses: &witnesses,
+            ranks,
+        };
+        blame(&told).map(|(outcome, _)| outcome)
+    }
+
     #[test]
     fn a_witness_is_never_the_culprit_while_another_failed() {
         let peer = Ended::Exited(EXIT_PEER_FAILED);
         let reported = [end(0, peer), end(1, peer), end(3, Ended::Signaled(9))];
-        assert_eq!(culprit(&reported), Some(&reported[2]));
-        // Only witnesses: the first is named (the report says it gave up on a peer).
-        assert_eq!(culprit(&reported[..2]), Some(&reported[0]));
-        assert_eq!(culprit(&[]), None);
+        let killed = Outcome::RankFailed {
+            rank: 3,
+            how: Ended::Signaled(9),
+        };
+        assert_eq!(named(&reported, &[], 4), Some(killed));
+        assert_eq!(named(&[], &[], 4), None);
+    }
+
+    /// M3: a hung (or stopped) rank under mpirun. mpirun names the first witness that gave
+    /// up (status 75), which is never the culprit: the ranks that wrote no witness's report
+    /// are, and the witnesses are the reporters.
+    #[test]
+    fn only_witnesses_reported_names_the_silent_ranks() {
+        let peer = Ended::Exited(EXIT_PEER_FAILED);
+        assert_eq!(
+            named(&[end(1, peer)], &[0, 1, 2], 4),
+            Some(Outcome::PeerLost {
+                culprits: vec![3],
+                reason: Lost::StillRunning,
+                reporters: vec![1, 0, 2],
+            })
+        );
+        // Every rank wrote a witness's report: nobody to name.
+        assert_eq!(named(&[end(1, peer)], &[0, 1], 2), None);
+    }
+
+    /// M3 under srun: the first witness's exit 75 made srun kill every other task, the hung
+    /// one and the witnesses still waiting alike; those that wrote a witness's report are
+    /// not the culprit.
+    #[test]
+    fn a_witness_killed_by_the_launcher_is_not_the_culprit() {
+        let peer = Ended::Exited(EXIT_PEER_FAILED);
+        let term = Ended::Signaled(15);
+        let reported = [end(0, peer), end(1, term), end(2, term), end(3, term)];
+        assert_eq!(
+            named(&reported, &[0, 1, 3], 4),
+            Some(Outcome::RankFailed { rank: 2, how: term })
+        );
+    }
+
+    /// M3: a rank that left early (mpirun: "exiting improperly") is the culprit, with its node.
+    #[test]
+    fn a_rank_that_left_early_is_named_with_its_node() {
+        let witnesses = BTreeSet::from([0, 1]);
+        let told = Told {
+            reported: &[end(3, Ended::Exited(0))],
+            witnesses: &witnesses,
+            ranks: 4,
+        };
+        assert_eq!(
+            blame(&told),
+            Some((
+                Outcome::PeerLost {
+                    culprits: vec![3],
+                    reason: Lost::ExitedEarly,
+                    reporters: vec![0, 1],
+                },
+                Some("n3".into())
+            ))
+        );
+    }
+
+    #[test]
+    fn witness_reports_are_recognised() {
+        assert!(is_witness_report(
+            "rank 0: ERROR: host: not every rank reached collective #71 free(..) within 10s"
+        ));
+        assert!(!is_witness_report("check 5 passed"));
     }
 }

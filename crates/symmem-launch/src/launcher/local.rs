@@ -204,6 +204,7 @@ pub fn launch_with(
         left_behind: Vec::new(),
         launcher_lines: Vec::new(),
         reported: Vec::new(),
+        abort_hung: false,
     })
 }
 

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 
 use super::Sweep;
 use super::external::{self, Job, Stop, Tagger};
@@ -92,7 +93,9 @@ impl Mpirun {
             env,
             tagger: || Box::new(Demux::default()),
             reports,
+            quiet: state_log,
             stop: Stop::Terminate,
+            aborting,
             sweep: self.sweep.as_ref(),
         };
         external::run(job, spec, sink)
@@ -126,6 +129,9 @@ impl Mpirun {
         if let Some(agent) = &self.rsh_agent {
             words.extend(["--mca".into(), "plm_rsh_agent".into(), agent.into()]);
         }
+        // The log of its processes' states: it names the rank that ended the job where
+        // mpirun's own report leaves it out (a kill during start-up, M6). Kept from the sink.
+        words.extend(["--mca".into(), "state_base_verbose".into(), "5".into()]);
         words.extend(self.args.iter().cloned());
         words.extend([
             "--tag-output".into(),
@@ -234,9 +240,80 @@ impl Tagger for Demux {
     }
 }
 
-/// The rank `mpirun` reported ending the job (it names one).
-fn reports(lines: &[String]) -> Vec<RankEnd> {
-    first_report(lines).into_iter().collect()
+/// Whether `line` is Open MPI 4's notice that it is ending the job because a rank failed:
+/// `Primary job  terminated normally, but 1 process returned` (a rank's non-zero status or
+/// signal), or its report of a rank that exited improperly.
+fn aborting(line: &str) -> bool {
+    line.contains("terminated normally, but") || line.contains("has exited due to process rank")
+}
+
+/// The rank `mpirun` reported ending the job (it names one); where its report names none,
+/// the first rank its log of states says failed on a node.
+fn reports(lines: &[String], status: ExitStatus) -> Vec<RankEnd> {
+    first_report(lines)
+        .or_else(|| improper_exit(lines))
+        .or_else(|| state_report(lines, status))
+        .into_iter()
+        .collect()
+}
+
+/// A line of Open MPI's log of states (`--mca state_base_verbose 5`).
+fn state_log(line: &str) -> bool {
+    line.contains(" ACTIVATE PROC ")
+        || line.contains(" ACTIVATE JOB ")
+        || line.contains(" state:base:")
+}
+
+/// The first rank that the log of states says ended badly, as the daemon that ran it logged
+/// it: `[node-b:14800] [[20282,0],1] ACTIVATE PROC [[20282,1],3] STATE ABORTED BY SIGNAL AT
+/// ../orte/mca/odls/base/odls_base_default_fns.c:1746`. The log gives no signal or status:
+/// mpirun's own exit status carries the first failed rank's (128 + its signal).
+fn state_report(lines: &[String], status: ExitStatus) -> Option<RankEnd> {
+    lines.iter().find_map(|line| {
+        let (node, rest) = line.strip_prefix('[')?.split_once(':')?;
+        let proc_ = rest.split(" ACTIVATE PROC [[").nth(1)?;
+        let (name, rest) = proc_.split_once("] STATE ")?;
+        let rank = name.rsplit(',').next()?.parse().ok()?;
+        let (state, at) = rest.split_once(" AT ")?;
+        if !at.contains("/odls/") {
+            return None; // mpirun relaying a daemon's report: the daemon's line names the node
+        }
+        let code = status.code();
+        let how = match state {
+            "ABORTED BY SIGNAL" => match code {
+                Some(c) if c > 128 => Ended::Signaled(c - 128),
+                _ => Ended::SignaledUnnamed,
+            },
+            "EXITED WITH NON-ZERO STATUS" => Ended::Exited(code.filter(|&c| c != 0)?),
+            "TERMINATED WITHOUT SYNC" => Ended::Exited(0),
+            _ => return None,
+        };
+        Some(RankEnd {
+            rank,
+            node: Some(node.to_string()),
+            how,
+        })
+    })
+}
+
+/// Open MPI 4's report of a rank that left without finalizing (it exited 0 early, or never
+/// started PMIx), on two lines: `mpirun has exited due to process rank 3 with PID 2703 on` /
+/// `node node-b exiting improperly. ...`. The rank ended with status 0, as far as mpirun says.
+fn improper_exit(lines: &[String]) -> Option<RankEnd> {
+    let text = lines.join(" ");
+    let rest = text.split("has exited due to process rank ").nth(1)?;
+    let (what, _) = rest.split_once(" exiting improperly")?;
+    let rank = what.split_whitespace().next()?.parse().ok()?;
+    let node = what
+        .split(" node ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .map(str::to_string);
+    Some(RankEnd {
+        rank,
+        node,
+        how: Ended::Exited(0),
+    })
 }
 
 /// Open MPI 4's report of the rank that ended the job: `mpirun noticed that process rank 3
@@ -291,6 +368,7 @@ fn first_report(lines: &[String]) -> Option<RankEnd> {
 mod tests {
     use super::*;
     use crate::launcher::external::lines;
+    use std::os::unix::process::ExitStatusExt;
 
     fn feed(demux: &mut Demux, raw: &str) -> Vec<(Option<usize>, Stream, String)> {
         demux
@@ -376,6 +454,54 @@ mod tests {
         assert_eq!(first_report(&lines(&["all fine"])), None);
     }
 
+    /// M3: a rank that exits 0 before finalizing is named by mpirun in a report of its own.
+    #[test]
+    fn a_rank_that_exited_improperly_is_read() {
+        let text = lines(&[
+            "--------------------------------------------------------------------------",
+            "mpirun has exited due to process rank 3 with PID 2703 on",
+            "node node-b exiting improperly. There are three reasons this could occur:",
+            "",
+            "1. this process did not call \"init\" before exiting, but others in",
+        ]);
+        assert_eq!(
+            reports(&text, ExitStatus::from_raw(256)),
+            [RankEnd {
+                rank: 3,
+                node: Some("node-b".into()),
+                how: Ended::Exited(0),
+            }]
+        );
+        assert_eq!(
+            reports(&lines(&["mpirun has exited"]), ExitStatus::from_raw(256)),
+            []
+        );
+    }
+
+    /// M6: a rank killed during start-up, which mpirun's report leaves out, is named from the
+    /// log of states, with the node of the daemon that ran it; the signal comes from mpirun's
+    /// status (128 + 9), unnamed when mpirun had to be killed itself.
+    #[test]
+    fn a_rank_the_report_leaves_out_is_read_from_the_log_of_states() {
+        let log = lines(&[
+            "[node-a:14774] [[20282,0],0] ACTIVATE PROC [[20282,1],3] STATE RUNNING AT ../plm_base_receive.c:352",
+            "[node-b:14800] [[20282,0],1] ACTIVATE PROC [[20282,1],3] STATE IOF COMPLETE AT ../iof/orted/iof_orted_read.c:182",
+            "[node-a:14774] [[20282,0],0] ACTIVATE PROC [[20282,1],3] STATE ABORTED BY SIGNAL AT ../../orte/mca/plm/base/plm_base_receive.c:352",
+            "[node-b:14800] [[20282,0],1] ACTIVATE PROC [[20282,1],3] STATE ABORTED BY SIGNAL AT ../../orte/mca/odls/base/odls_base_default_fns.c:1746",
+            "Primary job  terminated normally, but 1 process returned",
+        ]);
+        assert!(log.iter().take(4).all(|l| state_log(l)));
+        let killed = |status| reports(&log, ExitStatus::from_raw(status));
+        let named = |how| RankEnd {
+            rank: 3,
+            node: Some("node-b".into()),
+            how,
+        };
+        assert_eq!(killed(137 << 8), [named(Ended::Signaled(9))]);
+        assert_eq!(killed(9), [named(Ended::SignaledUnnamed)]);
+        assert!(aborting(&log[4]));
+    }
+
     #[test]
     fn layouts_become_host_slots_and_the_environment_is_exported() {
         let mut mpirun = Mpirun::new(Hosts::List(vec!["a".into(), "b".into()]));
@@ -391,8 +517,8 @@ mod tests {
         let words: Vec<String> = words.iter().map(|w| w.to_string_lossy().into()).collect();
         assert_eq!(
             words.join(" "),
-            "nsenter -- mpirun --mca plm_rsh_agent /run/agent --tag-output --host a:3,b:1 \
-             -np 4 -x X /bin/true --flag"
+            "nsenter -- mpirun --mca plm_rsh_agent /run/agent --mca state_base_verbose 5 \
+             --tag-output --host a:3,b:1 -np 4 -x X /bin/true --flag"
         );
         let spread = LaunchSpec::new("/bin/true", 3).layout(Layout::Spread { nodes: 2 });
         let words = mpirun

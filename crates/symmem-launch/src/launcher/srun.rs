@@ -8,6 +8,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 
 use super::Sweep;
 use super::external::{self, Job, Stop, Tagger};
@@ -60,6 +61,9 @@ impl Srun {
             tagger: || Box::new(Labels),
             reports,
             stop: Stop::InterruptTwice,
+            // srun ends the step itself on a bad exit (--kill-on-bad-exit), bounded by Slurm.
+            aborting: |_| false,
+            quiet: |_| false,
             sweep: self.sweep.as_ref(),
         };
         external::run(job, spec, sink)
@@ -184,7 +188,7 @@ fn slurm_ended(how: &str) -> Option<Ended> {
 }
 
 /// Every task `srun` reported ending, in its order.
-fn reports(lines: &[String]) -> Vec<RankEnd> {
+fn reports(lines: &[String], _: ExitStatus) -> Vec<RankEnd> {
     lines
         .iter()
         .filter_map(|l| task_report(l))
@@ -202,6 +206,7 @@ fn reports(lines: &[String]) -> Vec<RankEnd> {
 mod tests {
     use super::*;
     use crate::launcher::external::lines;
+    use std::os::unix::process::ExitStatusExt;
 
     #[test]
     fn labels_name_the_task_and_the_rest_is_srun_s() {
@@ -228,7 +233,7 @@ mod tests {
     #[test]
     fn every_task_srun_reports_is_read_with_its_node() {
         let ends = |text: &[&str]| -> Vec<(usize, String, Ended)> {
-            reports(&lines(text))
+            reports(&lines(text), ExitStatus::from_raw(0))
                 .into_iter()
                 .map(|r| (r.rank, r.node.unwrap_or_default(), r.how))
                 .collect()
