@@ -9,7 +9,7 @@
 use anyhow::{Context as _, bail};
 use std::time::Duration;
 use symmem_cluster::Cluster;
-use symmem_launch::{LaunchSpec, Launcher, Layout, Srun, Stream};
+use symmem_launch::{LaunchSpec, Launcher, Layout, Stream};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -31,17 +31,7 @@ fn main() -> anyhow::Result<()> {
         other => bail!("unknown launcher {other}: mpirun or srun"),
     };
     let launcher = match &slurm {
-        Some(slurm) => Launcher::Srun(Srun {
-            program: slurm.srun().to_path_buf(),
-            args: Vec::new(),
-            wrapper: cluster.wrapper(),
-            env: slurm
-                .env()
-                .into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-            sweep: Some(slurm.sweeper()),
-        }),
+        Some(slurm) => Launcher::Srun(slurm.launcher()),
         None => Launcher::Mpirun(cluster.mpirun()),
     };
     let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();

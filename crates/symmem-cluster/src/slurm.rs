@@ -308,6 +308,23 @@ impl<'c> Slurm<'c> {
         self.cluster.sweeper_sparing(is_daemon)
     }
 
+    /// `srun` inside the first node with this Slurm's `SLURM_CONF`, as a launcher (add its
+    /// arguments to `args`): the same wrapper as `mpirun`'s, and a sweep that spares the
+    /// daemons.
+    pub fn launcher(&self) -> symmem_launch::Srun {
+        symmem_launch::Srun {
+            program: self.srun.clone(),
+            args: Vec::new(),
+            wrapper: self.cluster.wrapper(),
+            env: self
+                .env()
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+            sweep: Some(self.sweeper()),
+        }
+    }
+
     /// `srun`'s path on this machine (the nodes see the same).
     pub fn srun(&self) -> &Path {
         &self.srun

@@ -74,25 +74,13 @@ pub fn run(
         ));
         problems.extend(leftovers(cluster));
         if let Target::Emulated(_, Launcher::Mpirun(_)) = target {
-            problems.extend(launcher_death(
-                target,
-                &spec,
-                cluster,
-                world,
-                Daemon::Mpirun,
-            )?);
+            problems.extend(launcher_death(target, &spec, cluster, Daemon::Mpirun)?);
             // The last node's orted, its rank `victim` hung outside any collective.
             let hung = bare.clone().env(
                 CONFORMANCE_FAULT.name,
                 format!("hang@{victim}:{}", second.id),
             );
-            problems.extend(launcher_death(
-                target,
-                &hung,
-                cluster,
-                world,
-                Daemon::Orted,
-            )?);
+            problems.extend(launcher_death(target, &hung, cluster, Daemon::Orted)?);
             problems.extend(stopped_rank(target, &bare, cluster, victim)?);
         }
     }
@@ -118,25 +106,17 @@ fn launch_and_end(
     cluster: Option<&Cluster>,
     (victim, signal): (usize, Signal),
 ) -> anyhow::Result<(RunReport, Instant)> {
-    let world = spec.ranks;
     let first = CHECKS[0].id;
-    let mut reported = 0;
     let mut mid_run = None;
     let mut kill_error = None;
-    let report = target.launcher().launch(spec, &mut |line: &OutputLine| {
-        print_line(line);
-        let done =
-            line.rank.is_some() && CheckResult::parse(&line.text).is_some_and(|r| r.check == first);
-        reported += usize::from(done);
-        if done && reported == world {
-            mid_run = Some(Instant::now());
-            if let Some(cluster) = cluster {
-                match cluster.signal_rank(victim, signal) {
-                    Ok((node, process)) => {
-                        println!("  {signal} to rank {victim}: {process} on {node}");
-                    }
-                    Err(e) => kill_error = Some(e),
+    let report = launch_to_mid_run(target, spec, || {
+        mid_run = Some(Instant::now());
+        if let Some(cluster) = cluster {
+            match cluster.signal_rank(victim, signal) {
+                Ok((node, process)) => {
+                    println!("  {signal} to rank {victim}: {process} on {node}");
                 }
+                Err(e) => kill_error = Some(e),
             }
         }
     })?;
@@ -147,6 +127,27 @@ fn launch_and_end(
         bail!("the job never got past check {first} on every rank, so no rank was ended: {report}");
     };
     Ok((report, mid_run))
+}
+
+/// Runs `spec`, printing its lines, and calls `mid_run` once, when every rank has reported
+/// the first check (the job is then mid-run).
+fn launch_to_mid_run(
+    target: &Target,
+    spec: &symmem_launch::LaunchSpec,
+    mut mid_run: impl FnMut(),
+) -> anyhow::Result<RunReport> {
+    let first = CHECKS[0].id;
+    let mut reported = 0;
+    let report = target.launcher().launch(spec, &mut |line: &OutputLine| {
+        print_line(line);
+        let done =
+            line.rank.is_some() && CheckResult::parse(&line.text).is_some_and(|r| r.check == first);
+        reported += usize::from(done);
+        if done && reported == spec.ranks {
+            mid_run();
+        }
+    })?;
+    Ok(report)
 }
 
 /// symmem's files left on the nodes (rendezvous folders and sockets, heaps).
@@ -254,21 +255,13 @@ fn launcher_death(
     target: &Target,
     spec: &symmem_launch::LaunchSpec,
     cluster: &Cluster,
-    world: usize,
     daemon: Daemon,
 ) -> anyhow::Result<Vec<String>> {
     let first = CHECKS[0].id;
     println!("kill test, launcher: {daemon:?} gets SIGKILL once every rank reported check {first}");
-    let mut reported = 0;
     let mut killed = None;
-    let report = target.launcher().launch(spec, &mut |line: &OutputLine| {
-        print_line(line);
-        let done =
-            line.rank.is_some() && CheckResult::parse(&line.text).is_some_and(|r| r.check == first);
-        reported += usize::from(done);
-        if done && reported == world {
-            killed = Some(kill_daemon(cluster, daemon));
-        }
+    let report = launch_to_mid_run(target, spec, || {
+        killed = Some(kill_daemon(cluster, daemon));
     })?;
     let mut problems = Vec::new();
     match killed {

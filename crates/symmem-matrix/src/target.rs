@@ -129,29 +129,12 @@ impl WhereArgs {
             (LauncherKind::Srun, Some(cluster)) => {
                 let slurm =
                     slurm.context("srun on the emulated nodes needs their Slurm: call slurm_up")?;
-                Ok(Target::Emulated(
-                    cluster,
-                    Launcher::Srun(self.emulated_srun(cluster, slurm)),
-                ))
+                let mut srun = slurm.launcher();
+                srun.args = self.launcher_args.clone();
+                Ok(Target::Emulated(cluster, Launcher::Srun(srun)))
             }
             (LauncherKind::Mpirun, None) => self.mpirun(),
             (LauncherKind::Srun, None) => self.srun(),
-        }
-    }
-
-    /// srun inside the first emulated node, with the nodes' slurm.conf; the sweep spares the
-    /// daemons.
-    fn emulated_srun(&self, cluster: &Cluster, slurm: &Slurm) -> Srun {
-        Srun {
-            program: slurm.srun().to_path_buf(),
-            args: self.launcher_args.clone(),
-            wrapper: cluster.wrapper(),
-            env: slurm
-                .env()
-                .into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-            sweep: Some(slurm.sweeper()),
         }
     }
 

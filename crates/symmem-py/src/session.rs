@@ -676,21 +676,7 @@ fn submit<R: Send + 'static>(
 ) -> Result<Pending<R>, Fail> {
     refuse_a_fork()?;
     let mut guard = handle();
-    let Some(h) = guard.as_mut() else {
-        return Err(Fail::Symmem(
-            "symmem is not initialised: call symmem.init() (or allocate) first".into(),
-        ));
-    };
-    if h.owner != std::thread::current().id() {
-        return Err(Fail::Symmem(
-            "symmem was initialised on another thread: call it from that thread only (the \
-             session and the GPU's current device belong to one thread)"
-                .into(),
-        ));
-    }
-    if let Some(why) = &h.poisoned {
-        return Err(Fail::Symmem(why.clone()));
-    }
+    let h = usable(guard.as_mut())?;
     if h.busy {
         return Err(Fail::Symmem(
             "symmem was called again while a call was in progress".into(),
@@ -904,13 +890,10 @@ pub fn allocate(shape: Vec<i64>, dtype_name: &str) -> Result<Pending<AllocOut>, 
     )
 }
 
-/// The checks every call makes (not a fork, initialised, the owner thread, not poisoned), for
-/// a call the Python thread answers itself from [`INDEX`]. Returns whether the session was
-/// finalized.
-fn check_reader() -> Result<bool, Fail> {
-    refuse_a_fork()?;
-    let guard = handle();
-    let Some(h) = guard.as_ref() else {
+/// The session's handle, if this thread may use it: started, from its owner thread, not
+/// poisoned.
+fn usable<H: std::ops::Deref<Target = Handle>>(handle: Option<H>) -> Result<H, Fail> {
+    let Some(h) = handle else {
         return Err(Fail::Symmem(
             "symmem is not initialised: call symmem.init() (or allocate) first".into(),
         ));
@@ -925,6 +908,16 @@ fn check_reader() -> Result<bool, Fail> {
     if let Some(why) = &h.poisoned {
         return Err(Fail::Symmem(why.clone()));
     }
+    Ok(h)
+}
+
+/// The checks every call makes (not a fork, initialised, the owner thread, not poisoned), for
+/// a call the Python thread answers itself from [`INDEX`]. Returns whether the session was
+/// finalized.
+fn check_reader() -> Result<bool, Fail> {
+    refuse_a_fork()?;
+    let guard = handle();
+    let h = usable(guard.as_ref())?;
     match &h.info {
         Some(info) => Ok(info.finalized),
         None => Err(Fail::Symmem("symmem is not initialised".into())),
