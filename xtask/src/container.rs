@@ -1,8 +1,8 @@
-//! `cargo xtask test --container docker|apptainer`: `symmem-matrix test` (the conformance
+//! `cargo xtask test --container docker|podman|apptainer`: `symmem-matrix test` (the conformance
 //! matrix) inside the prebuilt image for the current tag, pulled when missing, run with the
 //! ROCm device flags.
 
-use crate::images::model::{self, Base, Engine, Model, apptainer_flags, docker_flags};
+use crate::images::model::{self, Base, Engine, ImageFormat, Model};
 use crate::images::tag;
 use crate::project::{project_root, target_dir};
 use anyhow::{Context, bail};
@@ -119,6 +119,7 @@ pub fn execute(
     }
     let inner = request.inner_command(model)?;
     let exe = locate(engine, host.path.as_deref())?;
+    let engine = resolve(sh, engine, &exe);
     probe(sh, engine, &exe)?;
     if request.gpu(model) && !host.kfd.exists() {
         bail!(
@@ -129,26 +130,24 @@ pub fn execute(
             request.provider(model)
         );
     }
-    let image = match engine {
-        Engine::Docker => {
+    let image = match engine.format() {
+        ImageFormat::Oci => {
             let image = model.docker_image(tag);
             ensure_docker_image(sh, &exe, model, &image, tag)?;
             image
         }
-        Engine::Apptainer => ensure_sif(sh, &exe, model, tag, &host.cache)?
+        ImageFormat::Sif => ensure_sif(sh, &exe, model, tag, &host.cache)?
             .to_string_lossy()
             .into_owned(),
     };
     let argv = run_arguments(
-        sh,
         engine,
-        &exe,
         &image,
         request.gpu(model),
         &request.mounts()?,
         &inner,
     );
-    eprintln!("{} {}", engine.program(), argv.join(" "));
+    eprintln!("{} {}", exe.display(), argv.join(" "));
     let started = std::time::Instant::now();
     let status = crate::runner::status(cmd!(sh, "{exe} {argv...}"))?;
     eprintln!(
@@ -176,35 +175,35 @@ pub(crate) fn is_podman(sh: &Shell, exe: &Path) -> bool {
         })
 }
 
+/// The engine a program really is: podman-docker's `docker` is Podman.
+pub(crate) fn resolve(sh: &Shell, engine: Engine, exe: &Path) -> Engine {
+    if engine == Engine::Docker && is_podman(sh, exe) {
+        eprintln!("{}: Podman's docker CLI, run as podman", exe.display());
+        return Engine::Podman;
+    }
+    engine
+}
+
 /// The engine's arguments for one run of `inner` in `image`.
 pub fn run_arguments(
-    sh: &Shell,
     engine: Engine,
-    exe: &Path,
     image: &str,
     gpu: bool,
     mounts: &[(PathBuf, String)],
     inner: &[String],
 ) -> Vec<String> {
-    let mut argv: Vec<String> = match engine {
-        Engine::Docker => {
-            let mut argv = vec!["run".to_string(), "--rm".to_string()];
-            argv.extend(docker_flags(gpu, is_podman(sh, exe)));
-            for (host, inside) in mounts {
-                argv.push(format!("--volume={}:{inside}:ro", host.display()));
-            }
-            argv
-        }
-        Engine::Apptainer => {
-            let mut argv = vec!["exec".to_string()];
-            argv.extend(apptainer_flags(gpu));
-            for (host, inside) in mounts {
-                argv.push(format!("--bind={}:{inside}:ro", host.display()));
-            }
-            argv.extend(["--pwd".to_string(), model::WORKDIR.to_string()]);
-            argv
-        }
-    };
+    let mut argv: Vec<String> = engine
+        .run_subcommand()
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    argv.extend(engine.run_flags(gpu));
+    for (host, inside) in mounts {
+        argv.push(engine.bind_flag(host, inside));
+    }
+    if engine == Engine::Apptainer {
+        argv.extend(["--pwd".to_string(), model::WORKDIR.to_string()]);
+    }
     argv.push(image.to_string());
     argv.extend(inner.iter().cloned());
     argv
@@ -217,6 +216,10 @@ fn install_hint(engine: Engine) -> &'static str {
              `sudo apt-get install docker.io` on Debian/Ubuntu) and make sure your user may use \
              it (the `docker` group), or use --container apptainer on HPC clusters"
         }
+        Engine::Podman => {
+            "install Podman (https://podman.io/docs/installation, e.g. `sudo apt-get install \
+             podman` on Debian/Ubuntu), or use --container docker|apptainer"
+        }
         Engine::Apptainer => {
             "install Apptainer >= 1.2 (https://apptainer.org/docs/admin/main/installation.html; \
              on clusters often `module load apptainer`), or use --container docker"
@@ -225,7 +228,7 @@ fn install_hint(engine: Engine) -> &'static str {
 }
 
 fn locate(engine: Engine, path: Option<&OsStr>) -> anyhow::Result<PathBuf> {
-    let program = engine.program();
+    let program = engine.name();
     let found = path.and_then(|path| {
         std::env::split_paths(path)
             .map(|dir| dir.join(program))
@@ -251,7 +254,7 @@ fn locate(engine: Engine, path: Option<&OsStr>) -> anyhow::Result<PathBuf> {
 fn probe(sh: &Shell, engine: Engine, exe: &Path) -> anyhow::Result<()> {
     let args: &[&str] = match engine {
         Engine::Docker => &["version", "--format", "{{.Server.Version}}"],
-        Engine::Apptainer => &["--version"],
+        Engine::Podman | Engine::Apptainer => &["--version"],
     };
     let output = cmd!(sh, "{exe} {args...}")
         .quiet()
@@ -271,7 +274,7 @@ fn probe(sh: &Shell, engine: Engine, exe: &Path) -> anyhow::Result<()> {
             exe.display(),
             install_hint(engine)
         ),
-        Engine::Apptainer => bail!(
+        Engine::Podman | Engine::Apptainer => bail!(
             "{} does not run (it said: {said}): {}",
             exe.display(),
             install_hint(engine)
@@ -476,28 +479,12 @@ mod tests {
             "{inner}"
         );
         let mounts = r.mounts().unwrap();
-        let argv = run_arguments(
-            &sh(),
-            Engine::Docker,
-            Path::new("/nonexistent/docker"),
-            "img",
-            true,
-            &mounts,
-            &[],
-        );
+        let argv = run_arguments(Engine::Docker, "img", true, &mounts, &[]);
         assert!(argv.contains(&format!(
             "--volume={}:/mnt/symmem/shim/libshim.so:ro",
             shim.display()
         )));
-        let argv = run_arguments(
-            &sh(),
-            Engine::Apptainer,
-            Path::new("/nonexistent/apptainer"),
-            "img",
-            true,
-            &mounts,
-            &[],
-        );
+        let argv = run_arguments(Engine::Apptainer, "img", true, &mounts, &[]);
         assert!(argv.contains(&format!(
             "--bind={}:/mnt/symmem/rank/rank:ro",
             rank.display()
@@ -508,9 +495,8 @@ mod tests {
 
     #[test]
     fn gpu_devices_only_for_gpu_providers_and_never_shm_size_with_host_ipc() {
-        let exe = Path::new("/nonexistent/docker");
-        let host = run_arguments(&sh(), Engine::Docker, exe, "img", false, &[], &[]);
-        let gpu = run_arguments(&sh(), Engine::Docker, exe, "img", true, &[], &[]);
+        let host = run_arguments(Engine::Docker, "img", false, &[], &[]);
+        let gpu = run_arguments(Engine::Docker, "img", true, &[], &[]);
         for argv in [&host, &gpu] {
             assert!(argv.contains(&"--ipc=host".to_string()));
             assert!(argv.contains(&"--network=host".to_string()));
@@ -526,21 +512,22 @@ mod tests {
         );
         assert!(gpu.contains(&"--device=/dev/kfd".to_string()));
         assert!(gpu.contains(&"--device=/dev/dri".to_string()));
-        let exe = Path::new("/nonexistent/apptainer");
         assert!(
-            !run_arguments(&sh(), Engine::Apptainer, exe, "i", false, &[], &[])
-                .contains(&"--rocm".to_string())
+            !run_arguments(Engine::Apptainer, "i", false, &[], &[]).contains(&"--rocm".to_string())
         );
         assert!(
-            run_arguments(&sh(), Engine::Apptainer, exe, "i", true, &[], &[])
-                .contains(&"--rocm".to_string())
+            run_arguments(Engine::Apptainer, "i", true, &[], &[]).contains(&"--rocm".to_string())
         );
         assert!(
-            !docker_flags(true, false)
+            !Engine::Docker
+                .run_flags(true)
                 .iter()
                 .any(|f| f.starts_with("--ulimit=nofile"))
         );
-        assert!(docker_flags(false, true).contains(&"--ulimit=nofile=20000:20000".to_string()));
+        let podman = run_arguments(Engine::Podman, "img", false, &[], &[]);
+        assert!(podman.contains(&"--ulimit=nofile=20000:20000".to_string()));
+        assert!(podman.contains(&"--ipc=host".to_string()));
+        assert!(!podman.iter().any(|a| a.starts_with("--shm-size")));
     }
 
     #[test]
@@ -551,7 +538,9 @@ mod tests {
             "docker",
             "--version*) echo 'podman version 5.8.6' ;;",
         );
-        assert!(is_podman(&sh(), &dir.path().join("bin/docker")));
+        let exe = dir.path().join("bin/docker");
+        assert!(is_podman(&sh(), &exe));
+        assert_eq!(resolve(&sh(), Engine::Docker, &exe), Engine::Podman);
         let dir = tempfile::tempdir().unwrap();
         fake(
             dir.path(),

@@ -273,10 +273,10 @@ mod tests {
         );
         let e = passed("--provider cuda").provider().unwrap_err();
         assert!(e.contains("'cuda'") && e.contains("host"), "{e}");
-        let e = value_enum::<Engine>("--container", Some("podman".into())).unwrap_err();
+        let e = value_enum::<Engine>("--container", Some("lxc".into())).unwrap_err();
         assert_eq!(
             e,
-            "invalid value 'podman' for --container: one of docker, apptainer"
+            "invalid value 'lxc' for --container: one of docker, podman, apptainer"
         );
         assert_eq!(
             value_enum::<Base>("--image-base", Some("debian".into())),

@@ -75,7 +75,7 @@ enum Sub {
     /// Rust toolchain, `cargo vendor`ed crates), then `docker build` (or `apptainer build
     /// --fakeroot`, from the base in the Docker engine). Prints each step's time.
     Build {
-        /// docker (or podman's docker CLI) or apptainer.
+        /// docker or apptainer (podman: build with docker, then `podman load` the image).
         #[arg(long, value_enum, default_value = "docker")]
         engine: Engine,
         /// Stage the context and print its path; build nothing.
@@ -184,8 +184,8 @@ pub fn refs(model: &Model, tag: &str) -> String {
         model.docker_image(tag),
         model.apptainer_image(tag).unwrap_or_default(),
         model.default_arch().unwrap_or_default(),
-        model::docker_flags(true, false).join(" "),
-        model::apptainer_flags(true).join(" "),
+        Engine::Docker.run_flags(true).join(" "),
+        Engine::Apptainer.run_flags(true).join(" "),
     )
 }
 
@@ -458,6 +458,12 @@ fn build_debian(
             ))?;
             image
         }
+        Engine::Podman => bail!(
+            "the Debian base is imported into the Docker engine, so the image is built there: \
+             build it with `cargo xtask images build`, then copy it into Podman's store with \
+             `docker save {image} | podman load` (as .ci/podman does)",
+            image = model.docker_image(&tag)
+        ),
         Engine::Apptainer => {
             let sif = target_dir().join("images").join(model.sif_name(&tag));
             let args = apptainer_build_args(&tag, &sif);

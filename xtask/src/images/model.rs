@@ -230,49 +230,92 @@ pub const APPTAINER_BUILD_FLAGS: &[&str] = &["--writable-tmpfs"];
 /// Added for GPU providers: `--rocm` binds the host's GPU devices and driver libraries.
 pub const APPTAINER_GPU_FLAGS: &[&str] = &["--rocm"];
 
-/// The container engines that build and run the images.
+/// The container engines that build, publish, pull and run the images: the one vocabulary of
+/// `images build|publish|bench` and `test --container`. Adding one is an arm in each `match`
+/// below and in the commands the compiler then points to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Engine {
-    /// Docker (or a docker-compatible CLI such as Podman's).
+    /// Docker Engine's `docker` CLI.
     Docker,
-    /// Apptainer: the SIF image is pulled into target/images/.
+    /// Podman (`podman`, or podman-docker's `docker`, which is recognised as Podman).
+    Podman,
+    /// Apptainer: SIF images, kept in target/images/.
     Apptainer,
 }
 
+/// What an engine's images are: OCI images in the engine's store, or SIF files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageFormat {
+    Oci,
+    Sif,
+}
+
 impl Engine {
-    pub fn program(self) -> &'static str {
+    pub const ALL: [Engine; 3] = [Engine::Docker, Engine::Podman, Engine::Apptainer];
+
+    /// Its name (in reports and on the command line) and its program on PATH.
+    pub fn name(self) -> &'static str {
         match self {
             Engine::Docker => "docker",
+            Engine::Podman => "podman",
             Engine::Apptainer => "apptainer",
+        }
+    }
+
+    pub fn format(self) -> ImageFormat {
+        match self {
+            Engine::Docker | Engine::Podman => ImageFormat::Oci,
+            Engine::Apptainer => ImageFormat::Sif,
+        }
+    }
+
+    /// The subcommand that runs a command in an image.
+    pub fn run_subcommand(self) -> &'static [&'static str] {
+        match self {
+            Engine::Docker | Engine::Podman => &["run", "--rm"],
+            Engine::Apptainer => &["exec"],
+        }
+    }
+
+    /// The flags of a run after [`Engine::run_subcommand`]: the common ones, the GPU devices
+    /// for GPU providers; under Podman explicit file and process limits (it does not inherit
+    /// Docker's defaults).
+    pub fn run_flags(self, gpu: bool) -> Vec<String> {
+        let own = |flags: &[&str]| flags.iter().map(|f| f.to_string()).collect::<Vec<_>>();
+        match self {
+            Engine::Docker | Engine::Podman => {
+                let mut flags = own(DOCKER_RUN_FLAGS);
+                if gpu {
+                    flags.extend(own(DOCKER_GPU_FLAGS));
+                }
+                if self == Engine::Podman {
+                    flags.extend(own(PODMAN_RUN_FLAGS));
+                }
+                flags
+            }
+            Engine::Apptainer => {
+                let mut flags = Vec::new();
+                if gpu {
+                    flags.extend(own(APPTAINER_GPU_FLAGS));
+                }
+                flags.extend(own(APPTAINER_RUN_FLAGS));
+                flags
+            }
+        }
+    }
+
+    /// The flag that mounts `host` read-only at `inside`.
+    pub fn bind_flag(self, host: &std::path::Path, inside: &str) -> String {
+        match self {
+            Engine::Docker | Engine::Podman => format!("--volume={}:{inside}:ro", host.display()),
+            Engine::Apptainer => format!("--bind={}:{inside}:ro", host.display()),
         }
     }
 }
 
-/// `docker run` flags: the common ones, the GPU devices for GPU providers; under Podman
-/// explicit file and process limits (it does not inherit Docker's defaults).
-pub fn docker_flags(gpu: bool, podman: bool) -> Vec<String> {
-    let mut flags: Vec<String> = DOCKER_RUN_FLAGS.iter().map(|f| f.to_string()).collect();
-    if gpu {
-        flags.extend(DOCKER_GPU_FLAGS.iter().map(|f| f.to_string()));
-    }
-    if podman {
-        flags.extend([
-            "--ulimit=nofile=20000:20000".into(),
-            "--ulimit=nproc=96362:96362".into(),
-        ]);
-    }
-    flags
-}
-
-/// `apptainer exec` flags: `--rocm` for GPU providers only.
-pub fn apptainer_flags(gpu: bool) -> Vec<String> {
-    let mut flags = Vec::new();
-    if gpu {
-        flags.extend(APPTAINER_GPU_FLAGS.iter().map(|f| f.to_string()));
-    }
-    flags.extend(APPTAINER_RUN_FLAGS.iter().map(|f| f.to_string()));
-    flags
-}
+/// Podman's run flags beyond Docker's: explicit file and process limits.
+pub const PODMAN_RUN_FLAGS: &[&str] =
+    &["--ulimit=nofile=20000:20000", "--ulimit=nproc=96362:96362"];
 
 /// A build argument: Docker `ARG`, Apptainer `%arguments`.
 #[derive(Clone, Debug, PartialEq, Eq)]
