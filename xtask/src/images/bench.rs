@@ -345,6 +345,7 @@ fn contenders(
         provider: Some(ProviderKind::Host),
         shim_lib: None,
         rank_binary: None,
+        registry: None,
         rest,
     };
     let inner = request.inner_command(model)?;

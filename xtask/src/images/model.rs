@@ -136,7 +136,7 @@ pub const DEBIAN_MIRROR: &str = "http://deb.debian.org/debian";
 /// Where the Debian base image is imported (never pushed: `localhost/` keeps Docker and
 /// Podman from looking for it in a registry).
 pub const DEBIAN_BASE_REPOSITORY: &str = "localhost/symmem/debian-rocm";
-/// Where the Debian-base image is built (locally; not published).
+/// Where the Debian-base image is built (locally; `cargo xtask images publish` pushes it).
 pub const DEBIAN_IMAGE_REPOSITORY: &str = "localhost/symmem/symmem-debian";
 /// In the Debian image's staged build context: the toolchain and the vendored crates.
 pub const CONTEXT_RUST: &str = "rust";
@@ -346,9 +346,13 @@ pub struct Model {
     pub rust_toolchain: String,
     pub rocshmem_version: String,
     pub rocshmem_commit: String,
+    /// The image's name in a registry (`REGISTRY/NAME:TAG`, `oras://REGISTRY/NAME-sif:TAG`).
+    pub name: &'static str,
+    /// The registry the images are published to (pins.toml `[images] registry`, unchecked:
+    /// [`super::registry::Registry::choose`] reads it).
+    pub registry: String,
+    /// Where a local build puts the Docker image (without the tag).
     pub docker_repository: String,
-    /// Where the SIF is published; `None` for images that are only built locally.
-    pub apptainer_repository: Option<String>,
     /// The provider the image runs when none is given (`rocshmem` where it has rocSHMEM).
     pub default_provider: ProviderKind,
     pub args: Vec<BuildArg>,
@@ -579,8 +583,12 @@ impl Model {
             rust_toolchain: pins.rust.toolchain.clone(),
             rocshmem_version: pins.rocshmem.version.clone(),
             rocshmem_commit: pins.rocshmem.commit.clone(),
+            name: "",
+            registry: pins
+                .images()
+                .map(|i| i.registry.clone())
+                .unwrap_or_default(),
             docker_repository: String::new(),
-            apptainer_repository: None,
             default_provider,
             args: Vec::new(),
             labels: Vec::new(),
@@ -602,8 +610,8 @@ impl Model {
         let base_image = qualified(&images.base_image());
         let mut model = Self::with(pins, Base::Amd, base_image.clone(), ProviderKind::Rocshmem);
         model.rocm = format!("ROCm {}", images.rocm);
-        model.docker_repository = images.docker.clone();
-        model.apptainer_repository = Some(images.apptainer.clone());
+        model.name = "symmem-rocm";
+        model.docker_repository = format!("{}/{}", images.registry, model.name);
         model.args = vec![
             BuildArg {
                 name: ARCH,
@@ -656,6 +664,7 @@ impl Model {
         let mut model = Self::with(pins, Base::Debian, base_image.clone(), ProviderKind::Host);
         model.bootstrap = "docker-daemon";
         model.rocm = "Debian sid's ROCm (HIP 6.4, in /usr)".into();
+        model.name = "symmem-debian";
         model.docker_repository = DEBIAN_IMAGE_REPOSITORY.into();
         model.args = vec![tag_build_arg()];
         model.labels = common_labels(
@@ -732,21 +741,9 @@ impl Model {
         format!("{}:{tag}", self.docker_repository)
     }
 
-    /// The published Apptainer (ORAS) image reference for a tag.
-    pub fn apptainer_image(&self, tag: &str) -> Option<String> {
-        self.apptainer_repository
-            .as_ref()
-            .map(|r| format!("{r}:{tag}"))
-    }
-
     /// The local SIF's file name for a tag.
     pub fn sif_name(&self, tag: &str) -> String {
-        let name = self
-            .docker_repository
-            .rsplit('/')
-            .next()
-            .unwrap_or("symmem");
-        format!("{name}-{tag}.sif")
+        format!("{}-{tag}.sif", self.name)
     }
 }
 

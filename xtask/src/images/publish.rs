@@ -1,0 +1,203 @@
+//! `cargo xtask images publish`: this checkout's images pushed under their content tag.
+
+use super::model::{Base, Engine, ImageFormat, Model};
+use super::pull::{self, check_label, run_engine};
+use super::registry::{Failure, Registry};
+use super::tag;
+use crate::project::{project_root, target_dir};
+use anyhow::{Context, bail};
+use std::path::{Path, PathBuf};
+use xshell::Shell;
+
+/// Push this checkout's images to the registry under their content tag (`cargo xtask images
+/// tag`), as CI does: the Docker image (from Docker's or Podman's store) as
+/// REGISTRY/NAME:TAG, and the SIF, signed first (`apptainer sign --key`), as
+/// oras://REGISTRY/NAME-sif:TAG (NAME: symmem-rocm, or symmem-debian for --image-base debian).
+///
+/// The registry is pins.toml's `[images] registry`; `--registry` or SYMMEM_IMAGE_REGISTRY
+/// overrides it. A registry on loopback (127.0.0.1:PORT, localhost:PORT) is spoken to over
+/// plain HTTP (Podman: --tls-verify=false, Apptainer: --no-https); any other over HTTPS, after
+/// `docker login` / `podman login` / `apptainer registry login`. Each image must carry the
+/// label with the tag it was built for, and it must be this checkout's tag.
+///
+/// Examples:
+///   cargo xtask images publish --image-base debian --sign-key key.pem
+///   cargo xtask images publish --registry 127.0.0.1:5000 --engine podman --image-base debian
+///   SYMMEM_IMAGE_REGISTRY=127.0.0.1:5000 cargo xtask images publish --engine docker
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct Args {
+    /// The images to push: amd (containers/Dockerfile, symmem.def) or debian (`cargo xtask
+    /// images build`).
+    #[arg(long, value_enum, default_value = "amd")]
+    image_base: Base,
+    /// The engines whose images are pushed (comma-separated or repeated).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_values = ["docker", "apptainer"]
+    )]
+    engine: Vec<Engine>,
+    /// The registry, host[:port][/path] [default: SYMMEM_IMAGE_REGISTRY, else pins.toml
+    /// `[images] registry`].
+    #[arg(long, value_name = "REGISTRY")]
+    registry: Option<String>,
+    /// The private key (PEM) the SIF is signed with before the push (needed with apptainer;
+    /// `openssl genpkey -algorithm RSA -out key.pem` makes one, `openssl pkey -in key.pem
+    /// -pubout` its public half for SYMMEM_SIF_KEY).
+    #[arg(long, value_name = "PEM")]
+    sign_key: Option<PathBuf>,
+    /// The SIF to push [default: target/images/NAME-TAG.sif, as `cargo xtask images build
+    /// --engine apptainer` makes it].
+    #[arg(long, value_name = "PATH")]
+    sif: Option<PathBuf>,
+}
+
+pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
+    let root = project_root();
+    let model = Model::load(&root, args.image_base)?;
+    let registry = Registry::choose(args.registry.as_deref(), &model.registry)?;
+    let tag = tag::compute(sh, &root)?;
+    eprintln!(
+        "publishing the {} images for tag {tag} to {registry}",
+        model.name
+    );
+    if args.engine.contains(&Engine::Apptainer) && args.sign_key.is_none() {
+        bail!(
+            "a SIF is signed before it is published, and no key was given: add --sign-key \
+             PRIVATE.pem (`openssl genpkey -algorithm RSA -out key.pem` makes one), or leave \
+             apptainer out (--engine docker)"
+        );
+    }
+    if let Err(why) = registry.check_reachable() {
+        bail!(
+            "cannot publish to the registry {registry}: it is down ({why}). Start it, or name \
+             another with --registry or {}",
+            super::registry::IMAGE_REGISTRY.name
+        );
+    }
+    for engine in args.engine {
+        let exe = crate::container::locate(engine, std::env::var_os("PATH").as_deref())?;
+        let engine = crate::container::resolve(sh, engine, &exe);
+        let pushed = match engine.format() {
+            ImageFormat::Oci => push_oci(sh, engine, &exe, &model, &tag, &registry)?,
+            ImageFormat::Sif => {
+                let sif = args
+                    .sif
+                    .clone()
+                    .unwrap_or_else(|| target_dir().join("images").join(model.sif_name(&tag)));
+                let key = args.sign_key.as_deref().expect("checked above");
+                push_sif(sh, &exe, &model, &tag, &registry, &sif, key)?
+            }
+        };
+        println!("{pushed}");
+    }
+    Ok(())
+}
+
+/// Why a push failed, with the registry.
+fn push_failed(registry: &Registry, engine: Engine, image: &str, said: &pull::Said) -> String {
+    let failure = Failure::classify(&said.text, said.signal);
+    format!(
+        "pushing {image} to the registry {registry} failed: {}",
+        failure.reason(registry, engine)
+    )
+}
+
+fn push_oci(
+    sh: &Shell,
+    engine: Engine,
+    exe: &Path,
+    model: &Model,
+    tag: &str,
+    registry: &Registry,
+) -> anyhow::Result<String> {
+    let local = model.docker_image(tag);
+    let Some(label) = pull::oci_label(sh, exe, &local) else {
+        bail!(
+            "{local} is not in {}'s store: build it first:\n  {}",
+            engine.name(),
+            pull::local_build(model, engine, tag)
+        );
+    };
+    check_label(&label, tag, &local).map_err(anyhow::Error::msg)?;
+    let remote = registry.reference(engine, model.name, tag);
+    if remote != local {
+        let said = run_engine(sh, exe, &["tag".into(), local.clone(), remote.clone()])?;
+        if !said.ok {
+            bail!(
+                "{} tag {local} {remote} failed (its message is above)",
+                engine.name()
+            );
+        }
+    }
+    let mut push = vec!["push".to_string()];
+    push.extend(registry.transport_flags(engine));
+    push.push(remote.clone());
+    let said = run_engine(sh, exe, &push)?;
+    if !said.ok {
+        bail!("{}", push_failed(registry, engine, &remote, &said));
+    }
+    Ok(remote)
+}
+
+fn push_sif(
+    sh: &Shell,
+    exe: &Path,
+    model: &Model,
+    tag: &str,
+    registry: &Registry,
+    sif: &Path,
+    key: &Path,
+) -> anyhow::Result<String> {
+    let engine = Engine::Apptainer;
+    if !sif.is_file() {
+        bail!(
+            "{} is missing: build it first:\n  {}",
+            sif.display(),
+            pull::local_build(model, engine, tag)
+        );
+    }
+    // Signed as a copy: the local SIF stays as it was built.
+    let signed = sif.with_extension("signed.sif");
+    std::fs::copy(sif, &signed).with_context(|| format!("copying {}", sif.display()))?;
+    let result = sign_and_push(sh, exe, model, tag, registry, &signed, key);
+    let _ = std::fs::remove_file(&signed);
+    result
+}
+
+fn sign_and_push(
+    sh: &Shell,
+    exe: &Path,
+    model: &Model,
+    tag: &str,
+    registry: &Registry,
+    signed: &Path,
+    key: &Path,
+) -> anyhow::Result<String> {
+    let engine = Engine::Apptainer;
+    let path = signed.display().to_string();
+    let sign = [
+        "sign".into(),
+        "--key".into(),
+        key.display().to_string(),
+        path.clone(),
+    ];
+    if !run_engine(sh, exe, &sign)?.ok {
+        bail!(
+            "apptainer sign --key {} failed (its message is above): the key must be a private \
+             PEM key",
+            key.display()
+        );
+    }
+    let remote = registry.reference(engine, model.name, tag);
+    let mut push = vec!["push".to_string()];
+    push.extend(registry.transport_flags(engine));
+    push.extend([path, remote.clone()]);
+    let said = run_engine(sh, exe, &push)?;
+    if !said.ok {
+        bail!("{}", push_failed(registry, engine, &remote, &said));
+    }
+    Ok(remote)
+}
