@@ -204,6 +204,7 @@ impl Failure {
         } else if any(&[
             "unauthorized",
             "authentication required",
+            "no basic auth credentials",
             "denied",
             "401",
             "403",
@@ -338,6 +339,10 @@ mod tests {
             ),
             (
                 "unauthorized: authentication required",
+                Failure::LoginNeeded,
+            ),
+            (
+                "Head \"http://127.0.0.1:5000/v2/x\": no basic auth credentials",
                 Failure::LoginNeeded,
             ),
             (
