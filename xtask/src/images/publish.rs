@@ -201,3 +201,136 @@ fn sign_and_push(
     }
     Ok(remote)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::project::project_root;
+
+    const TAG: &str = "0123456789abcdef";
+
+    /// A fake engine at `dir/NAME` logging to `dir/log`, answering per `arms` (shell `case`
+    /// arms on "$*"), anything else with success.
+    fn fake(dir: &Path, name: &str, arms: &str) -> (PathBuf, PathBuf) {
+        let log = dir.join("log");
+        let exe = dir.join(name);
+        symmem_test_support::command::write_script(
+            &exe,
+            &format!(
+                "#!/bin/sh\necho \"$*\" >> '{}'\ncase \"$*\" in\n{arms}\n*) exit 0 ;;\nesac\n",
+                log.display()
+            ),
+        );
+        (exe, log)
+    }
+
+    fn debian() -> Model {
+        Model::load(&project_root(), Base::Debian).unwrap()
+    }
+
+    fn local() -> Registry {
+        Registry::parse("127.0.0.1:5000/ci", "test").unwrap()
+    }
+
+    fn push(engine: Engine, arms: &str) -> (anyhow::Result<String>, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let (exe, log) = fake(dir.path(), engine.name(), arms);
+        let pushed = push_oci(
+            &Shell::new().unwrap(),
+            engine,
+            &exe,
+            &debian(),
+            TAG,
+            &local(),
+        );
+        (pushed, std::fs::read_to_string(log).unwrap_or_default())
+    }
+
+    #[test]
+    fn an_image_is_tagged_for_the_registry_and_pushed_under_its_tag() {
+        let remote = format!("127.0.0.1:5000/ci/symmem-debian:{TAG}");
+        let (pushed, log) = push(Engine::Docker, &format!("image*) echo {TAG} ;;"));
+        assert_eq!(pushed.unwrap(), remote);
+        let local = debian().docker_image(TAG);
+        assert!(
+            log.contains(&format!("tag {local} {remote}\npush {remote}\n")),
+            "{log}"
+        );
+        let (pushed, log) = push(Engine::Podman, &format!("image*) echo {TAG} ;;"));
+        assert_eq!(pushed.unwrap(), remote);
+        assert!(
+            log.contains(&format!("push --tls-verify=false {remote}")),
+            "{log}"
+        );
+    }
+
+    #[test]
+    fn a_missing_or_mislabelled_image_is_not_pushed() {
+        let (pushed, log) = push(Engine::Docker, "image*) exit 1 ;;");
+        let e = format!("{:#}", pushed.unwrap_err());
+        assert!(e.contains("is not in docker's store"), "{e}");
+        assert!(e.contains("cargo xtask images build"), "{e}");
+        let (pushed, log2) = push(Engine::Docker, "image*) echo fedcba9876543210 ;;");
+        let e = format!("{:#}", pushed.unwrap_err());
+        assert!(e.contains("built for tag fedcba9876543210"), "{e}");
+        for log in [log, log2] {
+            assert!(!log.contains("push"), "{log}");
+        }
+    }
+
+    #[test]
+    fn a_refused_push_names_the_registry_and_the_login() {
+        let (pushed, _) = push(
+            Engine::Docker,
+            &format!(
+                "image*) echo {TAG} ;;\npush*) echo 'no basic auth credentials' >&2; exit 1 ;;"
+            ),
+        );
+        let e = format!("{:#}", pushed.unwrap_err());
+        assert!(
+            e.contains("to the registry 127.0.0.1:5000/ci failed"),
+            "{e}"
+        );
+        assert!(
+            e.contains("needs a login: `docker login 127.0.0.1:5000`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_sif_is_signed_as_a_copy_then_pushed_over_plain_http() {
+        let dir = tempfile::tempdir().unwrap();
+        let (exe, log) = fake(dir.path(), "apptainer", "");
+        let sif = dir.path().join("built.sif");
+        std::fs::write(&sif, "sif").unwrap();
+        let key = dir.path().join("key.pem");
+        let sh = Shell::new().unwrap();
+        let pushed = push_sif(&sh, &exe, &debian(), TAG, &local(), &sif, &key).unwrap();
+        let remote = format!("oras://127.0.0.1:5000/ci/symmem-debian-sif:{TAG}");
+        assert_eq!(pushed, remote);
+        let signed = sif.with_extension("signed.sif");
+        let log = std::fs::read_to_string(log).unwrap();
+        assert_eq!(
+            log,
+            format!(
+                "sign --key {} {}\npush --no-https {} {remote}\n",
+                key.display(),
+                signed.display(),
+                signed.display()
+            )
+        );
+        assert!(!signed.exists(), "the signed copy is removed");
+        assert_eq!(std::fs::read_to_string(&sif).unwrap(), "sif");
+        let e = push_sif(
+            &sh,
+            &exe,
+            &debian(),
+            TAG,
+            &local(),
+            &dir.path().join("none.sif"),
+            &key,
+        )
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("--engine apptainer"), "{e:#}");
+    }
+}
