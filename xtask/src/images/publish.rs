@@ -137,6 +137,10 @@ fn push_oci(
     push.push(remote.clone());
     let said = run_engine(sh, exe, &push)?;
     if !said.ok {
+        if remote != local {
+            // The name made for the push goes with it: only `local` stays.
+            let _ = run_engine(sh, exe, &["rmi".into(), remote.clone()]);
+        }
         bail!("{}", push_failed(registry, engine, &remote, &said));
     }
     Ok(remote)
@@ -280,7 +284,7 @@ mod tests {
 
     #[test]
     fn a_refused_push_names_the_registry_and_the_login() {
-        let (pushed, _) = push(
+        let (pushed, log) = push(
             Engine::Docker,
             &format!(
                 "image*) echo {TAG} ;;\npush*) echo 'no basic auth credentials' >&2; exit 1 ;;"
@@ -294,6 +298,10 @@ mod tests {
         assert!(
             e.contains("needs a login: `docker login 127.0.0.1:5000`"),
             "{e}"
+        );
+        assert!(
+            log.ends_with(&format!("rmi 127.0.0.1:5000/ci/symmem-debian:{TAG}\n")),
+            "the tag made for the push is removed: {log}"
         );
     }
 
