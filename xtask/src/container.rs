@@ -780,8 +780,8 @@ mod tests {
     fn a_registry_that_is_down_is_named_within_seconds_before_any_pull() {
         let dir = tempfile::tempdir().unwrap();
         let log = fake_oci(dir.path(), "docker", "", TAG);
-        let port = registry().0.local_addr().unwrap().port();
-        let down = format!("127.0.0.1:{port}");
+        // Port 1 (tcpmux): nothing listens there, and no test can take it.
+        let down = "127.0.0.1:1".to_string();
         for engine in [Engine::Docker, Engine::Apptainer] {
             if engine == Engine::Apptainer {
                 fake_apptainer(dir.path(), "", 0, TAG);

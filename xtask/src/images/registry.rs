@@ -311,13 +311,9 @@ mod tests {
 
     #[test]
     fn a_closed_port_is_down_within_the_timeout() {
-        // A port that was free a moment ago: bound, then closed.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let registry = Registry::parse(&format!("127.0.0.1:{port}"), "x").unwrap();
+        // Port 1 (tcpmux): nothing listens there, and, unlike a port freed a moment ago, no
+        // other test can take it meanwhile.
+        let registry = Registry::parse("127.0.0.1:1", "x").unwrap();
         let e = registry.check_reachable().unwrap_err();
         assert!(e.contains("does not accept connections"), "{e}");
         let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
