@@ -2,7 +2,7 @@
 //! registry`, overridden by `--registry` or `SYMMEM_IMAGE_REGISTRY`), the references of an
 //! image in it, how each engine talks to it, and what a failed push or pull means.
 //!
-//! A registry on a loopback address (127.0.0.0/8, `localhost`, `[::1]`) is spoken to over
+//! A registry on a loopback address (127.0.0.0/8, `localhost`) is spoken to over
 //! plain HTTP: Docker allows that for loopback registries by itself, Podman gets
 //! `--tls-verify=false`, Apptainer's `oras://` gets `--no-https`. Every other registry is
 //! HTTPS only.
@@ -117,7 +117,7 @@ impl Registry {
     /// Whether it is on this machine's loopback, spoken to over plain HTTP.
     pub fn is_loopback(&self) -> bool {
         let name = self.host_name();
-        name == "localhost" || name == "[::1]" || name.starts_with("127.")
+        name == "localhost" || name.starts_with("127.")
     }
 
     fn host_name(&self) -> &str {
