@@ -1,8 +1,10 @@
-//! `cargo xtask test --container docker|apptainer`: `symmem-matrix test` (the conformance
+//! `cargo xtask test --container docker|podman|apptainer`: `symmem-matrix test` (the conformance
 //! matrix) inside the prebuilt image for the current tag, pulled when missing, run with the
 //! ROCm device flags.
 
-use crate::images::model::{self, Base, Engine, Model, apptainer_flags, docker_flags};
+use crate::images::model::{self, Base, Engine, ImageFormat, Model};
+use crate::images::pull::{self, Source};
+use crate::images::registry::{Registry, SIF_KEY, SifKey};
 use crate::images::tag;
 use crate::project::{project_root, target_dir};
 use anyhow::{Context, bail};
@@ -21,6 +23,9 @@ pub struct Request {
     /// Host files bind-mounted read-only into the run and passed on.
     pub shim_lib: Option<PathBuf>,
     pub rank_binary: Option<PathBuf>,
+    /// `--registry`: where a missing image is pulled from (else SYMMEM_IMAGE_REGISTRY, else
+    /// pins.toml's).
+    pub registry: Option<String>,
     /// The other arguments of `symmem-matrix test`, passed on as given (it checks them).
     pub rest: Vec<String>,
 }
@@ -84,6 +89,8 @@ pub struct Host {
     pub kfd: PathBuf,
     /// Where pulled Apptainer images are kept.
     pub cache: PathBuf,
+    /// How a pulled SIF is checked (`SYMMEM_SIF_KEY`).
+    pub sif_key: Option<SifKey>,
 }
 
 pub fn run(sh: &Shell, engine: Engine, base: Base, request: &Request) -> anyhow::Result<ExitCode> {
@@ -95,6 +102,7 @@ pub fn run(sh: &Shell, engine: Engine, base: Base, request: &Request) -> anyhow:
         path: std::env::var_os("PATH"),
         kfd: PathBuf::from("/dev/kfd"),
         cache: target_dir().join("images"),
+        sif_key: SIF_KEY.read()?,
     };
     let code = execute(sh, engine, &model, &tag, request, &host)?;
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
@@ -119,6 +127,7 @@ pub fn execute(
     }
     let inner = request.inner_command(model)?;
     let exe = locate(engine, host.path.as_deref())?;
+    let engine = resolve(sh, engine, &exe);
     probe(sh, engine, &exe)?;
     if request.gpu(model) && !host.kfd.exists() {
         bail!(
@@ -129,26 +138,25 @@ pub fn execute(
             request.provider(model)
         );
     }
-    let image = match engine {
-        Engine::Docker => {
-            let image = model.docker_image(tag);
-            ensure_docker_image(sh, &exe, model, &image, tag)?;
-            image
-        }
-        Engine::Apptainer => ensure_sif(sh, &exe, model, tag, &host.cache)?
+    let registry = Registry::choose(request.registry.as_deref(), &model.registry)?;
+    let source = Source {
+        registry: &registry,
+        sif_key: host.sif_key.clone(),
+    };
+    let image = match engine.format() {
+        ImageFormat::Oci => pull::oci_image(sh, engine, &exe, model, tag, &source)?,
+        ImageFormat::Sif => pull::sif(sh, &exe, model, tag, &host.cache, &source)?
             .to_string_lossy()
             .into_owned(),
     };
     let argv = run_arguments(
-        sh,
         engine,
-        &exe,
         &image,
         request.gpu(model),
         &request.mounts()?,
         &inner,
     );
-    eprintln!("{} {}", engine.program(), argv.join(" "));
+    eprintln!("{} {}", exe.display(), argv.join(" "));
     let started = std::time::Instant::now();
     let status = crate::runner::status(cmd!(sh, "{exe} {argv...}"))?;
     eprintln!(
@@ -176,35 +184,35 @@ pub(crate) fn is_podman(sh: &Shell, exe: &Path) -> bool {
         })
 }
 
+/// The engine a program really is: podman-docker's `docker` is Podman.
+pub(crate) fn resolve(sh: &Shell, engine: Engine, exe: &Path) -> Engine {
+    if engine == Engine::Docker && is_podman(sh, exe) {
+        eprintln!("{}: Podman's docker CLI, run as podman", exe.display());
+        return Engine::Podman;
+    }
+    engine
+}
+
 /// The engine's arguments for one run of `inner` in `image`.
 pub fn run_arguments(
-    sh: &Shell,
     engine: Engine,
-    exe: &Path,
     image: &str,
     gpu: bool,
     mounts: &[(PathBuf, String)],
     inner: &[String],
 ) -> Vec<String> {
-    let mut argv: Vec<String> = match engine {
-        Engine::Docker => {
-            let mut argv = vec!["run".to_string(), "--rm".to_string()];
-            argv.extend(docker_flags(gpu, is_podman(sh, exe)));
-            for (host, inside) in mounts {
-                argv.push(format!("--volume={}:{inside}:ro", host.display()));
-            }
-            argv
-        }
-        Engine::Apptainer => {
-            let mut argv = vec!["exec".to_string()];
-            argv.extend(apptainer_flags(gpu));
-            for (host, inside) in mounts {
-                argv.push(format!("--bind={}:{inside}:ro", host.display()));
-            }
-            argv.extend(["--pwd".to_string(), model::WORKDIR.to_string()]);
-            argv
-        }
-    };
+    let mut argv: Vec<String> = engine
+        .run_subcommand()
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    argv.extend(engine.run_flags(gpu));
+    for (host, inside) in mounts {
+        argv.push(engine.bind_flag(host, inside));
+    }
+    if engine == Engine::Apptainer {
+        argv.extend(["--pwd".to_string(), model::WORKDIR.to_string()]);
+    }
     argv.push(image.to_string());
     argv.extend(inner.iter().cloned());
     argv
@@ -217,6 +225,10 @@ fn install_hint(engine: Engine) -> &'static str {
              `sudo apt-get install docker.io` on Debian/Ubuntu) and make sure your user may use \
              it (the `docker` group), or use --container apptainer on HPC clusters"
         }
+        Engine::Podman => {
+            "install Podman (https://podman.io/docs/installation, e.g. `sudo apt-get install \
+             podman` on Debian/Ubuntu), or use --container docker|apptainer"
+        }
         Engine::Apptainer => {
             "install Apptainer >= 1.2 (https://apptainer.org/docs/admin/main/installation.html; \
              on clusters often `module load apptainer`), or use --container docker"
@@ -224,8 +236,8 @@ fn install_hint(engine: Engine) -> &'static str {
     }
 }
 
-fn locate(engine: Engine, path: Option<&OsStr>) -> anyhow::Result<PathBuf> {
-    let program = engine.program();
+pub(crate) fn locate(engine: Engine, path: Option<&OsStr>) -> anyhow::Result<PathBuf> {
+    let program = engine.name();
     let found = path.and_then(|path| {
         std::env::split_paths(path)
             .map(|dir| dir.join(program))
@@ -251,7 +263,7 @@ fn locate(engine: Engine, path: Option<&OsStr>) -> anyhow::Result<PathBuf> {
 fn probe(sh: &Shell, engine: Engine, exe: &Path) -> anyhow::Result<()> {
     let args: &[&str] = match engine {
         Engine::Docker => &["version", "--format", "{{.Server.Version}}"],
-        Engine::Apptainer => &["--version"],
+        Engine::Podman | Engine::Apptainer => &["--version"],
     };
     let output = cmd!(sh, "{exe} {args...}")
         .quiet()
@@ -271,7 +283,7 @@ fn probe(sh: &Shell, engine: Engine, exe: &Path) -> anyhow::Result<()> {
             exe.display(),
             install_hint(engine)
         ),
-        Engine::Apptainer => bail!(
+        Engine::Podman | Engine::Apptainer => bail!(
             "{} does not run (it said: {said}): {}",
             exe.display(),
             install_hint(engine)
@@ -279,93 +291,12 @@ fn probe(sh: &Shell, engine: Engine, exe: &Path) -> anyhow::Result<()> {
     }
 }
 
-fn ensure_docker_image(
-    sh: &Shell,
-    exe: &Path,
-    model: &Model,
-    image: &str,
-    tag: &str,
-) -> anyhow::Result<()> {
-    let id = "{{.Id}}";
-    let present = cmd!(sh, "{exe} image inspect --format {id} {image}")
-        .quiet()
-        .ignore_status()
-        .output()
-        .with_context(|| format!("running {}", exe.display()))?
-        .status
-        .success();
-    if present {
-        eprintln!("using the local {image}");
-        return Ok(());
-    }
-    if model.base == Base::Debian {
-        bail!(
-            "{image} is not in the engine, and the Debian-base image is never published: build \
-             it here (no network needed but a Debian mirror), then run again:\n  cargo xtask \
-             images base && cargo xtask images build"
-        );
-    }
-    eprintln!("pulling {image} ...");
-    let pulled = crate::runner::status(cmd!(sh, "{exe} pull {image}"))?;
-    if !pulled.success() {
-        bail!(
-            "cannot pull {image}. CI publishes an image for each tag it builds on main; this \
-             checkout's tag {tag} has none (uncommitted or unpublished changes?), or the \
-             registry needs a login (`docker login ghcr.io`). Build it here instead, then run \
-             again:\n  docker build -f containers/Dockerfile --build-arg \
-             {}={tag} -t {image} .",
-            model::TAG_ARG
-        );
-    }
-    Ok(())
-}
-
-fn ensure_sif(
-    sh: &Shell,
-    exe: &Path,
-    model: &Model,
-    tag: &str,
-    cache: &Path,
-) -> anyhow::Result<PathBuf> {
-    let sif = cache.join(model.sif_name(tag));
-    if sif.is_file() {
-        eprintln!("using {}", sif.display());
-        return Ok(sif);
-    }
-    let Some(reference) = model.apptainer_image(tag) else {
-        bail!(
-            "{} is missing, and the Debian-base image is never published: build it here, then \
-             run again:\n  cargo xtask images base && cargo xtask images build --engine \
-             apptainer",
-            sif.display()
-        );
-    };
-    std::fs::create_dir_all(cache).with_context(|| format!("creating {}", cache.display()))?;
-    let partial = sif.with_extension("sif.partial");
-    let _ = std::fs::remove_file(&partial);
-    eprintln!("pulling {reference} ...");
-    let pulled = crate::runner::status(cmd!(sh, "{exe} pull {partial} {reference}"))?;
-    if !pulled.success() || !partial.is_file() {
-        let _ = std::fs::remove_file(&partial);
-        bail!(
-            "cannot pull {reference}. CI publishes an image for each tag it builds on main; \
-             this checkout's tag {tag} has none (uncommitted or unpublished changes?), or the \
-             registry needs a login (`apptainer registry login --username USER \
-             oras://ghcr.io`). Build it here instead (`--notest` without an AMD GPU: a \
-             failing %test writes no image), then run again:\n  apptainer build --notest \
-             --build-arg {}={tag} {} containers/symmem.def",
-            model::TAG_ARG,
-            sif.display()
-        );
-    }
-    std::fs::rename(&partial, &sif)
-        .with_context(|| format!("moving {} into place", partial.display()))?;
-    Ok(sif)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::TcpListener;
+
+    const TAG: &str = "0123456789abcdef";
 
     fn model() -> Model {
         Model::load(&project_root(), Base::Amd).unwrap()
@@ -374,23 +305,58 @@ mod tests {
     fn debian() -> Model {
         Model::load(&project_root(), Base::Debian).unwrap()
     }
-    /// A fake engine: logs its arguments, answers `version`/`image inspect`/`pull`/`run` per
-    /// `script` (shell `case` arms).
+
     fn sh() -> Shell {
         Shell::new().unwrap()
     }
 
+    /// A fake engine: logs its arguments, answers per `arms` (shell `case` arms on "$*"),
+    /// anything else with success. `$last` is its last argument, `$f` a file named after it
+    /// in `dir/store` (an OCI engine's store: the image's label, when it holds the image).
     fn fake(dir: &Path, program: &str, arms: &str) -> PathBuf {
         let log = dir.join("log");
+        let store = dir.join("store");
+        std::fs::create_dir_all(&store).unwrap();
         let exe = dir.join("bin").join(program);
         symmem_test_support::command::write_script(
             &exe,
             &format!(
-                "#!/bin/sh\necho \"$*\" >> '{}'\ncase \"$*\" in\n{arms}\n*) exit 0 ;;\nesac\n",
-                log.display()
+                "#!/bin/sh\necho \"$*\" >> '{}'\nfor a; do last=$a; done\n\
+                 f='{}'/$(printf %s \"$last\" | tr '/:' '__')\ncase \"$*\" in\n{arms}\n\
+                 *) exit 0 ;;\nesac\n",
+                log.display(),
+                store.display()
             ),
         );
         log
+    }
+
+    /// An OCI engine whose store starts empty: a pull stores `label` (after `pull_first`,
+    /// shell commands that may fail the pull), `image inspect` answers from the store.
+    fn fake_oci(dir: &Path, program: &str, pull_first: &str, label: &str) -> PathBuf {
+        fake(
+            dir,
+            program,
+            &format!(
+                "image*) [ -f \"$f\" ] || exit 1; cat \"$f\" ;;\n\
+                 pull*) {pull_first} echo {label} > \"$f\" ;;\nrmi*) rm -f \"$f\" ;;\n\
+                 run*) exit 3 ;;"
+            ),
+        )
+    }
+
+    /// Apptainer pulling into `$3` (`pull --no-https PARTIAL REF`) after `pull_first`;
+    /// `verify` exits with `verify`; the SIF's label is `label`.
+    fn fake_apptainer(dir: &Path, pull_first: &str, verify: u8, label: &str) -> PathBuf {
+        fake(
+            dir,
+            "apptainer",
+            &format!(
+                "pull*) {pull_first} echo sif > \"$3\" ;;\nverify*) exit {verify} ;;\n\
+                 inspect*) echo 'org.opencontainers.image.title: x'; \
+                 echo 'io.github.symmem.image-tag: {label}' ;;"
+            ),
+        )
     }
 
     fn host(dir: &Path, gpu: bool) -> Host {
@@ -402,7 +368,15 @@ mod tests {
             path: Some(dir.join("bin").into_os_string()),
             kfd,
             cache: dir.join("images"),
+            sif_key: Some(SifKey::Public(dir.join("pub.pem"))),
         }
+    }
+
+    /// A loopback "registry" that accepts connections for as long as it is kept.
+    fn registry() -> (TcpListener, String) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = format!("127.0.0.1:{}", listener.local_addr().unwrap().port());
+        (listener, address)
     }
 
     fn request(provider: Option<&str>) -> Request {
@@ -410,6 +384,7 @@ mod tests {
             provider: provider.map(|p| ProviderKind::from_name(p).expect("a provider name")),
             shim_lib: None,
             rank_binary: None,
+            registry: None,
             rest: ["--ranks", "1,8", "--timeout", "120s", "--grace", "1500ms"]
                 .map(String::from)
                 .to_vec(),
@@ -420,8 +395,17 @@ mod tests {
         request(None)
     }
 
+    /// `inner()` pulling from `registry`.
+    fn from(registry: &str) -> Request {
+        Request {
+            registry: Some(registry.into()),
+            ..inner()
+        }
+    }
+
     fn error(engine: Engine, host: &Host) -> String {
-        let e = execute(&sh(), engine, &model(), "0123456789abcdef", &inner(), host).unwrap_err();
+        let (_registry, address) = registry();
+        let e = execute(&sh(), engine, &model(), TAG, &from(&address), host).unwrap_err();
         format!("{e:#}")
     }
 
@@ -476,28 +460,12 @@ mod tests {
             "{inner}"
         );
         let mounts = r.mounts().unwrap();
-        let argv = run_arguments(
-            &sh(),
-            Engine::Docker,
-            Path::new("/nonexistent/docker"),
-            "img",
-            true,
-            &mounts,
-            &[],
-        );
+        let argv = run_arguments(Engine::Docker, "img", true, &mounts, &[]);
         assert!(argv.contains(&format!(
             "--volume={}:/mnt/symmem/shim/libshim.so:ro",
             shim.display()
         )));
-        let argv = run_arguments(
-            &sh(),
-            Engine::Apptainer,
-            Path::new("/nonexistent/apptainer"),
-            "img",
-            true,
-            &mounts,
-            &[],
-        );
+        let argv = run_arguments(Engine::Apptainer, "img", true, &mounts, &[]);
         assert!(argv.contains(&format!(
             "--bind={}:/mnt/symmem/rank/rank:ro",
             rank.display()
@@ -508,9 +476,8 @@ mod tests {
 
     #[test]
     fn gpu_devices_only_for_gpu_providers_and_never_shm_size_with_host_ipc() {
-        let exe = Path::new("/nonexistent/docker");
-        let host = run_arguments(&sh(), Engine::Docker, exe, "img", false, &[], &[]);
-        let gpu = run_arguments(&sh(), Engine::Docker, exe, "img", true, &[], &[]);
+        let host = run_arguments(Engine::Docker, "img", false, &[], &[]);
+        let gpu = run_arguments(Engine::Docker, "img", true, &[], &[]);
         for argv in [&host, &gpu] {
             assert!(argv.contains(&"--ipc=host".to_string()));
             assert!(argv.contains(&"--network=host".to_string()));
@@ -526,21 +493,22 @@ mod tests {
         );
         assert!(gpu.contains(&"--device=/dev/kfd".to_string()));
         assert!(gpu.contains(&"--device=/dev/dri".to_string()));
-        let exe = Path::new("/nonexistent/apptainer");
         assert!(
-            !run_arguments(&sh(), Engine::Apptainer, exe, "i", false, &[], &[])
-                .contains(&"--rocm".to_string())
+            !run_arguments(Engine::Apptainer, "i", false, &[], &[]).contains(&"--rocm".to_string())
         );
         assert!(
-            run_arguments(&sh(), Engine::Apptainer, exe, "i", true, &[], &[])
-                .contains(&"--rocm".to_string())
+            run_arguments(Engine::Apptainer, "i", true, &[], &[]).contains(&"--rocm".to_string())
         );
         assert!(
-            !docker_flags(true, false)
+            !Engine::Docker
+                .run_flags(true)
                 .iter()
                 .any(|f| f.starts_with("--ulimit=nofile"))
         );
-        assert!(docker_flags(false, true).contains(&"--ulimit=nofile=20000:20000".to_string()));
+        let podman = run_arguments(Engine::Podman, "img", false, &[], &[]);
+        assert!(podman.contains(&"--ulimit=nofile=20000:20000".to_string()));
+        assert!(podman.contains(&"--ipc=host".to_string()));
+        assert!(!podman.iter().any(|a| a.starts_with("--shm-size")));
     }
 
     #[test]
@@ -551,7 +519,9 @@ mod tests {
             "docker",
             "--version*) echo 'podman version 5.8.6' ;;",
         );
-        assert!(is_podman(&sh(), &dir.path().join("bin/docker")));
+        let exe = dir.path().join("bin/docker");
+        assert!(is_podman(&sh(), &exe));
+        assert_eq!(resolve(&sh(), Engine::Docker, &exe), Engine::Podman);
         let dir = tempfile::tempdir().unwrap();
         fake(
             dir.path(),
@@ -562,48 +532,48 @@ mod tests {
     }
 
     #[test]
-    fn the_host_provider_needs_no_gpu() {
+    fn the_host_provider_needs_no_gpu_and_a_local_build_is_used() {
         let dir = tempfile::tempdir().unwrap();
-        let log = fake(dir.path(), "docker", "");
+        let log = fake_oci(dir.path(), "docker", "", TAG);
+        let local = debian().docker_image(TAG);
+        std::fs::write(
+            dir.path()
+                .join("store")
+                .join(local.replace(['/', ':'], "_")),
+            TAG,
+        )
+        .unwrap();
         let code = execute(
             &sh(),
             Engine::Docker,
             &debian(),
-            "0123456789abcdef",
+            TAG,
             &request(Some("host")),
             &host(dir.path(), false),
         )
         .unwrap();
-        assert_eq!(code, 0);
+        assert_eq!(code, 3, "the run's exit status comes back");
         let log = std::fs::read_to_string(log).unwrap();
         let run = log.lines().find(|l| l.starts_with("run ")).unwrap();
         assert!(!run.contains("--device"), "{run}");
-        assert!(run.contains("localhost/symmem/symmem-debian:0123456789abcdef symmem-matrix test --provider host --ranks 1,8"), "{run}");
+        assert!(
+            run.contains(&format!(
+                "{local} symmem-matrix test --provider host --ranks 1,8"
+            )),
+            "{run}"
+        );
         assert!(!log.contains("pull"), "{log}");
     }
 
     #[test]
-    fn the_debian_image_is_built_not_pulled_and_has_no_rocshmem() {
+    fn the_debian_image_has_no_rocshmem() {
         let dir = tempfile::tempdir().unwrap();
-        fake(dir.path(), "docker", "image*) exit 1 ;;");
+        fake_oci(dir.path(), "docker", "", TAG);
         let e = execute(
             &sh(),
             Engine::Docker,
             &debian(),
-            "0123456789abcdef",
-            &request(None),
-            &host(dir.path(), false),
-        );
-        let e = format!("{:#}", e.unwrap_err());
-        assert!(
-            e.contains("cargo xtask images base && cargo xtask images build"),
-            "{e}"
-        );
-        let e = execute(
-            &sh(),
-            Engine::Docker,
-            &debian(),
-            "0123456789abcdef",
+            TAG,
             &request(Some("rocshmem")),
             &host(dir.path(), true),
         );
@@ -621,6 +591,9 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("install Docker Engine"), "{e}");
+        let e = error(Engine::Podman, &host);
+        assert!(e.contains("`podman` is not on PATH"), "{e}");
+        assert!(e.contains("install Podman"), "{e}");
         let e = error(Engine::Apptainer, &host);
         assert!(e.contains("`apptainer` is not on PATH"), "{e}");
         assert!(e.contains("install Apptainer"), "{e}");
@@ -643,105 +616,228 @@ mod tests {
     #[test]
     fn no_gpu_is_refused_before_pulling() {
         let dir = tempfile::tempdir().unwrap();
-        let log = fake(dir.path(), "docker", "");
+        let log = fake_oci(dir.path(), "docker", "", TAG);
         let e = error(Engine::Docker, &host(dir.path(), false));
         assert!(e.contains("no AMD GPU here"), "{e}");
         let log = std::fs::read_to_string(log).unwrap();
         assert!(!log.contains("pull"), "{log}");
     }
 
-    #[test]
-    fn docker_pulls_a_missing_image_then_runs_with_the_rocm_flags() {
+    /// Runs `engine` twice against a fresh store: the first run pulls, the second uses the
+    /// copy; returns the engine's log.
+    fn pull_then_reuse(engine: Engine, program: &str, model: &Model) -> (String, String) {
         let dir = tempfile::tempdir().unwrap();
-        let log = fake(dir.path(), "docker", "image*) exit 1 ;;\nrun*) exit 3 ;;");
+        let log = fake_oci(dir.path(), program, "", TAG);
+        let (_registry, address) = registry();
+        for _ in 0..2 {
+            let code = execute(
+                &sh(),
+                engine,
+                model,
+                TAG,
+                &from(&address),
+                &host(dir.path(), true),
+            )
+            .unwrap();
+            assert_eq!(code, 3, "the run's exit status comes back");
+        }
+        (std::fs::read_to_string(log).unwrap(), address)
+    }
+
+    #[test]
+    fn docker_pulls_a_missing_image_once_then_runs_with_the_rocm_flags() {
         let model = model();
-        let code = execute(
-            &sh(),
-            Engine::Docker,
-            &model,
-            "0123456789abcdef",
-            &inner(),
-            &host(dir.path(), true),
-        )
-        .unwrap();
-        assert_eq!(code, 3, "the run's exit status comes back");
-        let log = std::fs::read_to_string(log).unwrap();
-        // `--version`: the check for Podman's docker CLI.
+        let (log, address) = pull_then_reuse(Engine::Docker, "docker", &model);
+        let remote = format!("{address}/symmem-rocm:{TAG}");
         let lines: Vec<&str> = log.lines().filter(|l| *l != "--version").collect();
-        let image = model.docker_image("0123456789abcdef");
         assert_eq!(lines[0], "version --format {{.Server.Version}}");
-        assert_eq!(
-            lines[1],
-            format!("image inspect --format {{{{.Id}}}} {image}")
+        assert!(lines[1].starts_with("image inspect --format"), "{log}");
+        assert!(
+            lines.contains(&format!("pull {remote}").as_str()),
+            "Docker needs no flag for a loopback registry: {log}"
         );
-        assert_eq!(lines[2], format!("pull {image}"));
+        assert_eq!(log.matches("pull ").count(), 1, "{log}");
+        let run = lines.iter().find(|l| l.starts_with("run ")).unwrap();
         assert_eq!(
-            lines[3],
+            *run,
             format!(
                 "run --rm --init --security-opt=seccomp=unconfined --cap-add=SYS_PTRACE \
                  --ipc=host --network=host --device=/dev/kfd --device=/dev/dri --group-add=video \
-                 --ulimit=memlock=-1 {image} symmem-matrix test --provider rocshmem --ranks 1,8 \
+                 --ulimit=memlock=-1 {remote} symmem-matrix test --provider rocshmem --ranks 1,8 \
                  --timeout 120s --grace 1500ms"
             )
         );
     }
 
     #[test]
-    fn docker_uses_a_present_image_and_explains_a_failed_pull() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = fake(dir.path(), "docker", "");
-        let model = model();
-        execute(
-            &sh(),
-            Engine::Docker,
-            &model,
-            "0123456789abcdef",
-            &inner(),
-            &host(dir.path(), true),
-        )
-        .unwrap();
-        assert!(!std::fs::read_to_string(&log).unwrap().contains("pull"));
-
-        let dir = tempfile::tempdir().unwrap();
-        fake(dir.path(), "docker", "image*) exit 1 ;;\npull*) exit 1 ;;");
-        let e = error(Engine::Docker, &host(dir.path(), true));
-        assert!(e.contains("cannot pull ghcr.io/"), "{e}");
-        assert!(e.contains("docker login ghcr.io"), "{e}");
+    fn podman_pulls_over_plain_http_from_loopback_with_its_own_limits() {
+        let (log, address) = pull_then_reuse(Engine::Podman, "podman", &debian());
+        let remote = format!("{address}/symmem-debian:{TAG}");
         assert!(
-            e.contains(&format!(
-                "docker build -f containers/Dockerfile --build-arg {}=0123456789abcdef",
-                model::TAG_ARG
-            )),
-            "{e}"
+            log.contains(&format!("pull --tls-verify=false {remote}")),
+            "{log}"
         );
+        assert_eq!(log.matches("pull ").count(), 1, "{log}");
+        let run = log.lines().find(|l| l.starts_with("run ")).unwrap();
+        assert!(run.contains("--ulimit=nofile=20000:20000"), "{run}");
     }
 
     #[test]
-    fn apptainer_pulls_the_sif_once_and_runs_it_writable_with_rocm() {
+    fn a_pulled_image_built_for_another_tag_is_refused_and_removed() {
         let dir = tempfile::tempdir().unwrap();
-        let log = fake(dir.path(), "apptainer", "pull*) : > \"$2\" ;;");
+        let log = fake_oci(dir.path(), "docker", "", "fedcba9876543210");
+        let e = error(Engine::Docker, &host(dir.path(), true));
+        assert!(
+            e.contains("says it was built for tag fedcba9876543210"),
+            "{e}"
+        );
+        assert!(e.contains(&format!("not for {TAG}")), "{e}");
+        let log = std::fs::read_to_string(log).unwrap();
+        assert!(log.contains("rmi "), "{log}");
+        assert!(!log.contains("run "), "{log}");
+    }
+
+    /// The error of a Docker pull that fails after `pull_first`.
+    fn failed_pull(pull_first: &str) -> (String, String, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let log = fake_oci(dir.path(), "docker", pull_first, TAG);
+        let (_registry, address) = registry();
+        let e = execute(
+            &sh(),
+            Engine::Docker,
+            &model(),
+            TAG,
+            &from(&address),
+            &host(dir.path(), true),
+        )
+        .unwrap_err();
+        let log = std::fs::read_to_string(log).unwrap();
+        (format!("{e:#}"), log, address)
+    }
+
+    #[test]
+    fn pull_failures_name_the_registry_the_reason_and_the_local_build() {
+        let build = format!(
+            "docker build -f containers/Dockerfile --build-arg {}={TAG}",
+            model::TAG_ARG
+        );
+        let cases = [
+            (
+                "echo 'manifest unknown' >&2; exit 1;",
+                "has no image under this tag".to_string(),
+            ),
+            (
+                "echo 'unauthorized: authentication required' >&2; exit 1;",
+                "needs a login: `docker login 127.0.0.1:".to_string(),
+            ),
+            (
+                "echo 'write /var/lib/docker/x: no space left on device' >&2; exit 1;",
+                "the disk filled up".to_string(),
+            ),
+            ("kill -9 $$;", "it was interrupted".to_string()),
+        ];
+        for (pull_first, reason) in cases {
+            let (e, log, address) = failed_pull(pull_first);
+            assert!(e.contains(&format!("from the registry {address}")), "{e}");
+            assert!(e.contains(&reason), "{pull_first}: {e}");
+            assert!(e.contains(&build), "{e}");
+            assert!(!log.contains("run "), "{log}");
+        }
+    }
+
+    #[test]
+    fn an_interrupted_pull_leaves_nothing_and_the_next_run_pulls_again() {
+        let dir = tempfile::tempdir().unwrap();
+        // The first pull is killed; later ones complete.
+        let once = dir.path().join("interrupted");
+        let log = fake_oci(
+            dir.path(),
+            "docker",
+            &format!(
+                "[ -f '{0}' ] || {{ : > '{0}'; kill -9 $$; }};",
+                once.display()
+            ),
+            TAG,
+        );
+        let (_registry, address) = registry();
+        let run = || {
+            execute(
+                &sh(),
+                Engine::Docker,
+                &model(),
+                TAG,
+                &from(&address),
+                &host(dir.path(), true),
+            )
+        };
+        assert!(format!("{:#}", run().unwrap_err()).contains("interrupted"));
+        assert_eq!(run().unwrap(), 3);
+        let log = std::fs::read_to_string(log).unwrap();
+        assert_eq!(log.matches("pull ").count(), 2, "{log}");
+    }
+
+    #[test]
+    fn a_registry_that_is_down_is_named_within_seconds_before_any_pull() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = fake_oci(dir.path(), "docker", "", TAG);
+        // Port 1 (tcpmux): nothing listens there, and no test can take it.
+        let down = "127.0.0.1:1".to_string();
+        for engine in [Engine::Docker, Engine::Apptainer] {
+            if engine == Engine::Apptainer {
+                fake_apptainer(dir.path(), "", 0, TAG);
+            }
+            let e = execute(
+                &sh(),
+                engine,
+                &debian(),
+                TAG,
+                &from(&down),
+                &host(dir.path(), true),
+            )
+            .unwrap_err();
+            let e = format!("{e:#}");
+            assert!(e.contains(&format!("the registry {down}")), "{e}");
+            assert!(e.contains("the registry is down"), "{e}");
+            assert!(
+                e.contains("cargo xtask images base && cargo xtask images build"),
+                "{e}"
+            );
+        }
+        assert!(!std::fs::read_to_string(log).unwrap().contains("pull"));
+    }
+
+    #[test]
+    fn apptainer_pulls_verifies_and_checks_the_sif_once_then_runs_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = fake_apptainer(dir.path(), "", 0, TAG);
         let model = model();
         let host = host(dir.path(), true);
+        let (_registry, address) = registry();
         for _ in 0..2 {
             let code = execute(
                 &sh(),
                 Engine::Apptainer,
                 &model,
-                "0123456789abcdef",
-                &inner(),
+                TAG,
+                &from(&address),
                 &host,
             )
             .unwrap();
             assert_eq!(code, 0);
         }
-        let sif = host.cache.join("symmem-rocm-0123456789abcdef.sif");
+        let sif = host.cache.join(format!("symmem-rocm-{TAG}.sif"));
         assert!(sif.is_file());
+        let partial = sif.with_extension("sif.partial");
         let log = std::fs::read_to_string(log).unwrap();
-        assert_eq!(log.matches("pull").count(), 1, "{log}");
+        assert_eq!(log.matches("pull ").count(), 1, "{log}");
         assert!(log.contains(&format!(
-            "pull {} {}",
-            sif.with_extension("sif.partial").display(),
-            model.apptainer_image("0123456789abcdef").unwrap()
+            "pull --no-https {} oras://{address}/symmem-rocm-sif:{TAG}",
+            partial.display()
+        )));
+        assert!(log.contains(&format!(
+            "verify --key {} {}",
+            dir.path().join("pub.pem").display(),
+            partial.display()
         )));
         assert!(log.contains(&format!(
             "exec --rocm --cleanenv --writable-tmpfs --pwd /opt/symmem {} symmem-matrix test",
@@ -749,20 +845,77 @@ mod tests {
         )));
     }
 
-    #[test]
-    fn apptainer_explains_a_failed_pull_and_leaves_nothing_behind() {
+    /// The error of an Apptainer pull with this fake, and what is left in the cache.
+    fn failed_sif(
+        pull_first: &str,
+        verify: u8,
+        label: &str,
+        key: Option<SifKey>,
+    ) -> (String, usize) {
         let dir = tempfile::tempdir().unwrap();
-        fake(dir.path(), "apptainer", "pull*) : > \"$2\"; exit 1 ;;");
-        let host = host(dir.path(), true);
+        fake_apptainer(dir.path(), pull_first, verify, label);
+        let host = Host {
+            sif_key: key,
+            ..host(dir.path(), true)
+        };
         let e = error(Engine::Apptainer, &host);
-        assert!(e.contains("cannot pull oras://"), "{e}");
-        assert!(
-            e.contains(&format!(
-                "apptainer build --notest --build-arg {}=",
-                model::TAG_ARG
-            )),
-            "{e}"
+        let left = std::fs::read_dir(&host.cache).map_or(0, |d| d.count());
+        (e, left)
+    }
+
+    #[test]
+    fn a_sif_that_fails_a_check_or_its_pull_is_refused_and_nothing_is_left() {
+        let key = || Some(SifKey::Public("/k/pub.pem".into()));
+        let cases = [
+            (
+                "",
+                255,
+                TAG,
+                "its signature does not verify with /k/pub.pem",
+            ),
+            ("", 0, "fedcba9876543210", "built for tag fedcba9876543210"),
+            ("kill -9 $$;", 0, TAG, "it was interrupted"),
+            (
+                "echo x > \"$3\"; echo 'write: no space left on device' >&2; exit 1;",
+                0,
+                TAG,
+                "the disk filled up",
+            ),
+            (
+                "echo 'FATAL: oras: not found' >&2; exit 255;",
+                0,
+                TAG,
+                "has no image under this tag",
+            ),
+        ];
+        for (pull_first, verify, label, reason) in cases {
+            let (e, left) = failed_sif(pull_first, verify, label, key());
+            assert!(e.contains(reason), "{pull_first}: {e}");
+            assert!(
+                e.contains("cargo xtask images build --engine apptainer")
+                    || e.contains("apptainer build --notest"),
+                "{e}"
+            );
+            assert_eq!(left, 0, "a refused pull leaves nothing: {e}");
+        }
+        // Unsigned runs only when the user opts out.
+        let (e, _) = failed_sif("", 255, TAG, None);
+        assert!(e.contains(&format!("{}=PUBLIC.pem", SIF_KEY.name)), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        fake_apptainer(dir.path(), "", 255, TAG);
+        let host = Host {
+            sif_key: Some(SifKey::Unverified),
+            ..host(dir.path(), true)
+        };
+        let (_registry, address) = registry();
+        let code = execute(
+            &sh(),
+            Engine::Apptainer,
+            &model(),
+            TAG,
+            &from(&address),
+            &host,
         );
-        assert_eq!(std::fs::read_dir(&host.cache).unwrap().count(), 0);
+        assert_eq!(code.unwrap(), 0);
     }
 }

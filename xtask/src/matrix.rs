@@ -21,13 +21,15 @@ const BENCH: Binary = Binary {
 /// The conformance matrix: builds symmem-matrix and the rank binary, then runs
 /// `symmem-matrix test ARGS` (`cargo xtask test --help` shows its options and exit codes).
 ///
-/// With `--container docker|apptainer` (and `--image-base amd|debian`, default amd) it runs
-/// `symmem-matrix test ARGS` inside the image for this checkout's tag (`cargo xtask images
-/// tag`) instead, pulled when missing, with the ROCm devices for GPU providers.
+/// With `--container docker|podman|apptainer` (and `--image-base amd|debian`, default amd) it
+/// runs `symmem-matrix test ARGS` inside the image for this checkout's tag (`cargo xtask images
+/// tag`) instead, pulled when missing from `--registry REGISTRY` (default: SYMMEM_IMAGE_REGISTRY,
+/// else pins.toml's), with the ROCm devices for GPU providers.
 #[derive(clap::Args, Debug)]
 #[command(disable_help_flag = true)]
 pub struct TestArgs {
-    /// The arguments of `symmem-matrix test`, and --container ENGINE, --image-base BASE.
+    /// The arguments of `symmem-matrix test`, and --container ENGINE, --image-base BASE,
+    /// --registry REGISTRY.
     #[arg(
         trailing_var_arg = true,
         allow_hyphen_values = true,
@@ -173,11 +175,13 @@ pub fn test(sh: &xshell::Shell, args: TestArgs) -> anyhow::Result<ExitCode> {
     let mut take_path = |flag| or_usage("test", args.take(flag)).map(PathBuf::from);
     let shim_lib = take_path("--shim-lib");
     let rank_binary = take_path("--rank-binary");
+    let registry = or_usage("test", args.take("--registry"));
     or_usage("test", args.take("--provider"));
     let request = Request {
         provider,
         shim_lib,
         rank_binary,
+        registry,
         rest: args.0,
     };
     container::run(sh, engine, base.unwrap_or(Base::Amd), &request)
@@ -273,10 +277,10 @@ mod tests {
         );
         let e = passed("--provider cuda").provider().unwrap_err();
         assert!(e.contains("'cuda'") && e.contains("host"), "{e}");
-        let e = value_enum::<Engine>("--container", Some("podman".into())).unwrap_err();
+        let e = value_enum::<Engine>("--container", Some("lxc".into())).unwrap_err();
         assert_eq!(
             e,
-            "invalid value 'podman' for --container: one of docker, apptainer"
+            "invalid value 'lxc' for --container: one of docker, podman, apptainer"
         );
         assert_eq!(
             value_enum::<Base>("--image-base", Some("debian".into())),

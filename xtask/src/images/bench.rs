@@ -61,40 +61,12 @@ pub struct Args {
     tag: Option<String>,
 }
 
-/// One engine as the bench knows it: the name the report uses and the goal for it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Runner {
-    Docker,
-    Podman,
-    Apptainer,
-}
-
-impl Runner {
-    pub const ALL: [Runner; 3] = [Runner::Docker, Runner::Podman, Runner::Apptainer];
-
-    /// Its name in the report and its program on PATH.
-    pub fn name(self) -> &'static str {
-        match self {
-            Runner::Docker => "docker",
-            Runner::Podman => "podman",
-            Runner::Apptainer => "apptainer",
-        }
-    }
-
-    /// What running the warm matrix in the image may add over bare (issue 25, item 3).
-    pub fn goal_seconds(self) -> f64 {
-        match self {
-            Runner::Docker | Runner::Podman => 0.5,
-            Runner::Apptainer => 0.3,
-        }
-    }
-
-    /// The engine whose command line it takes (Podman takes Docker's).
-    fn engine(self) -> Engine {
-        match self {
-            Runner::Docker | Runner::Podman => Engine::Docker,
-            Runner::Apptainer => Engine::Apptainer,
-        }
+/// What running the warm matrix in the image may add over bare under `engine` (issue 25,
+/// item 3).
+pub fn goal_seconds(engine: Engine) -> f64 {
+    match engine {
+        Engine::Docker | Engine::Podman => 0.5,
+        Engine::Apptainer => 0.3,
     }
 }
 
@@ -104,7 +76,7 @@ pub struct Contender {
     /// What the report calls it.
     pub label: String,
     /// The engine it runs under; `None`: bare.
-    pub runner: Option<Runner>,
+    pub engine: Option<Engine>,
     /// Whether it runs the matrix (else only the engine's start and exit, `true`).
     pub matrix: bool,
     /// Program and arguments.
@@ -248,14 +220,14 @@ pub fn report(header: &str, series: &[Series], left_out: &[String]) -> String {
         "| command | median | min | max | adds over bare (median of round differences) | goal |"
     );
     let _ = writeln!(out, "| --- | --- | --- | --- | --- | --- |");
-    let bare = series.iter().find(|s| s.contender.runner.is_none());
+    let bare = series.iter().find(|s| s.contender.engine.is_none());
     for s in series {
         let min = s.seconds.iter().copied().fold(f64::INFINITY, f64::min);
         let max = s.seconds.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let (adds, goal) = match (s.contender.runner, bare) {
-            (Some(runner), Some(bare)) if s.contender.matrix => {
+        let (adds, goal) = match (s.contender.engine, bare) {
+            (Some(engine), Some(bare)) if s.contender.matrix => {
                 let adds = added(s, bare);
-                let goal = runner.goal_seconds();
+                let goal = goal_seconds(engine);
                 let verdict = if adds <= goal { "met" } else { "NOT met" };
                 (
                     format!("{adds:+.3} s"),
@@ -280,22 +252,22 @@ pub fn report(header: &str, series: &[Series], left_out: &[String]) -> String {
 }
 
 /// Where an engine is: the one given (which must exist), else the one on PATH.
-fn find(runner: Runner, given: Option<&Path>, sh: &Shell) -> Result<PathBuf, String> {
+fn find(engine: Engine, given: Option<&Path>, sh: &Shell) -> Result<PathBuf, String> {
     if let Some(path) = given {
         return if path.is_file() {
             Ok(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
         } else {
             Err(format!(
                 "--{} {}: no such file",
-                runner.name(),
+                engine.name(),
                 path.display()
             ))
         };
     }
-    let program = runner.name();
+    let program = engine.name();
     let found = crate::tools::program(Path::new(program))
-        .ok_or_else(|| format!("{}: `{program}` is not on PATH", runner.name()))?;
-    if runner == Runner::Docker && container::is_podman(sh, &found) {
+        .ok_or_else(|| format!("{}: `{program}` is not on PATH", engine.name()))?;
+    if engine == Engine::Docker && container::is_podman(sh, &found) {
         return Err(
             "docker: `docker` on PATH is Podman's (podman-docker); it is measured as \
                     podman when --podman names it"
@@ -305,16 +277,16 @@ fn find(runner: Runner, given: Option<&Path>, sh: &Shell) -> Result<PathBuf, Str
     Ok(found)
 }
 
-/// The image `runner` runs for `tag`, or why it cannot: the image is not there (and how to
+/// The image `engine` runs for `tag`, or why it cannot: the image is not there (and how to
 /// make it).
 fn image(
     sh: &Shell,
-    runner: Runner,
+    engine: Engine,
     exe: &Path,
     model: &Model,
     tag: &str,
 ) -> Result<String, String> {
-    if runner == Runner::Apptainer {
+    if engine == Engine::Apptainer {
         let sif = target_dir().join("images").join(model.sif_name(tag));
         if !sif.is_file() {
             return Err(format!(
@@ -336,8 +308,8 @@ fn image(
         return Err(format!(
             "{}: {image} is not in its store: build it with `cargo xtask images base && cargo \
              xtask images build`{}",
-            runner.name(),
-            if runner == Runner::Podman {
+            engine.name(),
+            if engine == Engine::Podman {
                 format!(", then copy it: `docker save {image} | podman load` (as .ci/podman does)")
             } else {
                 String::new()
@@ -365,7 +337,7 @@ fn contenders(
     bare.extend(["--rank-binary".to_string(), built[1].display().to_string()]);
     let mut list = vec![Contender {
         label: "bare `symmem-matrix test`".into(),
-        runner: None,
+        engine: None,
         matrix: true,
         argv: bare,
     }];
@@ -373,19 +345,20 @@ fn contenders(
         provider: Some(ProviderKind::Host),
         shim_lib: None,
         rank_binary: None,
+        registry: None,
         rest,
     };
     let inner = request.inner_command(model)?;
     let mut left_out = Vec::new();
-    for runner in Runner::ALL {
-        let given = match runner {
-            Runner::Docker => args.docker.as_deref(),
-            Runner::Podman => args.podman.as_deref(),
-            Runner::Apptainer => args.apptainer.as_deref(),
+    for engine in Engine::ALL {
+        let given = match engine {
+            Engine::Docker => args.docker.as_deref(),
+            Engine::Podman => args.podman.as_deref(),
+            Engine::Apptainer => args.apptainer.as_deref(),
         };
         // One not given and not usable is left out (the report says why); one given must work.
-        let found = find(runner, given, sh)
-            .and_then(|exe| image(sh, runner, &exe, model, tag).map(|image| (exe, image)));
+        let found = find(engine, given, sh)
+            .and_then(|exe| image(sh, engine, &exe, model, tag).map(|image| (exe, image)));
         let (exe, image) = match found {
             Ok(found) => found,
             Err(why) if given.is_none() => {
@@ -396,35 +369,27 @@ fn contenders(
         };
         let argv_of = |inner: &[String]| {
             let mut argv = vec![exe.display().to_string()];
-            argv.extend(container::run_arguments(
-                sh,
-                runner.engine(),
-                &exe,
-                &image,
-                false,
-                &[],
-                inner,
-            ));
+            argv.extend(container::run_arguments(engine, &image, false, &[], inner));
             argv
         };
         list.push(Contender {
-            label: format!("{}: the matrix in the image", runner.name()),
-            runner: Some(runner),
+            label: format!("{}: the matrix in the image", engine.name()),
+            engine: Some(engine),
             matrix: true,
             argv: argv_of(&inner),
         });
         list.push(Contender {
-            label: format!("{}: start and exit alone (`true`)", runner.name()),
-            runner: Some(runner),
+            label: format!("{}: start and exit alone (`true`)", engine.name()),
+            engine: Some(engine),
             matrix: false,
             argv: argv_of(&["true".to_string()]),
         });
         list.push(Contender {
             label: format!(
                 "{}: its command alone (`--version`; a wrapper's cost shows here)",
-                runner.name()
+                engine.name()
             ),
-            runner: Some(runner),
+            engine: Some(engine),
             matrix: false,
             argv: vec![exe.display().to_string(), "--version".into()],
         });
@@ -492,10 +457,10 @@ mod tests {
 
     const LIMIT: Duration = Duration::from_secs(60);
 
-    fn contender(label: &str, runner: Option<Runner>, matrix: bool, script: &str) -> Contender {
+    fn contender(label: &str, engine: Option<Engine>, matrix: bool, script: &str) -> Contender {
         Contender {
             label: label.into(),
-            runner,
+            engine,
             matrix,
             argv: vec!["sh".into(), "-c".into(), script.into()],
         }
@@ -511,7 +476,7 @@ mod tests {
         };
         // Round 2 was slow for both: the difference, not the raw time, is what counts.
         let docker = Series {
-            contender: contender("docker", Some(Runner::Docker), true, "true"),
+            contender: contender("docker", Some(Engine::Docker), true, "true"),
             seconds: vec![0.7, 1.8, 0.9],
         };
         assert!((added(&docker, &bare) - 0.4).abs() < 1e-9);
@@ -558,7 +523,7 @@ mod tests {
 
     #[test]
     fn a_run_past_the_limit_is_stopped_and_named() {
-        let list = [contender("stuck", Some(Runner::Podman), true, "sleep 30")];
+        let list = [contender("stuck", Some(Engine::Podman), true, "sleep 30")];
         let started = Instant::now();
         let e = measure(
             &Shell::new().unwrap(),
@@ -583,7 +548,7 @@ mod tests {
             contender("fine", None, true, "true"),
             contender(
                 "broken",
-                Some(Runner::Docker),
+                Some(Engine::Docker),
                 true,
                 "echo the cause >&2; exit 3",
             ),
@@ -599,8 +564,8 @@ mod tests {
 
     #[test]
     fn the_report_gives_each_engine_what_it_adds_against_its_goal() {
-        let series = |label, runner, matrix, seconds: &[f64]| Series {
-            contender: contender(label, runner, matrix, "true"),
+        let series = |label, engine, matrix, seconds: &[f64]| Series {
+            contender: contender(label, engine, matrix, "true"),
             seconds: seconds.to_vec(),
         };
         let text = report(
@@ -609,19 +574,19 @@ mod tests {
                 series("bare", None, true, &[0.40, 0.42, 0.41]),
                 series(
                     "docker: matrix",
-                    Some(Runner::Docker),
+                    Some(Engine::Docker),
                     true,
                     &[0.80, 0.82, 0.81],
                 ),
                 series(
                     "docker: true",
-                    Some(Runner::Docker),
+                    Some(Engine::Docker),
                     false,
                     &[0.30, 0.31, 0.32],
                 ),
                 series(
                     "apptainer: matrix",
-                    Some(Runner::Apptainer),
+                    Some(Engine::Apptainer),
                     true,
                     &[0.80, 0.82, 0.81],
                 ),
@@ -654,7 +619,7 @@ mod tests {
     fn an_engine_named_but_missing_is_an_error() {
         let sh = Shell::new().unwrap();
         let e = find(
-            Runner::Apptainer,
+            Engine::Apptainer,
             Some(Path::new("/nonexistent/apptainer")),
             &sh,
         );

@@ -4,6 +4,9 @@
 
 mod bench;
 pub mod model;
+mod publish;
+pub mod pull;
+pub mod registry;
 mod render;
 pub mod tag;
 
@@ -34,6 +37,7 @@ use xshell::{Cmd, Shell, cmd};
 ///   cargo xtask images inputs     # the files the tag hashes
 ///   cargo xtask images base       # the Debian-ROCm base image (.ci/sid-root + docker import)
 ///   cargo xtask images build      # the Debian-base image, built offline from a staged context
+///   cargo xtask images publish --image-base debian --sign-key key.pem   # push under the tag
 ///   cargo xtask images bench      # the warm matrix bare and in that image, side by side
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
@@ -53,7 +57,12 @@ enum Sub {
     },
     /// Print `key=value` lines: tag, docker and apptainer image references, the default
     /// arch and the run flags (for $GITHUB_OUTPUT).
-    Refs,
+    Refs {
+        /// The registry of the references, host[:port][/path] [default:
+        /// SYMMEM_IMAGE_REGISTRY, else pins.toml `[images] registry`].
+        #[arg(long, value_name = "REGISTRY")]
+        registry: Option<String>,
+    },
     /// Print the files the tag hashes, one per line (to compare with what an image build saw).
     Inputs,
     /// Make the Debian-ROCm base image: a Debian sid root with `model::DEBIAN_PACKAGES`
@@ -75,13 +84,15 @@ enum Sub {
     /// Rust toolchain, `cargo vendor`ed crates), then `docker build` (or `apptainer build
     /// --fakeroot`, from the base in the Docker engine). Prints each step's time.
     Build {
-        /// docker (or podman's docker CLI) or apptainer.
+        /// docker or apptainer (podman: build with docker, then `podman load` the image).
         #[arg(long, value_enum, default_value = "docker")]
         engine: Engine,
         /// Stage the context and print its path; build nothing.
         #[arg(long)]
         context_only: bool,
     },
+    // Its help is publish::Args's own doc comment.
+    Publish(publish::Args),
     // Its help is bench::Args's own doc comment.
     Bench(bench::Args),
 }
@@ -102,9 +113,10 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     let root = project_root();
     match args.command {
         Sub::Tag { expect_tag } => print_tag(sh, &root, expect_tag.as_deref()),
-        Sub::Refs => {
+        Sub::Refs { registry } => {
             let model = Model::load(&root, Base::Amd)?;
-            print!("{}", refs(&model, &tag::compute(sh, &root)?));
+            let registry = registry::Registry::choose(registry.as_deref(), &model.registry)?;
+            print!("{}", refs(&model, &registry, &tag::compute(sh, &root)?));
             Ok(())
         }
         Sub::Inputs => {
@@ -122,6 +134,7 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
             engine,
             context_only,
         } => build_debian(sh, &root, engine, context_only),
+        Sub::Publish(args) => publish::run(sh, args),
         Sub::Bench(args) => bench::run(sh, args),
     }
 }
@@ -177,15 +190,15 @@ fn warn_strays(sh: &Shell, root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn refs(model: &Model, tag: &str) -> String {
+pub fn refs(model: &Model, registry: &registry::Registry, tag: &str) -> String {
     format!(
         "tag={tag}\ndocker={}\napptainer={}\narch={}\ndocker-run-flags={}\n\
          apptainer-run-flags={}\n",
-        model.docker_image(tag),
-        model.apptainer_image(tag).unwrap_or_default(),
+        registry.reference(Engine::Docker, model.name, tag),
+        registry.reference(Engine::Apptainer, model.name, tag),
         model.default_arch().unwrap_or_default(),
-        model::docker_flags(true, false).join(" "),
-        model::apptainer_flags(true).join(" "),
+        Engine::Docker.run_flags(true).join(" "),
+        Engine::Apptainer.run_flags(true).join(" "),
     )
 }
 
@@ -458,6 +471,12 @@ fn build_debian(
             ))?;
             image
         }
+        Engine::Podman => bail!(
+            "the Debian base is imported into the Docker engine, so the image is built there: \
+             build it with `cargo xtask images build`, then copy it into Podman's store with \
+             `docker save {image} | podman load` (as .ci/podman does)",
+            image = model.docker_image(&tag)
+        ),
         Engine::Apptainer => {
             let sif = target_dir().join("images").join(model.sif_name(&tag));
             let args = apptainer_build_args(&tag, &sif);
@@ -505,8 +524,7 @@ toolchain = "1.95.0"
 base = "rocm/dev-ubuntu-24.04"
 rocm = "7.2.4"
 arch = "gfx942"
-docker = "ghcr.io/symmem/symmem-rocm"
-apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
+registry = "ghcr.io/symmem"
 "#;
 
     pub fn model() -> Model {
@@ -683,7 +701,9 @@ apptainer = "oras://ghcr.io/symmem/symmem-rocm-sif"
 
     #[test]
     fn refs_snapshot() {
-        insta::assert_snapshot!(refs(&model(), "0123456789abcdef"));
+        let model = model();
+        let registry = registry::Registry::parse(&model.registry, "pins").unwrap();
+        insta::assert_snapshot!(refs(&model, &registry, "0123456789abcdef"));
     }
 
     #[test]

@@ -136,7 +136,7 @@ pub const DEBIAN_MIRROR: &str = "http://deb.debian.org/debian";
 /// Where the Debian base image is imported (never pushed: `localhost/` keeps Docker and
 /// Podman from looking for it in a registry).
 pub const DEBIAN_BASE_REPOSITORY: &str = "localhost/symmem/debian-rocm";
-/// Where the Debian-base image is built (locally; not published).
+/// Where the Debian-base image is built (locally; `cargo xtask images publish` pushes it).
 pub const DEBIAN_IMAGE_REPOSITORY: &str = "localhost/symmem/symmem-debian";
 /// In the Debian image's staged build context: the toolchain and the vendored crates.
 pub const CONTEXT_RUST: &str = "rust";
@@ -230,49 +230,92 @@ pub const APPTAINER_BUILD_FLAGS: &[&str] = &["--writable-tmpfs"];
 /// Added for GPU providers: `--rocm` binds the host's GPU devices and driver libraries.
 pub const APPTAINER_GPU_FLAGS: &[&str] = &["--rocm"];
 
-/// The container engines that build and run the images.
+/// The container engines that build, publish, pull and run the images: the one vocabulary of
+/// `images build|publish|bench` and `test --container`. Adding one is an arm in each `match`
+/// below and in the commands the compiler then points to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Engine {
-    /// Docker (or a docker-compatible CLI such as Podman's).
+    /// Docker Engine's `docker` CLI.
     Docker,
-    /// Apptainer: the SIF image is pulled into target/images/.
+    /// Podman (`podman`, or podman-docker's `docker`, which is recognised as Podman).
+    Podman,
+    /// Apptainer: SIF images, kept in target/images/.
     Apptainer,
 }
 
+/// What an engine's images are: OCI images in the engine's store, or SIF files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageFormat {
+    Oci,
+    Sif,
+}
+
 impl Engine {
-    pub fn program(self) -> &'static str {
+    pub const ALL: [Engine; 3] = [Engine::Docker, Engine::Podman, Engine::Apptainer];
+
+    /// Its name (in reports and on the command line) and its program on PATH.
+    pub fn name(self) -> &'static str {
         match self {
             Engine::Docker => "docker",
+            Engine::Podman => "podman",
             Engine::Apptainer => "apptainer",
+        }
+    }
+
+    pub fn format(self) -> ImageFormat {
+        match self {
+            Engine::Docker | Engine::Podman => ImageFormat::Oci,
+            Engine::Apptainer => ImageFormat::Sif,
+        }
+    }
+
+    /// The subcommand that runs a command in an image.
+    pub fn run_subcommand(self) -> &'static [&'static str] {
+        match self {
+            Engine::Docker | Engine::Podman => &["run", "--rm"],
+            Engine::Apptainer => &["exec"],
+        }
+    }
+
+    /// The flags of a run after [`Engine::run_subcommand`]: the common ones, the GPU devices
+    /// for GPU providers; under Podman explicit file and process limits (it does not inherit
+    /// Docker's defaults).
+    pub fn run_flags(self, gpu: bool) -> Vec<String> {
+        let own = |flags: &[&str]| flags.iter().map(|f| f.to_string()).collect::<Vec<_>>();
+        match self {
+            Engine::Docker | Engine::Podman => {
+                let mut flags = own(DOCKER_RUN_FLAGS);
+                if gpu {
+                    flags.extend(own(DOCKER_GPU_FLAGS));
+                }
+                if self == Engine::Podman {
+                    flags.extend(own(PODMAN_RUN_FLAGS));
+                }
+                flags
+            }
+            Engine::Apptainer => {
+                let mut flags = Vec::new();
+                if gpu {
+                    flags.extend(own(APPTAINER_GPU_FLAGS));
+                }
+                flags.extend(own(APPTAINER_RUN_FLAGS));
+                flags
+            }
+        }
+    }
+
+    /// The flag that mounts `host` read-only at `inside`.
+    pub fn bind_flag(self, host: &std::path::Path, inside: &str) -> String {
+        match self {
+            Engine::Docker | Engine::Podman => format!("--volume={}:{inside}:ro", host.display()),
+            Engine::Apptainer => format!("--bind={}:{inside}:ro", host.display()),
         }
     }
 }
 
-/// `docker run` flags: the common ones, the GPU devices for GPU providers; under Podman
-/// explicit file and process limits (it does not inherit Docker's defaults).
-pub fn docker_flags(gpu: bool, podman: bool) -> Vec<String> {
-    let mut flags: Vec<String> = DOCKER_RUN_FLAGS.iter().map(|f| f.to_string()).collect();
-    if gpu {
-        flags.extend(DOCKER_GPU_FLAGS.iter().map(|f| f.to_string()));
-    }
-    if podman {
-        flags.extend([
-            "--ulimit=nofile=20000:20000".into(),
-            "--ulimit=nproc=96362:96362".into(),
-        ]);
-    }
-    flags
-}
-
-/// `apptainer exec` flags: `--rocm` for GPU providers only.
-pub fn apptainer_flags(gpu: bool) -> Vec<String> {
-    let mut flags = Vec::new();
-    if gpu {
-        flags.extend(APPTAINER_GPU_FLAGS.iter().map(|f| f.to_string()));
-    }
-    flags.extend(APPTAINER_RUN_FLAGS.iter().map(|f| f.to_string()));
-    flags
-}
+/// Podman's run flags beyond Docker's: explicit file and process limits.
+pub const PODMAN_RUN_FLAGS: &[&str] =
+    &["--ulimit=nofile=20000:20000", "--ulimit=nproc=96362:96362"];
 
 /// A build argument: Docker `ARG`, Apptainer `%arguments`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -303,9 +346,13 @@ pub struct Model {
     pub rust_toolchain: String,
     pub rocshmem_version: String,
     pub rocshmem_commit: String,
+    /// The image's name in a registry (`REGISTRY/NAME:TAG`, `oras://REGISTRY/NAME-sif:TAG`).
+    pub name: &'static str,
+    /// The registry the images are published to (pins.toml `[images] registry`, unchecked:
+    /// [`super::registry::Registry::choose`] reads it).
+    pub registry: String,
+    /// Where a local build puts the Docker image (without the tag).
     pub docker_repository: String,
-    /// Where the SIF is published; `None` for images that are only built locally.
-    pub apptainer_repository: Option<String>,
     /// The provider the image runs when none is given (`rocshmem` where it has rocSHMEM).
     pub default_provider: ProviderKind,
     pub args: Vec<BuildArg>,
@@ -536,8 +583,12 @@ impl Model {
             rust_toolchain: pins.rust.toolchain.clone(),
             rocshmem_version: pins.rocshmem.version.clone(),
             rocshmem_commit: pins.rocshmem.commit.clone(),
+            name: "",
+            registry: pins
+                .images()
+                .map(|i| i.registry.clone())
+                .unwrap_or_default(),
             docker_repository: String::new(),
-            apptainer_repository: None,
             default_provider,
             args: Vec::new(),
             labels: Vec::new(),
@@ -559,8 +610,8 @@ impl Model {
         let base_image = qualified(&images.base_image());
         let mut model = Self::with(pins, Base::Amd, base_image.clone(), ProviderKind::Rocshmem);
         model.rocm = format!("ROCm {}", images.rocm);
-        model.docker_repository = images.docker.clone();
-        model.apptainer_repository = Some(images.apptainer.clone());
+        model.name = "symmem-rocm";
+        model.docker_repository = format!("{}/{}", images.registry, model.name);
         model.args = vec![
             BuildArg {
                 name: ARCH,
@@ -613,6 +664,7 @@ impl Model {
         let mut model = Self::with(pins, Base::Debian, base_image.clone(), ProviderKind::Host);
         model.bootstrap = "docker-daemon";
         model.rocm = "Debian sid's ROCm (HIP 6.4, in /usr)".into();
+        model.name = "symmem-debian";
         model.docker_repository = DEBIAN_IMAGE_REPOSITORY.into();
         model.args = vec![tag_build_arg()];
         model.labels = common_labels(
@@ -689,21 +741,9 @@ impl Model {
         format!("{}:{tag}", self.docker_repository)
     }
 
-    /// The published Apptainer (ORAS) image reference for a tag.
-    pub fn apptainer_image(&self, tag: &str) -> Option<String> {
-        self.apptainer_repository
-            .as_ref()
-            .map(|r| format!("{r}:{tag}"))
-    }
-
     /// The local SIF's file name for a tag.
     pub fn sif_name(&self, tag: &str) -> String {
-        let name = self
-            .docker_repository
-            .rsplit('/')
-            .next()
-            .unwrap_or("symmem");
-        format!("{name}-{tag}.sif")
+        format!("{}-{tag}.sif", self.name)
     }
 }
 
