@@ -13,6 +13,8 @@
 #                               (.ci/sid-root is the one maker of Debian roots)
 #   write_wrapper DIR NAME COMMAND [ARG...]   writes DIR/NAME, a sh script that runs COMMAND
 #                                             ARG... with its own arguments appended
+#   install_cluster_tools   installs what the emulated cluster and its tests need (Open MPI,
+#                           PMIx, Slurm, munge and its key, nftables), each only when missing
 checkout=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -43,4 +45,35 @@ write_wrapper() {
     printf ' "$@"\n'
   } >"$dir/$name"
   chmod +x "$dir/$name"
+}
+
+# What the emulated cluster needs (crates/symmem-cluster, its tests and `.ci/cluster`), each
+# piece detected by the file itself and installed when missing: Open MPI's launcher, PMIx's
+# header and library (Debian and Ubuntu put the headers in /usr/lib/<triplet>/pmix2/include),
+# nsenter and unshare; Slurm's daemons, srun, sinfo and its PMIx plugin, munge, and nftables
+# (a test cuts node-b off by its address); and munge's key, which the nodes' munged share.
+install_cluster_tools() {
+  local file missing=()
+  for file in /usr/bin/mpirun /usr/bin/nsenter /usr/bin/unshare \
+    "/usr/lib/*-linux-gnu/pmix2/include/pmix.h" "/usr/lib/*-linux-gnu/libpmix.so.2"; do
+    compgen -G "$file" >/dev/null || missing+=("$file")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "cluster: missing ${missing[*]}: installing openmpi-bin libopenmpi-dev libpmix-dev util-linux"
+    apt_install openmpi-bin libopenmpi-dev libpmix-dev util-linux
+  fi
+  missing=()
+  for file in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/munged /usr/bin/srun /usr/bin/sinfo \
+    "/usr/lib/*-linux-gnu/slurm-wlm/mpi_pmix*.so" /usr/sbin/nft; do
+    compgen -G "$file" >/dev/null || missing+=("$file")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "cluster: missing ${missing[*]}: installing slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins nftables"
+    apt_install slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins nftables
+  fi
+  if ! $sudo test -f /etc/munge/munge.key; then
+    $sudo mungekey --create --keyfile=/etc/munge/munge.key
+    $sudo chown munge:munge /etc/munge/munge.key
+    $sudo chmod 0600 /etc/munge/munge.key
+  fi
 }
