@@ -583,6 +583,26 @@ mod tests {
         );
     }
 
+    /// Ctrl-C during configure: the step itself dies of SIGINT while the interrupt is raised.
+    /// That reads as "interrupted", not as a step that failed by signal 2 (issue 31, B11b).
+    #[test]
+    fn a_step_killed_by_sigint_while_interrupted_reads_as_interrupted() {
+        let sh = Shell::new().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("configure.log");
+        let ran = dir.path().join("ran");
+        // `env --default-signal`: SIGINT kills the step even where this test inherited it
+        // ignored (cargo test run as a background job of a script). Were it to survive, the
+        // step would succeed, which the test does not accept either.
+        let script = format!("touch {}; kill -INT $$; exit 0", ran.display());
+        let step = words(&["env", "--default-signal=INT", "sh", "-c", &script]);
+        let interrupt = Interrupt(Arc::new(AtomicBool::new(true)));
+        let e = run(&sh, &step, &log, Output::Log, &interrupt).unwrap_err();
+        assert!(matches!(e, StepError::Interrupted), "{e:?}");
+        assert!(e.to_string().starts_with("interrupted;"), "{e}");
+        assert!(ran.exists(), "the step never ran");
+    }
+
     /// A step that fails on a full disk is reported as a full disk whatever it printed, and
     /// so is a log that cannot be written (/dev/full stands in for a full disk).
     #[test]
