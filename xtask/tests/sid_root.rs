@@ -3,12 +3,44 @@
 //! missing CARGO_TARGET_DIR is the caller's (made, and passed absolute), and the caller's
 //! ROCM_PATH stays outside.
 //!
-//! Runs only where a sid root was already made (`target/ci/sid-*`, e.g. by `.ci/real-hipcc`)
-//! and as root (mounts and chroot); otherwise it says why it skipped. Making a root takes
-//! minutes, which this test does not spend.
+//! The test that enters a root runs only where a sid root was already made (`target/ci/sid-*`,
+//! e.g. by `.ci/real-hipcc`) and as root (mounts and chroot); otherwise it says why it skipped,
+//! and with CI and SYMMEM_SID_ROOT_TEST=1 set (`.ci/real-hipcc` sets them, after making its
+//! root) a skip fails. Making a root takes minutes, which this test does not spend.
 
 use std::path::Path;
 use std::process::Command;
+use symmem::settings::{Audience, Setting};
+
+/// Makes a skipped sid-root test a failure (`.ci/real-hipcc` sets it once its root exists).
+const SID_ROOT_TEST: Setting<bool> = Setting {
+    name: "SYMMEM_SID_ROOT_TEST",
+    doc: "`1` (with `CI` set): xtask's sid_root test must run, a missing sid root or a user other than root fails it (`.ci/real-hipcc` sets it)",
+    default: "the test skips without a sid root under target/ci",
+    expected: "1 or 0",
+    audience: Audience::Development,
+    parse: |text| match text.trim() {
+        "1" => Some(true),
+        "0" => Some(false),
+        _ => None,
+    },
+};
+
+/// Says why the test did not run; a failure where CI asked for it.
+fn skip(why: &str) {
+    let required = std::env::var_os("CI").is_some_and(|v| !v.is_empty())
+        && SID_ROOT_TEST
+            .read()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or(false);
+    assert!(
+        !required,
+        "{why}. CI and {}=1 are set, so this test must run: run it as root after \
+         .ci/real-hipcc has made its root",
+        SID_ROOT_TEST.name
+    );
+    eprintln!("SKIPPED: {why}");
+}
 
 #[test]
 fn an_outside_target_folder_is_visible_inside_the_root() {
@@ -32,13 +64,11 @@ fn an_outside_target_folder_is_visible_inside_the_root() {
                 .exists()
         });
     let Some((name, packages)) = made else {
-        eprintln!("SKIPPED: no sid root under target/ci (run .ci/real-hipcc first to make one)");
-        return;
+        return skip("no sid root under target/ci (run .ci/real-hipcc first to make one)");
     };
     let uid = Command::new("id").arg("-u").output().unwrap();
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        eprintln!("SKIPPED: .ci/sid-root mounts and chroots: needs root");
-        return;
+        return skip(".ci/sid-root mounts and chroots: needs root");
     }
     relative_target_and_no_host_rocm(checkout, &name, &packages);
     let target = tempfile::tempdir().unwrap();
