@@ -1,7 +1,7 @@
 //! `.ci/sid-root` mounts Cargo's target folder when CARGO_TARGET_DIR puts it outside the
 //! checkout: the host-built binaries a command runs inside the root live there. A relative or
-//! missing CARGO_TARGET_DIR is the caller's (made, and passed absolute), and the caller's
-//! ROCM_PATH stays outside.
+//! missing CARGO_TARGET_DIR is the caller's (made, and passed absolute), one that cannot be made
+//! is refused, and the caller's ROCM_PATH stays outside.
 //!
 //! The test that enters a root runs only where a sid root was already made (`target/ci/sid-*`,
 //! e.g. by `.ci/real-hipcc`) and as root (mounts and chroot); otherwise it says why it skipped,
@@ -108,4 +108,45 @@ fn relative_target_and_no_host_rocm(checkout: &Path, name: &str, packages: &str)
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(expected.is_dir());
+}
+
+/// A CARGO_TARGET_DIR that is missing and cannot be made (its parent is a file) is refused,
+/// naming it and the fix, before anything is mounted or run. Needs no sid root and no root
+/// user: a stand-in root that already has the packages asked for is never entered.
+#[test]
+fn a_target_folder_that_cannot_be_made_is_refused() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::write(root.join("bin/sh"), "").unwrap();
+    std::fs::set_permissions(root.join("bin/sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(tmp.path().join("root.packages"), "stand-in\n").unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let wanted = file.join("target");
+    let out = Command::new(checkout.join(".ci/sid-root"))
+        .arg(&root)
+        .args(["stand-in", "--", "echo", "entered"])
+        .env("CARGO_TARGET_DIR", &wanted)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "sid-root: CARGO_TARGET_DIR={} is missing and cannot be made: point it at a \
+             folder you can write, or unset it",
+            wanted.display()
+        )) && !stderr.contains("making"),
+        "{stderr}"
+    );
+    assert!(stdout.is_empty(), "{stdout}");
+    assert_eq!(
+        std::fs::read_dir(&root).unwrap().count(),
+        1,
+        "the root was entered"
+    );
 }
