@@ -1,14 +1,46 @@
 //! `.ci/sid-root` mounts Cargo's target folder when CARGO_TARGET_DIR puts it outside the
 //! checkout: the host-built binaries a command runs inside the root live there. A relative or
-//! missing CARGO_TARGET_DIR is the caller's (made, and passed absolute), and the caller's
-//! ROCM_PATH stays outside.
+//! missing CARGO_TARGET_DIR is the caller's (made, and passed absolute), one that cannot be made
+//! is refused, and the caller's ROCM_PATH stays outside.
 //!
-//! Runs only where a sid root was already made (`target/ci/sid-*`, e.g. by `.ci/real-hipcc`)
-//! and as root (mounts and chroot); otherwise it says why it skipped. Making a root takes
-//! minutes, which this test does not spend.
+//! The test that enters a root runs only where a sid root was already made (`target/ci/sid-*`,
+//! e.g. by `.ci/real-hipcc`) and as root (mounts and chroot); otherwise it says why it skipped,
+//! and with CI and SYMMEM_SID_ROOT_TEST=1 set (`.ci/real-hipcc` sets them, after making its
+//! root) a skip fails. Making a root takes minutes, which this test does not spend.
 
 use std::path::Path;
 use std::process::Command;
+use symmem::settings::{Audience, Setting};
+
+/// Makes a skipped sid-root test a failure (`.ci/real-hipcc` sets it once its root exists).
+const SID_ROOT_TEST: Setting<bool> = Setting {
+    name: "SYMMEM_SID_ROOT_TEST",
+    doc: "`1` (with `CI` set): xtask's sid_root test must run, a missing sid root or a user other than root fails it (`.ci/real-hipcc` sets it)",
+    default: "the test skips without a sid root under target/ci",
+    expected: "1 or 0",
+    audience: Audience::Development,
+    parse: |text| match text.trim() {
+        "1" => Some(true),
+        "0" => Some(false),
+        _ => None,
+    },
+};
+
+/// Says why the test did not run; a failure where CI asked for it.
+fn skip(why: &str) {
+    let required = std::env::var_os("CI").is_some_and(|v| !v.is_empty())
+        && SID_ROOT_TEST
+            .read()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or(false);
+    assert!(
+        !required,
+        "{why}. CI and {}=1 are set, so this test must run: run it as root after \
+         .ci/real-hipcc has made its root",
+        SID_ROOT_TEST.name
+    );
+    eprintln!("SKIPPED: {why}");
+}
 
 #[test]
 fn an_outside_target_folder_is_visible_inside_the_root() {
@@ -32,13 +64,11 @@ fn an_outside_target_folder_is_visible_inside_the_root() {
                 .exists()
         });
     let Some((name, packages)) = made else {
-        eprintln!("SKIPPED: no sid root under target/ci (run .ci/real-hipcc first to make one)");
-        return;
+        return skip("no sid root under target/ci (run .ci/real-hipcc first to make one)");
     };
     let uid = Command::new("id").arg("-u").output().unwrap();
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        eprintln!("SKIPPED: .ci/sid-root mounts and chroots: needs root");
-        return;
+        return skip(".ci/sid-root mounts and chroots: needs root");
     }
     relative_target_and_no_host_rocm(checkout, &name, &packages);
     let target = tempfile::tempdir().unwrap();
@@ -78,4 +108,45 @@ fn relative_target_and_no_host_rocm(checkout: &Path, name: &str, packages: &str)
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(expected.is_dir());
+}
+
+/// A CARGO_TARGET_DIR that is missing and cannot be made (its parent is a file) is refused,
+/// naming it and the fix, before anything is mounted or run. Needs no sid root and no root
+/// user: a stand-in root that already has the packages asked for is never entered.
+#[test]
+fn a_target_folder_that_cannot_be_made_is_refused() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::write(root.join("bin/sh"), "").unwrap();
+    std::fs::set_permissions(root.join("bin/sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(tmp.path().join("root.packages"), "stand-in\n").unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let wanted = file.join("target");
+    let out = Command::new(checkout.join(".ci/sid-root"))
+        .arg(&root)
+        .args(["stand-in", "--", "echo", "entered"])
+        .env("CARGO_TARGET_DIR", &wanted)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "sid-root: CARGO_TARGET_DIR={} is missing and cannot be made: point it at a \
+             folder you can write, or unset it",
+            wanted.display()
+        )) && !stderr.contains("making"),
+        "{stderr}"
+    );
+    assert!(stdout.is_empty(), "{stdout}");
+    assert_eq!(
+        std::fs::read_dir(&root).unwrap().count(),
+        1,
+        "the root was entered"
+    );
 }

@@ -583,6 +583,26 @@ mod tests {
         );
     }
 
+    /// Ctrl-C during configure: the step itself dies of SIGINT while the interrupt is raised.
+    /// That reads as "interrupted", not as a step that failed by signal 2 (issue 31, B11b).
+    #[test]
+    fn a_step_killed_by_sigint_while_interrupted_reads_as_interrupted() {
+        let sh = Shell::new().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("configure.log");
+        let ran = dir.path().join("ran");
+        // `env --default-signal`: SIGINT kills the step even where this test inherited it
+        // ignored (cargo test run as a background job of a script). Were it to survive, the
+        // step would succeed, which the test does not accept either.
+        let script = format!("touch {}; kill -INT $$; exit 0", ran.display());
+        let step = words(&["env", "--default-signal=INT", "sh", "-c", &script]);
+        let interrupt = Interrupt(Arc::new(AtomicBool::new(true)));
+        let e = run(&sh, &step, &log, Output::Log, &interrupt).unwrap_err();
+        assert!(matches!(e, StepError::Interrupted), "{e:?}");
+        assert!(e.to_string().starts_with("interrupted;"), "{e}");
+        assert!(ran.exists(), "the step never ran");
+    }
+
     /// A step that fails on a full disk is reported as a full disk whatever it printed, and
     /// so is a log that cannot be written (/dev/full stands in for a full disk).
     #[test]
@@ -601,6 +621,131 @@ mod tests {
             "{e:?}"
         );
         assert!(e.to_string().starts_with("the disk is full (/dev)"), "{e}");
+    }
+
+    /// A skipped test: a note, or under CI (where it must run) a failure.
+    fn skip(why: &str) {
+        assert!(
+            std::env::var_os("CI").is_none_or(|v| v.is_empty()),
+            "under CI this test must not skip: {why}"
+        );
+        eprintln!("SKIPPED: {why}");
+    }
+
+    /// Set, to the folder of a 64 KiB tmpfs, in the child that
+    /// [`a_step_that_fills_the_disk_then_fails_reads_as_a_full_disk`] starts in a mount
+    /// namespace of its own.
+    const FULL_DISK_CHILD: &str = "RUNNER_TEST_FULL_DISK";
+
+    /// A step that fills the disk and then fails saying something else (CMake's "not able to
+    /// compile a simple test program" at configure), its log still writable and no "No space
+    /// left on device" anywhere, reads as a full disk that names the folder: the probe after
+    /// the failure finds it. The step runs on a real 64 KiB tmpfs, mounted in a mount
+    /// namespace of its own (gone, with the mount, when the child ends): needs root.
+    #[test]
+    fn a_step_that_fills_the_disk_then_fails_reads_as_a_full_disk() {
+        // SAFETY: geteuid(2) has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return skip("mounting the small tmpfs that stands for a full disk needs root");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let test = "runner::tests::full_disk_child";
+        // `$0` is the folder; the rest is the command. 97: the mount failed.
+        let inside = r#"mount -t tmpfs -o size=64k symmem-full-disk "$0" || exit 97; exec "$@""#;
+        let started = Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                "sh",
+                "-c",
+                inside,
+            ])
+            .arg(dir.path())
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                test,
+                "--ignored",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(FULL_DISK_CHILD, dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        let mut child = match started {
+            Ok(child) => child,
+            Err(e) => return skip(&format!("unshare (util-linux) cannot run here: {e}")),
+        };
+        let status =
+            symmem_test_support::command::wait_within(&mut child, Duration::from_secs(120));
+        // The child's output is a few lines: its pipes never fill while it runs.
+        let stdout = std::io::read_to_string(child.stdout.take().unwrap()).unwrap();
+        let stderr = std::io::read_to_string(child.stderr.take().unwrap()).unwrap();
+        if status.code() == Some(97) || stderr.contains("unshare failed") {
+            return skip(&format!(
+                "no tmpfs in a mount namespace of its own here: {}",
+                stderr.trim()
+            ));
+        }
+        assert!(
+            status.success() && stdout.contains(&format!("test {test} ... ok")),
+            "{status}\n{stdout}\n{stderr}"
+        );
+        // The tmpfs lived in the child's namespace only: nothing was written here.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// Run by [`a_step_that_fills_the_disk_then_fails_reads_as_a_full_disk`] as its child, on
+    /// the tmpfs it mounted.
+    #[test]
+    #[ignore = "the child of a_step_that_fills_the_disk_then_fails_reads_as_a_full_disk"]
+    fn full_disk_child() {
+        let Some(dir) = std::env::var_os(FULL_DISK_CHILD).map(PathBuf::from) else {
+            eprintln!("SKIPPED: {FULL_DISK_CHILD} unset; a_step_that_fills_the_disk_... runs this");
+            return;
+        };
+        let log = dir.join("configure.log");
+        // One line, logged before the disk fills (waited for); then the disk is filled, by at
+        // most 256 KiB and quietly, and the step fails as CMake's compiler check does.
+        let script = r#"echo 'check for working CXX compiler'
+            i=0
+            until grep -qx 'check for working CXX compiler' "$0"; do
+              i=$((i + 1)); [ "$i" -lt 1000 ] || exit 2; sleep 0.01
+            done
+            dd if=/dev/zero of="$1/filler" bs=4k count=64 2>/dev/null
+            exit 1"#;
+        let mut step = words(&["sh", "-c", script]);
+        step.push(log.display().to_string());
+        step.push(dir.display().to_string());
+        let sh = Shell::new().unwrap();
+        let interrupt = Interrupt(Arc::new(AtomicBool::new(false)));
+        let e = run(&sh, &step, &log, Output::Log, &interrupt).unwrap_err();
+        assert!(
+            matches!(&e, StepError::DiskFull { dir: full } if *full == dir),
+            "{e:?}"
+        );
+        let said = e.to_string();
+        assert!(
+            said.starts_with(&format!("the disk is full ({}):", dir.display())),
+            "{said}"
+        );
+        // The log was written (not the log-write arm), and nothing in it said the disk was
+        // full (not the step's own message): the probe found it, and removed its file.
+        let logged = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            logged.contains("check for working CXX compiler") && !logged.contains("No space"),
+            "{logged}"
+        );
+        assert!(!dir.join(".symmem-space-probe").exists());
+        assert!(
+            disk_full(&dir),
+            "the tmpfs at {} is not full",
+            dir.display()
+        );
     }
 
     #[test]
