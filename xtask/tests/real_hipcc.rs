@@ -22,11 +22,7 @@ const REAL_HIPCC: Setting<bool> = Setting {
     default: "the test skips without hipcc",
     expected: "1 or 0",
     audience: Audience::Development,
-    parse: |text| match text.trim() {
-        "1" => Some(true),
-        "0" => Some(false),
-        _ => None,
-    },
+    parse: symmem::settings::parse_switch,
 };
 
 mod common;

@@ -19,11 +19,7 @@ const SID_ROOT_TEST: Setting<bool> = Setting {
     default: "the test skips without a sid root under target/ci",
     expected: "1 or 0",
     audience: Audience::Development,
-    parse: |text| match text.trim() {
-        "1" => Some(true),
-        "0" => Some(false),
-        _ => None,
-    },
+    parse: symmem::settings::parse_switch,
 };
 
 /// Says why the test did not run; a failure where CI asked for it.

@@ -242,6 +242,16 @@ pub const COLLECTIVE_TIMEOUT: Defaulted<Duration> = Defaulted::new(
     format_duration_ref,
 );
 
+/// A `1` or `0` switch (`expected: "1 or 0"`), as the development settings that make a
+/// skipped test fail read it.
+pub fn parse_switch(text: &str) -> Option<bool> {
+    match text.trim() {
+        "1" => Some(true),
+        "0" => Some(false),
+        _ => None,
+    }
+}
+
 fn parse_collective_timeout(text: &str) -> Option<Duration> {
     parse_timeout(text).ok()
 }
