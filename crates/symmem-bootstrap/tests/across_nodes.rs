@@ -12,11 +12,11 @@
 //! "SKIPPED: ..." with the reason (a failure under `CI=true`).
 
 use nix::sys::signal::Signal;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use symmem::{CollectiveKind, CollectiveOp, RankIdentity};
 use symmem_bootstrap::{Bootstrap, default_rendezvous};
 use symmem_cluster::{Cluster, ClusterError, Network};
-use symmem_launch::{LaunchSpec, Launcher, Layout, OutputLine, RunReport};
+use symmem_launch::{LaunchSpec, Launcher, Layout, Outcome, OutputLine, RunReport};
 
 /// Each rank's collective timeout.
 const TIMEOUT: Duration = Duration::from_secs(3);
@@ -172,9 +172,14 @@ fn dropped_traffic_between_the_nodes_ends_the_job_within_its_waits() {
         .fabric_pid()
         .expect("an isolated network")
         .to_string();
-    // The cut also parts mpirun from node-b's daemon, which then never learns that node-b's
-    // ranks ended (M5): the launcher's own limit ends the job.
-    let (report, lines) = run_job(&cluster, Duration::from_secs(30), &mut || {
+    // The cut also parts mpirun from node-b's daemon (M5). Open MPI's keepalive on their link
+    // (symmem_launch::OOB_KEEPALIVE) tells node-b's orted that mpirun is gone: it ends its
+    // ranks and exits by itself. mpirun's own order to end node-b's ranks is never
+    // acknowledged (a link with data in flight sends no keepalive), so it hangs in its abort
+    // until symmem-launch's abort bound ends it a grace period later.
+    let limit = Duration::from_secs(60);
+    let mut cut_at = None;
+    let (report, lines) = run_job(&cluster, limit, &mut || {
         let rules = "table bridge cut {\n chain forward {\n type filter hook forward priority \
                      0;\n ip saddr 198.18.0.3 drop\n ip daddr 198.18.0.3 drop\n }\n}\n";
         let mut nft = std::process::Command::new("nsenter")
@@ -184,10 +189,24 @@ fn dropped_traffic_between_the_nodes_ends_the_job_within_its_waits() {
             .expect("nsenter nft");
         std::io::Write::write_all(&mut nft.stdin.take().unwrap(), rules.as_bytes()).unwrap();
         assert!(nft.wait().unwrap().success(), "nft refused {rules}");
+        cut_at = Some(Instant::now());
     });
+    let after_cut = cut_at.expect("the cut was made").elapsed();
+    eprintln!("after the cut, the job ended in {after_cut:?}: {report}");
     assert!(!report.success(), "{report}");
+    // The job ended by itself, well inside the launcher's limit.
+    assert!(
+        !matches!(report.outcome, Outcome::TimedOut { .. }),
+        "the launcher's limit ended the job: {report}\n{}",
+        show(&lines)
+    );
+    assert!(after_cut < limit / 2, "{after_cut:?}: {report}");
+    assert!(report.abort_hung, "{report}");
     // Node-a's ranks name node-b's, which never arrived (the rule goes with the fabric's
     // network namespace when the cluster is down).
     node_a_lost(&lines, "ranks 2, 3 never arrived");
+    // Nothing of the job was left on node-b for the launcher's sweep: its orted and ranks
+    // ended by themselves.
+    assert_eq!(report.left_behind, [], "{report}");
     nothing_left(cluster);
 }
