@@ -277,13 +277,71 @@ fn aborting(line: &str) -> bool {
 }
 
 /// The rank `mpirun` reported ending the job (it names one); where its report names none,
-/// the first rank its log of states says failed on a node.
+/// the first rank its log of states says failed on a node. Its node from the log of states
+/// where the report leaves it out (`Process name: [[J,1],3]` names none). Then every rank
+/// that the log says ended normally before any rank failed (M1: it returned early, and the
+/// others gave up on it), with status 0.
 fn reports(lines: &[String], status: ExitStatus) -> Vec<RankEnd> {
-    first_report(lines)
+    let mut ends: Vec<RankEnd> = first_report(lines)
         .or_else(|| improper_exit(lines))
         .or_else(|| state_report(lines, status))
         .into_iter()
-        .collect()
+        .collect();
+    for end in &mut ends {
+        if end.node.is_none() {
+            end.node = node_in_log(lines, end.rank);
+        }
+    }
+    for early in left_early(lines) {
+        if !ends.iter().any(|e| e.rank == early.rank) {
+            ends.push(early);
+        }
+    }
+    ends
+}
+
+/// A line of the log of states about a rank (not a daemon): its node (of the daemon that
+/// logged it), the rank, its state and where it was logged.
+fn proc_state(line: &str) -> Option<(&str, usize, &str, &str)> {
+    let (node, rest) = line.strip_prefix('[')?.split_once(':')?;
+    let proc_ = rest.split(" ACTIVATE PROC [[").nth(1)?;
+    let (name, rest) = proc_.split_once("] STATE ")?;
+    let (job, rank) = name.split_once("],")?;
+    if job.ends_with(",0") {
+        return None; // a daemon (job family 0), not a rank
+    }
+    let (state, at) = rest.split_once(" AT ")?;
+    Some((node, rank.parse().ok()?, state, at))
+}
+
+/// The node of `rank`: that of the daemon that saw its process end (`odls`, its waitpid).
+fn node_in_log(lines: &[String], rank: usize) -> Option<String> {
+    lines.iter().find_map(|line| {
+        let (node, r, _, at) = proc_state(line)?;
+        (r == rank && at.contains("/odls/")).then(|| node.to_string())
+    })
+}
+
+/// The ranks that the log of states says ended normally (`NORMALLY TERMINATED`: status 0,
+/// finalized) before it logged any rank failing or killed: they left while the others still
+/// ran, as status 0 with the node of the daemon that logged it. After the first failure,
+/// mpirun logs the ranks it killed as ended normally too.
+fn left_early(lines: &[String]) -> Vec<RankEnd> {
+    let mut early: Vec<RankEnd> = Vec::new();
+    for (node, rank, state, _) in lines.iter().filter_map(|l| proc_state(l)) {
+        let failed = ["NON-ZERO", "ABORTED", "KILLED", "WITHOUT SYNC", "FAIL"];
+        if failed.iter().any(|f| state.contains(f)) {
+            break;
+        }
+        if state == "NORMALLY TERMINATED" && !early.iter().any(|e| e.rank == rank) {
+            early.push(RankEnd {
+                rank,
+                node: Some(node.to_string()),
+                how: Ended::Exited(0),
+            });
+        }
+    }
+    early
 }
 
 /// A line of Open MPI's log of states (`--mca state_base_verbose 5`).
@@ -299,11 +357,7 @@ fn state_log(line: &str) -> bool {
 /// mpirun's own exit status carries the first failed rank's (128 + its signal).
 fn state_report(lines: &[String], status: ExitStatus) -> Option<RankEnd> {
     lines.iter().find_map(|line| {
-        let (node, rest) = line.strip_prefix('[')?.split_once(':')?;
-        let proc_ = rest.split(" ACTIVATE PROC [[").nth(1)?;
-        let (name, rest) = proc_.split_once("] STATE ")?;
-        let rank = name.rsplit(',').next()?.parse().ok()?;
-        let (state, at) = rest.split_once(" AT ")?;
+        let (node, rank, state, at) = proc_state(line)?;
         if !at.contains("/odls/") {
             return None; // mpirun relaying a daemon's report: the daemon's line names the node
         }
@@ -559,6 +613,64 @@ mod tests {
         );
         assert!(!words.contains("--mca oob_tcp_keepalive_time"), "{words}");
         assert!(words.contains("--mca oob_tcp_keepalive_intvl 1"), "{words}");
+    }
+
+    /// M1: mpirun names a rank that panicked by its process name only: its node comes from
+    /// the log of states.
+    #[test]
+    fn the_node_of_a_rank_named_without_one_is_read_from_the_log_of_states() {
+        let text = lines(&[
+            "[node-b:13583] [[17292,0],1] ACTIVATE PROC [[17292,1],3] STATE WAITPID FIRED AT ../../../../../orte/mca/odls/base/odls_base_default_fns.c:1746",
+            "[node-a:13568] [[17292,0],0] ACTIVATE PROC [[17292,1],3] STATE EXITED WITH NON-ZERO STATUS AT ../../../../../orte/mca/plm/base/plm_base_receive.c:352",
+            "mpirun detected that one or more processes exited with non-zero status, thus causing",
+            "the job to be terminated. The first process to do so was:",
+            "  Process name: [[17292,1],3]",
+            "  Exit code:    101",
+        ]);
+        assert_eq!(
+            reports(&text, ExitStatus::from_raw(101 << 8)),
+            [RankEnd {
+                rank: 3,
+                node: Some("node-b".into()),
+                how: Ended::Exited(101),
+            }]
+        );
+    }
+
+    /// M1: a rank that returned early (status 0, finalized) is in the log of states as ended
+    /// normally before the others failed; mpirun's report names a witness only. The ranks
+    /// mpirun killed afterwards, also logged as ended normally, are not.
+    #[test]
+    fn a_rank_that_ended_normally_before_the_others_failed_is_reported() {
+        let text = lines(&[
+            "[node-a:13568] [[17292,0],0] ACTIVATE JOB [17292,1] STATE SENDING LAUNCH MSG AT ../../../../../orte/mca/odls/base/odls_base_default_fns.c:440",
+            "[node-b:13583] [[17292,0],1] ACTIVATE PROC [[17292,1],3] STATE IOF COMPLETE AT ../../../../../../orte/mca/iof/orted/iof_orted_read.c:182",
+            "[node-b:13583] [[17292,0],1] ACTIVATE PROC [[17292,1],3] STATE WAITPID FIRED AT ../../../../../orte/mca/odls/base/odls_base_default_fns.c:1746",
+            "[node-b:13583] [[17292,0],1] ACTIVATE PROC [[17292,1],3] STATE NORMALLY TERMINATED AT ../../../../../../orte/mca/state/orted/state_orted.c:373",
+            "[node-a:13568] [[17292,0],0] ACTIVATE PROC [[17292,1],1] STATE EXITED WITH NON-ZERO STATUS AT ../../../../../orte/mca/odls/base/odls_base_default_fns.c:1746",
+            "[node-a:13568] [[17292,0],0] ACTIVATE PROC [[17292,1],0] STATE KILLED BY INTERNAL COMMAND AT ../../../../../orte/mca/odls/base/odls_base_default_fns.c:1981",
+            "[node-a:13568] [[17292,0],0] ACTIVATE PROC [[17292,1],0] STATE NORMALLY TERMINATED AT ../../../../../../orte/mca/state/base/state_base_fns.c:715",
+            "[node-a:13568] [[17292,0],0] ACTIVATE PROC [[17292,0],1] STATE COMMUNICATION FAILURE AT ../../../../../../orte/mca/oob/tcp/oob_tcp_component.c:1086",
+            "  Process name: [[17292,1],1]",
+            "  Exit code:    75",
+        ]);
+        assert_eq!(
+            reports(&text, ExitStatus::from_raw(75 << 8)),
+            [
+                RankEnd {
+                    rank: 1,
+                    node: Some("node-a".into()),
+                    how: Ended::Exited(75),
+                },
+                RankEnd {
+                    rank: 3,
+                    node: Some("node-b".into()),
+                    how: Ended::Exited(0),
+                },
+            ]
+        );
+        // Every rank ended normally after the failure: none left early.
+        assert_eq!(left_early(&text[4..]), []);
     }
 
     #[test]
