@@ -93,6 +93,8 @@ impl Mpirun {
             env,
             tagger: || Box::new(Demux::default()),
             reports,
+            // `--host a:N,b:M` and mpirun's default mapping by slot: in rank order.
+            placed: spec.layout.counts(spec.ranks),
             quiet: state_log,
             stop: Stop::Terminate,
             aborting,
