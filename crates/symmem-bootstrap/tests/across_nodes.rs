@@ -1,27 +1,37 @@
 //! Faults of the control plane across nodes, on the emulated nodes (`symmem-cluster`) under
 //! Open MPI's mpirun (`symmem-launch`'s `Launcher::Mpirun`): node-b's leader (its lowest rank)
-//! killed with 9 or stopped, and the traffic between the nodes dropped. In each, every other
-//! rank ends within its bounded waits, naming the rank it lost (and its node), and nothing is
-//! left on the nodes.
+//! killed with 9 or stopped, the traffic between the nodes dropped, and node-b's last rank
+//! panicking or returning early (M1). In each, every other rank ends within its bounded waits,
+//! naming the rank it lost (and its node), and nothing is left on the nodes.
 //!
 //! The ranks are this test binary itself, run as `rank_loop` (an ignored test): each joins
 //! with a collective timeout of [`TIMEOUT`], says `ready` after its first barrier, then loops
-//! over barriers until one fails, which it prints (`lost: ...`) before exiting 75.
+//! over barriers until one fails, which it prints (`lost: ...`) before exiting 75. With
+//! [`FAULT`] set (`panic@RANK` or `return@RANK`), that rank panics, or returns without
+//! finishing its barriers (its process exits 0), at barrier [`FAULT_AT`] (M1).
 //!
 //! Needs root and Open MPI (`.ci/cluster` installs them); elsewhere each test prints
 //! "SKIPPED: ..." with the reason (a failure under `CI=true`).
 
 use nix::sys::signal::Signal;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use symmem::{CollectiveKind, CollectiveOp, RankIdentity};
 use symmem_bootstrap::{Bootstrap, default_rendezvous};
 use symmem_cluster::{Cluster, ClusterError, Network};
-use symmem_launch::{LaunchSpec, Launcher, Layout, OutputLine, RunReport};
+use symmem_launch::{
+    EXIT_PEER_FAILED, Ended, LaunchSpec, Launcher, Layout, Lost, Outcome, OutputLine, RunReport,
+};
 
 /// Each rank's collective timeout.
 const TIMEOUT: Duration = Duration::from_secs(3);
 /// Node-b's leader in a 2x2 job.
 const LEADER_B: usize = 2;
+/// The last rank of a 2x2 job, on node-b behind its leader.
+const LAST_B: usize = 3;
+/// The fault `rank_loop` injects: `panic@RANK` or `return@RANK`.
+const FAULT: &str = "ACROSS_NODES_FAULT";
+/// The barrier at which it strikes (every rank said `ready` after the first).
+const FAULT_AT: u64 = 50;
 
 #[test]
 #[ignore = "a rank of the tests below, which run it"]
@@ -29,8 +39,20 @@ fn rank_loop() {
     let identity = RankIdentity::from_env().expect("started by a launcher");
     let dir = default_rendezvous(&identity).unwrap();
     let mut bootstrap = Bootstrap::join(&identity, 0, &dir, TIMEOUT).unwrap();
+    let fault = std::env::var(FAULT).unwrap_or_default();
+    let me = format!("@{}", identity.rank);
     // Bounded: the tests end the job long before this many barriers.
     for seq in 0..1_000_000u64 {
+        if seq == FAULT_AT && fault.ends_with(&me) {
+            match fault.split('@').next() {
+                Some("panic") => panic!("rank {} panics at barrier {seq}", identity.rank),
+                Some("return") => {
+                    println!("returning early at barrier {seq}");
+                    return;
+                }
+                _ => panic!("{FAULT}={fault}: expected panic@RANK or return@RANK"),
+            }
+        }
         let op = CollectiveOp {
             seq,
             kind: CollectiveKind::Barrier,
@@ -68,17 +90,22 @@ fn cluster(network: Network) -> Option<Cluster> {
     }
 }
 
-/// Runs the 2x2 job; once every rank said `ready`, `fault` runs once. Every line back.
+/// Runs the 2x2 job (with `env` exported to the ranks); once every rank said `ready`, `fault`
+/// runs once. Every line back.
 fn run_job(
     cluster: &Cluster,
     limit: Duration,
+    env: &[(&str, &str)],
     fault: &mut dyn FnMut(),
 ) -> (RunReport, Vec<OutputLine>) {
     let me = std::env::current_exe().unwrap();
-    let spec = LaunchSpec::new(cluster.on_nodes(&me).unwrap(), 0)
+    let mut spec = LaunchSpec::new(cluster.on_nodes(&me).unwrap(), 0)
         .args(["--ignored", "--exact", "rank_loop", "--nocapture"])
         .layout(Layout::even(2, 2))
         .timeout(limit);
+    for &(name, value) in env {
+        spec = spec.env(name, value);
+    }
     let mut ready = 0;
     let mut lines = Vec::new();
     let report = Launcher::Mpirun(cluster.mpirun())
@@ -105,17 +132,33 @@ fn show(lines: &[OutputLine]) -> String {
 /// the first exit, and may drop the others' last lines), and every line that came says
 /// `expected`.
 fn node_a_lost(lines: &[OutputLine], expected: &str) {
+    witnesses_lost(lines, &[0, 1], expected);
+}
+
+/// What `ranks` said they lost, as [`node_a_lost`].
+fn witnesses_lost(lines: &[OutputLine], ranks: &[usize], expected: &str) {
     let said: Vec<&OutputLine> = lines
         .iter()
-        .filter(|l| matches!(l.rank, Some(0 | 1)) && l.text.starts_with("lost: "))
+        .filter(|l| l.rank.is_some_and(|r| ranks.contains(&r)) && l.text.starts_with("lost: "))
         .collect();
     assert!(
         !said.is_empty(),
-        "node-a's ranks reported no loss:\n{}",
+        "ranks {ranks:?} reported no loss:\n{}",
         show(lines)
     );
     for line in said {
         assert!(line.text.contains(expected), "{line}\n{}", show(lines));
+    }
+}
+
+/// Every rank but `culprit` that the launcher reported ended as a witness (status 75).
+fn others_are_witnesses(report: &RunReport, culprit: usize) {
+    for end in report.reported.iter().filter(|e| e.rank != culprit) {
+        assert_eq!(
+            end.how,
+            Ended::Exited(EXIT_PEER_FAILED),
+            "{end:?}: {report}"
+        );
     }
 }
 
@@ -136,7 +179,7 @@ fn kill_9_of_node_b_s_leader_is_named_with_its_node() {
     let Some(cluster) = cluster(Network::Shared) else {
         return;
     };
-    let (report, lines) = run_job(&cluster, Duration::from_secs(60), &mut || {
+    let (report, lines) = run_job(&cluster, Duration::from_secs(60), &[], &mut || {
         let (node, _) = cluster.signal_rank(LEADER_B, Signal::SIGKILL).unwrap();
         assert_eq!(node, "node-b");
     });
@@ -150,13 +193,26 @@ fn sigstop_of_node_b_s_leader_ends_the_job_naming_it() {
     let Some(cluster) = cluster(Network::Shared) else {
         return;
     };
-    let (report, lines) = run_job(&cluster, Duration::from_secs(60), &mut || {
+    let (report, lines) = run_job(&cluster, Duration::from_secs(60), &[], &mut || {
         cluster.signal_rank(LEADER_B, Signal::SIGSTOP).unwrap();
     });
-    assert!(!report.success(), "{report}");
+    eprintln!("{report}");
     node_a_lost(&lines, "ranks 2, 3 never arrived");
-    // Rank 3, behind the stopped leader, hears whatever its leader hands on once the launcher
-    // ends the job (it may resume it first to deliver its signals): no claim on it.
+    // The report names the stopped leader, and it alone (M3). Rank 3, behind it, hears
+    // whatever its leader hands on once the launcher ends the job (mpirun resumes the leader
+    // to deliver its signals, and both may then print node-a's verdict, naming themselves):
+    // no claim on its lines, but it is not the culprit.
+    match &report.outcome {
+        Outcome::PeerLost {
+            culprits,
+            reason: Lost::StillRunning,
+            ..
+        } => assert_eq!(culprits, &[LEADER_B], "{report}\n{}", show(&lines)),
+        _ => panic!(
+            "the stopped rank 2 is not named: {report}\n{}",
+            show(&lines)
+        ),
+    }
     nothing_left(cluster);
 }
 
@@ -172,9 +228,14 @@ fn dropped_traffic_between_the_nodes_ends_the_job_within_its_waits() {
         .fabric_pid()
         .expect("an isolated network")
         .to_string();
-    // The cut also parts mpirun from node-b's daemon, which then never learns that node-b's
-    // ranks ended (M5): the launcher's own limit ends the job.
-    let (report, lines) = run_job(&cluster, Duration::from_secs(30), &mut || {
+    // The cut also parts mpirun from node-b's daemon (M5). Open MPI's keepalive on their link
+    // (symmem_launch::OOB_KEEPALIVE) tells node-b's orted that mpirun is gone: it ends its
+    // ranks and exits by itself. mpirun's own order to end node-b's ranks is never
+    // acknowledged (a link with data in flight sends no keepalive), so it hangs in its abort
+    // until symmem-launch's abort bound ends it a grace period later.
+    let limit = Duration::from_secs(60);
+    let mut cut_at = None;
+    let (report, lines) = run_job(&cluster, limit, &[], &mut || {
         let rules = "table bridge cut {\n chain forward {\n type filter hook forward priority \
                      0;\n ip saddr 198.18.0.3 drop\n ip daddr 198.18.0.3 drop\n }\n}\n";
         let mut nft = std::process::Command::new("nsenter")
@@ -184,10 +245,85 @@ fn dropped_traffic_between_the_nodes_ends_the_job_within_its_waits() {
             .expect("nsenter nft");
         std::io::Write::write_all(&mut nft.stdin.take().unwrap(), rules.as_bytes()).unwrap();
         assert!(nft.wait().unwrap().success(), "nft refused {rules}");
+        cut_at = Some(Instant::now());
     });
+    let after_cut = cut_at.expect("the cut was made").elapsed();
+    eprintln!("after the cut, the job ended in {after_cut:?}: {report}");
     assert!(!report.success(), "{report}");
+    // The job ended by itself, well inside the launcher's limit.
+    assert!(
+        !matches!(report.outcome, Outcome::TimedOut { .. }),
+        "the launcher's limit ended the job: {report}\n{}",
+        show(&lines)
+    );
+    assert!(after_cut < limit / 2, "{after_cut:?}: {report}");
+    assert!(report.abort_hung, "{report}");
     // Node-a's ranks name node-b's, which never arrived (the rule goes with the fabric's
     // network namespace when the cluster is down).
     node_a_lost(&lines, "ranks 2, 3 never arrived");
+    // Nothing of the job was left on node-b for the launcher's sweep: its orted and ranks
+    // ended by themselves.
+    assert_eq!(report.left_behind, [], "{report}");
+    nothing_left(cluster);
+}
+
+/// M1: rank 3, on node-b behind its leader, panics mid-run (status 101).
+#[test]
+fn a_rank_of_node_b_that_panics_is_named_and_the_others_are_witnesses() {
+    let Some(cluster) = cluster(Network::Shared) else {
+        return;
+    };
+    let fault = format!("panic@{LAST_B}");
+    let (report, lines) = run_job(
+        &cluster,
+        Duration::from_secs(60),
+        &[(FAULT, &fault)],
+        &mut || {},
+    );
+    eprintln!("{report}");
+    assert_eq!(
+        report.outcome,
+        Outcome::RankFailed {
+            rank: LAST_B,
+            how: Ended::Exited(101)
+        },
+        "{report}\n{}",
+        show(&lines)
+    );
+    assert_eq!(report.culprit_node.as_deref(), Some("node-b"), "{report}");
+    others_are_witnesses(&report, LAST_B);
+    witnesses_lost(&lines, &[0, 1, 2], "rank 3 on node node-b was lost");
+    nothing_left(cluster);
+}
+
+/// M1: rank 3, on node-b behind its leader, returns without finishing its barriers: its
+/// process exits 0 while the others still need it.
+#[test]
+fn a_rank_of_node_b_that_returns_early_is_named_and_the_others_are_witnesses() {
+    let Some(cluster) = cluster(Network::Shared) else {
+        return;
+    };
+    let fault = format!("return@{LAST_B}");
+    let (report, lines) = run_job(
+        &cluster,
+        Duration::from_secs(60),
+        &[(FAULT, &fault)],
+        &mut || {},
+    );
+    eprintln!("{report}");
+    match &report.outcome {
+        Outcome::PeerLost {
+            culprits,
+            reason: Lost::ExitedEarly,
+            ..
+        } => assert_eq!(culprits, &[LAST_B], "{report}"),
+        _ => panic!(
+            "rank 3 is not named as leaving early: {report}\n{}",
+            show(&lines)
+        ),
+    }
+    assert_eq!(report.culprit_node.as_deref(), Some("node-b"), "{report}");
+    others_are_witnesses(&report, LAST_B);
+    witnesses_lost(&lines, &[0, 1, 2], "rank 3 on node node-b was lost");
     nothing_left(cluster);
 }

@@ -23,7 +23,8 @@ impl Cluster {
 
     /// The rsh agent as the nodes see it: `agent HOST CMD...` runs CMD on HOST (its name or
     /// address) with the clean environment ssh gives (HOME, USER, LOGNAME, SHELL and
-    /// [`SSH_PATH`](crate::SSH_PATH)), nothing of the caller's.
+    /// [`SSH_PATH`](crate::SSH_PATH)), nothing of the caller's but the cluster's origin
+    /// ([`ORIGIN_VARIABLE`](crate::ORIGIN_VARIABLE)), as sshd adds `SSH_CONNECTION`.
     pub fn agent(&self) -> PathBuf {
         PathBuf::from(format!("{NODE_VIEW}/agent"))
     }

@@ -54,6 +54,16 @@ pub const NODE_VIEW: &str = "/run/symmem-cluster";
 /// The PATH sshd gives a remote command (Debian's default).
 pub const SSH_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// The one variable the rsh agent adds to the clean environment of what it starts on a node,
+/// as sshd adds `SSH_CONNECTION`: `cluster=<the cluster's folder name>`, then
+/// ` ci-run=<mark>` when the cluster's owner had `SYMMEM_CI_RUN=<mark>` (`.ci/cluster`'s mark of
+/// its run). So a daemon an agent started (node-b's `orted`) still says whose it is: CI's last
+/// check finds one left behind by its run although its environment is otherwise ssh's.
+pub const ORIGIN_VARIABLE: &str = "SYMMEM_CLUSTER_ORIGIN";
+
+/// The variable that marks the processes of one CI run (`.ci/cluster`).
+pub const CI_RUN_VARIABLE: &str = "SYMMEM_CI_RUN";
+
 /// How to install what a cluster job needs (Debian / Ubuntu).
 pub const OPEN_MPI_FIX: &str =
     "apt-get install openmpi-bin libopenmpi-dev libpmix-dev (Debian / Ubuntu)";
@@ -344,6 +354,8 @@ impl Cluster {
         }
         // As sshd would, the command starts with a clean environment: HOME, USER, LOGNAME,
         // SHELL of the user and the system PATH; mpirun's `-x` carries what the job exports.
+        // One variable of the emulator's own says whose it is (ORIGIN_VARIABLE), as sshd's
+        // SSH_CONNECTION says where it came from.
         let agent = format!(
             "#!/bin/sh\n\
              # mpirun's rsh agent for the emulated cluster: enters the node's namespaces.\n\
@@ -358,7 +370,9 @@ impl Cluster {
              home=$(echo \"$entry\" | cut -d: -f6)\n\
              shell=$(echo \"$entry\" | cut -d: -f7)\n\
              exec {nsenter} -t \"$pid\" {flags} -- env -i \"HOME=${{home:-/}}\" \"USER=$user\" \\\n\
-             \x20 \"LOGNAME=$user\" \"SHELL=${{shell:-/bin/sh}}\" \"PATH={SSH_PATH}\" /bin/sh -c \"$*\"\n",
+             \x20 \"LOGNAME=$user\" \"SHELL=${{shell:-/bin/sh}}\" \"PATH={SSH_PATH}\" {origin} \\\n\
+             \x20 /bin/sh -c \"$*\"\n",
+            origin = sh_quote(&format!("{ORIGIN_VARIABLE}={}", self.origin())),
             names = self
                 .nodes
                 .iter()
@@ -369,6 +383,17 @@ impl Cluster {
             flags = self.network.nsenter_flags().join(" "),
         );
         write(&self.root.join("agent"), &agent, 0o755)
+    }
+
+    /// What the rsh agent sets [`ORIGIN_VARIABLE`] to: this cluster's folder name, and the
+    /// owner's CI mark (`SYMMEM_CI_RUN`) when it had one.
+    pub fn origin(&self) -> String {
+        let name = self
+            .root
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        origin(&name, std::env::var(CI_RUN_VARIABLE).ok().as_deref())
     }
 
     /// The words that run a command inside `node` (its UTS, mount and IPC namespaces):
@@ -477,6 +502,14 @@ impl Drop for Cluster {
     }
 }
 
+/// [`ORIGIN_VARIABLE`]'s value for the cluster of folder `name`, owned by CI's run `mark`.
+fn origin(name: &str, mark: Option<&str>) -> String {
+    match mark.filter(|m| !m.is_empty()) {
+        Some(mark) => format!("cluster={name} ci-run={mark}"),
+        None => format!("cluster={name}"),
+    }
+}
+
 fn write(path: &Path, text: &str, mode: u32) -> Result<(), ClusterError> {
     std::fs::write(path, text)
         .and_then(|()| std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)))
@@ -509,3 +542,19 @@ fn fresh_dir() -> Result<PathBuf, ClusterError> {
 }
 
 use std::os::unix::fs::DirBuilderExt;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_origin_names_the_cluster_and_the_ci_run() {
+        assert_eq!(
+            super::origin("symmem-cluster-1-0-ab", None),
+            "cluster=symmem-cluster-1-0-ab"
+        );
+        assert_eq!(super::origin("c", Some("")), "cluster=c");
+        assert_eq!(
+            super::origin("c", Some("cluster-42-17")),
+            "cluster=c ci-run=cluster-42-17"
+        );
+    }
+}

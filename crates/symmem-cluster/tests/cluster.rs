@@ -11,8 +11,10 @@ mod common;
 use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use symmem_cluster::{Cluster, ClusterError};
-use symmem_launch::{Ended, LaunchSpec, Launcher, Layout, Outcome, OutputLine, RunReport, Stream};
+use symmem_cluster::{CI_RUN_VARIABLE, Cluster, ClusterError, ORIGIN_VARIABLE};
+use symmem_launch::{
+    Ended, LaunchSpec, Launcher, Layout, Outcome, OutputLine, RunReport, Stream, procfs,
+};
 
 /// The grace period of symmem's launcher: a job must be over this long after a kill.
 const GRACE: Duration = Duration::from_secs(5);
@@ -404,12 +406,21 @@ fn the_agent_passes_only_what_ssh_would() {
             "{given} is not set on node-b: {text}"
         );
     }
-    // /bin/sh adds PWD (and some shells SHLVL, _); nothing else may come.
+    // /bin/sh adds PWD (and some shells SHLVL, _); besides the emulator's own variable, as
+    // sshd's SSH_CONNECTION, nothing else may come.
     let extra: Vec<&&str> = names
         .iter()
         .filter(|n| {
             ![
-                "HOME", "USER", "LOGNAME", "SHELL", "PATH", "PWD", "SHLVL", "_",
+                "HOME",
+                "USER",
+                "LOGNAME",
+                "SHELL",
+                "PATH",
+                "PWD",
+                "SHLVL",
+                "_",
+                ORIGIN_VARIABLE,
             ]
             .contains(n)
         })
@@ -422,8 +433,89 @@ fn the_agent_passes_only_what_ssh_would() {
         text.contains(&format!("PATH={}\n", symmem_cluster::SSH_PATH)),
         "{text}"
     );
+    // It names the cluster, and the owner's CI run when it has one (item 19).
+    assert!(
+        text.contains(&format!("\n{ORIGIN_VARIABLE}={}\n", cluster.origin())),
+        "{text}"
+    );
+    let name = cluster.folder().file_name().unwrap().to_string_lossy();
+    assert!(cluster.origin().starts_with(&format!("cluster={name}")));
+    if let Ok(mark) = std::env::var(CI_RUN_VARIABLE) {
+        assert!(cluster.origin().ends_with(&format!(" ci-run={mark}")));
+    }
     down(cluster);
 }
+
+/// Item 19: node-b's `orted`, which the agent starts with ssh's clean environment, still
+/// carries the cluster's origin and the owner's CI mark, by which `.ci/cluster` finds one
+/// left behind. The test runs itself again as the cluster's owner with a mark of its own.
+#[test]
+fn node_b_s_orted_carries_the_owner_s_mark() {
+    if nix::unistd::geteuid().is_root() && std::env::var_os(MARK_PROBE).is_none() {
+        let mark = format!("cluster-test-{}", std::process::id());
+        let me = std::env::current_exe().unwrap();
+        let out = std::process::Command::new(me)
+            .args([
+                "--exact",
+                "node_b_s_orted_carries_the_owner_s_mark",
+                "--nocapture",
+            ])
+            .env(CI_RUN_VARIABLE, &mark)
+            .env(MARK_PROBE, &mark)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{text}");
+        if let Some(why) = text.lines().find_map(|l| l.strip_prefix("SKIPPED: ")) {
+            return common::skip(why);
+        }
+        assert!(
+            text.contains(&format!("orted on node-b: ci-run={mark}")),
+            "{text}"
+        );
+        return;
+    }
+    let Some(cluster) = cluster() else { return };
+    let program = script(&cluster, "up", "echo up; sleep 3");
+    let spec = LaunchSpec::new(&program, 0)
+        .layout(Layout::even(2, 1))
+        .timeout(Duration::from_secs(60));
+    let mut seen = None;
+    let (report, lines) = mpirun(&cluster, &spec, &mut |line| {
+        if line.rank == Some(1) && line.text == "up" {
+            let node_b = &cluster.nodes()[1];
+            seen = Some(
+                cluster
+                    .processes(node_b)
+                    .into_iter()
+                    .filter(|p| {
+                        p.command
+                            .split_whitespace()
+                            .next()
+                            .is_some_and(|c| c.ends_with("orted"))
+                    })
+                    .map(|p| procfs::env_var(p.pid as i32, ORIGIN_VARIABLE))
+                    .collect::<Vec<_>>(),
+            );
+        }
+    });
+    assert!(report.success(), "{}", show(&report, &lines));
+    let seen = seen.expect("rank 1 said up");
+    assert_eq!(seen, [Some(cluster.origin())], "node-b's orted");
+    let mark = std::env::var(MARK_PROBE).unwrap_or_default();
+    assert!(cluster.origin().ends_with(&format!(" ci-run={mark}")) || mark.is_empty());
+    if !mark.is_empty() {
+        println!("orted on node-b: ci-run={mark}");
+    }
+    down(cluster);
+}
+
+/// Set in the run of [`node_b_s_orted_carries_the_owner_s_mark`] by itself.
+const MARK_PROBE: &str = "SYMMEM_CLUSTER_TEST_MARK";
 
 /// On an isolated network, mpirun's daemons talk over the nodes' own addresses
 /// (`oob_tcp_if_include` = their subnet): ranks run on both nodes, each seeing its node's

@@ -24,6 +24,23 @@ pub(crate) fn is_witness_report(text: &str) -> bool {
     WITNESS_REPORTS.iter().any(|phrase| text.contains(phrase))
 }
 
+/// The ranks that a report of a timed-out collective says never arrived: `rank 5 never
+/// arrived at collective ...`, `ranks 2, 3 never arrived ...`, `ranks 0-3, 7 never arrived
+/// ...` (symmem's `describe_ranks`). `None` for any other line.
+pub(crate) fn never_arrived(text: &str) -> Option<Vec<usize>> {
+    let before = &text[..text.find(" never arrived at collective")?];
+    let list = &before[before.rfind("rank")? + "rank".len()..];
+    let list = list.strip_prefix("s ").or_else(|| list.strip_prefix(' '))?;
+    let mut ranks = Vec::new();
+    for part in list.split(", ") {
+        match part.split_once('-') {
+            Some((first, last)) => ranks.extend(first.parse::<usize>().ok()?..=last.parse().ok()?),
+            None => ranks.push(part.parse().ok()?),
+        }
+    }
+    Some(ranks)
+}
+
 /// How one rank stands when the launcher is about to send `SIGTERM`: `None`
 /// while it runs, else how it ended and the number of the poll in which the
 /// launcher saw it end (polls are numbered in increasing order).
@@ -103,6 +120,30 @@ mod tests {
 
     const OK: Ended = Ended::Exited(0);
     const PEER: Ended = Ended::Exited(EXIT_PEER_FAILED);
+
+    #[test]
+    fn the_ranks_that_never_arrived_are_read() {
+        let report = |list: &str| {
+            format!(
+                "lost: {list} never arrived at collective #2 barrier within 3s (hung, or out of \
+                 order with the other ranks); raise SYMMEM_COLLECTIVE_TIMEOUT if ..."
+            )
+        };
+        assert_eq!(never_arrived(&report("rank 5")), Some(vec![5]));
+        assert_eq!(never_arrived(&report("ranks 2, 3")), Some(vec![2, 3]));
+        assert_eq!(
+            never_arrived(&report("ranks 0-3, 7")),
+            Some(vec![0, 1, 2, 3, 7])
+        );
+        assert_eq!(
+            never_arrived("rank 2 on node b was lost during collective #2"),
+            None
+        );
+        for missing in [vec![4], vec![1, 2], vec![0, 1, 2, 3, 9]] {
+            let text = report(&symmem::describe_ranks(&missing));
+            assert_eq!(never_arrived(&text), Some(missing), "{text}");
+        }
+    }
 
     #[test]
     fn no_failure_no_culprit() {

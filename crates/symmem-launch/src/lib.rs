@@ -50,7 +50,7 @@ mod watchdog;
 pub use culprit::WITNESS_REPORTS;
 pub use error::LaunchError;
 pub use launcher::local::{Started, launch, launch_with};
-pub use launcher::{Hosts, Launcher, Mpirun, Srun, Sweep};
+pub use launcher::{Hosts, Launcher, Mpirun, OOB_KEEPALIVE, Srun, Sweep};
 pub use layout::Layout;
 pub use output::print_line;
 pub use report::{

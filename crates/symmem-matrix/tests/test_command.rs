@@ -366,7 +366,11 @@ fn an_uneven_layout_goes_to_mpirun_as_host_slots_and_srun_refuses_it() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert_eq!(argv.len(), 1, "{argv:?}");
     assert!(
-        argv[0].starts_with("--mca state_base_verbose 5 --tag-output --host n1:3,n2:1 -np 4 "),
+        argv[0].starts_with(
+            "--mca state_base_verbose 5 --mca oob_tcp_keepalive_time 5 --mca \
+             oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3 --tag-output --host \
+             n1:3,n2:1 -np 4 "
+        ),
         "{argv:?}"
     );
     assert!(

@@ -20,7 +20,7 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
 use super::Sweep;
-use crate::culprit::is_witness_report;
+use crate::culprit::{is_witness_report, never_arrived};
 use crate::error::LaunchError;
 use crate::group::{command_name, exiting, live_members, signal_group};
 use crate::report::{
@@ -67,6 +67,9 @@ pub(crate) struct Job<'a> {
     pub(crate) tagger: fn() -> Box<dyn Tagger>,
     /// How ranks ended, as the launcher's own lines and its exit status report it.
     pub(crate) reports: fn(&[String], ExitStatus) -> Vec<RankEnd>,
+    /// How many ranks each node runs, in rank order (the lowest of each is its leader), when
+    /// the launcher places them so; empty when unknown.
+    pub(crate) placed: Vec<usize>,
     /// The launcher's own lines that are kept for `reports` but not handed to the sink (a log
     /// asked for only to name a culprit the launcher's report may leave out).
     pub(crate) quiet: fn(&str) -> bool,
@@ -121,6 +124,7 @@ pub(crate) fn run(
         own: Vec::new(),
         log: Vec::new(),
         witnesses: BTreeSet::new(),
+        late: BTreeSet::new(),
         aborting_since: None,
         aborting: job.aborting,
         quiet: job.quiet,
@@ -150,7 +154,9 @@ pub(crate) fn run(
     let told = Told {
         reported: &reported,
         witnesses: &watch.witnesses,
+        late: &watch.late,
         ranks: spec.ranks,
+        placed: &job.placed,
     };
     let (outcome, culprit_node) = outcome(job.name, &ended, &told);
     Ok(RunReport {
@@ -213,8 +219,13 @@ struct Told<'a> {
     reported: &'a [RankEnd],
     /// The ranks that wrote a witness's report.
     witnesses: &'a BTreeSet<usize>,
+    /// The ranks whose report says that they themselves never arrived: they were late (a
+    /// stopped rank, resumed by the launcher to end it, reads its own verdict), not witnesses.
+    late: &'a BTreeSet<usize>,
     /// The world size.
     ranks: usize,
+    /// Ranks per node in rank order ([`Job::placed`]); empty when unknown.
+    placed: &'a [usize],
 }
 
 fn outcome(launcher: &'static str, end: &End, told: &Told<'_>) -> (Outcome, Option<String>) {
@@ -267,7 +278,7 @@ fn blame(told: &Told<'_>) -> Option<(Outcome, Option<String>)> {
     let mut reporters: Vec<usize> = told
         .reported
         .iter()
-        .filter(|r| r.how == witness)
+        .filter(|r| r.how == witness && !told.late.contains(&r.rank))
         .map(|r| r.rank)
         .collect();
     for &rank in told.witnesses {
@@ -288,6 +299,13 @@ fn blame(told: &Told<'_>) -> Option<(Outcome, Option<String>)> {
         return None;
     }
     let silent: Vec<usize> = (0..told.ranks).filter(|r| !reporters.contains(r)).collect();
+    // A rank reaches the other nodes through its node's leader only, and waits on it longer
+    // than anyone waits on the leader: behind a silent leader, its silence is the leader's.
+    let silent: Vec<usize> = silent
+        .iter()
+        .copied()
+        .filter(|&r| leader(told.placed, r).is_none_or(|l| l == r || !silent.contains(&l)))
+        .collect();
     if silent.is_empty() {
         return None;
     }
@@ -297,6 +315,18 @@ fn blame(told: &Told<'_>) -> Option<(Outcome, Option<String>)> {
         reporters,
     };
     Some((outcome, None))
+}
+
+/// The leader (lowest rank) of `rank`'s node, when the placement is known.
+fn leader(placed: &[usize], rank: usize) -> Option<usize> {
+    let mut first = 0;
+    for &count in placed {
+        if rank < first + count {
+            return Some(first);
+        }
+        first += count;
+    }
+    None
 }
 
 fn ended_as(status: ExitStatus) -> Ended {
@@ -361,6 +391,8 @@ struct Watch<'s> {
     log: Vec<String>,
     /// The ranks that wrote a witness's report (they gave up on a lost peer), in rank order.
     witnesses: BTreeSet<usize>,
+    /// The ranks whose report says they themselves never arrived ([`Told::late`]).
+    late: BTreeSet<usize>,
     /// When the launcher first said it was aborting the job ([`Job::aborting`]).
     aborting_since: Option<Instant>,
     aborting: fn(&str) -> bool,
@@ -380,7 +412,9 @@ impl Watch<'_> {
             }
             Some(rank) => {
                 (self.sink)(&line);
-                if is_witness_report(&line.text) {
+                if never_arrived(&line.text).is_some_and(|missing| missing.contains(&rank)) {
+                    self.late.insert(rank);
+                } else if is_witness_report(&line.text) {
                     self.witnesses.insert(rank);
                 }
             }
@@ -535,9 +569,67 @@ mod tests {
         let told = Told {
             reported,
             witnesses: &witnesses,
+            late: &BTreeSet::new(),
             ranks,
+            placed: &[],
         };
         blame(&told).map(|(outcome, _)| outcome)
+    }
+
+    /// M3: node-b's leader (rank 2 of a 2x2 job) stopped. Node-a's ranks said ranks 2 and 3
+    /// never arrived; once mpirun resumed the leader to end it, it and rank 3 read the same
+    /// verdict, naming themselves: they were late, not witnesses. Rank 3 waited on its
+    /// leader only: the leader is the culprit.
+    #[test]
+    fn a_stopped_leader_is_named_not_the_ranks_behind_it() {
+        let peer = Ended::Exited(EXIT_PEER_FAILED);
+        let reported = [end(0, peer)];
+        let stopped = |witnesses: &[usize], late: &[usize], placed: &[usize]| {
+            let witnesses = witnesses.iter().copied().collect();
+            let late = late.iter().copied().collect();
+            let told = Told {
+                reported: &reported,
+                witnesses: &witnesses,
+                late: &late,
+                ranks: 4,
+                placed,
+            };
+            blame(&told).map(|(outcome, _)| outcome)
+        };
+        let leader = Some(Outcome::PeerLost {
+            culprits: vec![2],
+            reason: Lost::StillRunning,
+            reporters: vec![0, 1],
+        });
+        // Both resumed and read the verdict, only the leader, or neither.
+        assert_eq!(stopped(&[0, 1], &[2, 3], &[2, 2]), leader);
+        assert_eq!(stopped(&[0, 1], &[2], &[2, 2]), leader);
+        assert_eq!(stopped(&[0, 1], &[], &[2, 2]), leader);
+        // Without the placement, both are named.
+        assert_eq!(
+            stopped(&[0, 1], &[2, 3], &[]),
+            Some(Outcome::PeerLost {
+                culprits: vec![2, 3],
+                reason: Lost::StillRunning,
+                reporters: vec![0, 1],
+            })
+        );
+        // A rank hung behind a live leader, which said so: that rank alone.
+        assert_eq!(
+            stopped(&[0, 1, 2], &[], &[2, 2]),
+            Some(Outcome::PeerLost {
+                culprits: vec![3],
+                reason: Lost::StillRunning,
+                reporters: vec![0, 1, 2],
+            })
+        );
+        assert_eq!(leader_of_each(&[3, 1]), [0, 0, 0, 3]);
+    }
+
+    fn leader_of_each(placed: &[usize]) -> Vec<usize> {
+        (0..placed.iter().sum())
+            .map(|r| leader(placed, r).unwrap())
+            .collect()
     }
 
     #[test]
@@ -591,7 +683,9 @@ mod tests {
         let told = Told {
             reported: &[end(3, Ended::Exited(0))],
             witnesses: &witnesses,
+            late: &BTreeSet::new(),
             ranks: 4,
+            placed: &[2, 2],
         };
         assert_eq!(
             blame(&told),

@@ -19,7 +19,7 @@ pub(crate) mod local;
 mod mpirun;
 mod srun;
 
-pub use mpirun::{Hosts, Mpirun};
+pub use mpirun::{Hosts, Mpirun, OOB_KEEPALIVE};
 pub use srun::Srun;
 
 /// Who starts the ranks.

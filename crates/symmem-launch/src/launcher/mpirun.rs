@@ -93,6 +93,8 @@ impl Mpirun {
             env,
             tagger: || Box::new(Demux::default()),
             reports,
+            // `--host a:N,b:M` and mpirun's default mapping by slot: in rank order.
+            placed: spec.layout.counts(spec.ranks),
             quiet: state_log,
             stop: Stop::Terminate,
             aborting,
@@ -132,6 +134,9 @@ impl Mpirun {
         // The log of its processes' states: it names the rank that ended the job where
         // mpirun's own report leaves it out (a kill during start-up, M6). Kept from the sink.
         words.extend(["--mca".into(), "state_base_verbose".into(), "5".into()]);
+        words.extend(keepalive_words(&self.args, |name| {
+            std::env::var_os(name).is_some() || spec.env.iter().any(|(k, _)| k == name)
+        }));
         words.extend(self.args.iter().cloned());
         words.extend([
             "--tag-output".into(),
@@ -146,6 +151,32 @@ impl Mpirun {
         words.extend(spec.args.iter().cloned());
         Ok(words)
     }
+}
+
+/// Open MPI's keepalive on its out-of-band TCP links (mpirun to each node's `orted`), as
+/// `(MCA parameter, value)`: a link idle for 5 s is probed every second, and 3 probes
+/// unanswered end it, so that mpirun and every orted learn within about 8 s that a node is
+/// gone for good (a lasting partition, a node that died), end their ranks and exit (M5).
+/// Open MPI's own defaults (300 s, 20 s, 9 probes) take 8 minutes; until then an orted cut
+/// off from mpirun lives on with nothing to tell it that its job is over. The links carry no
+/// steady traffic once the ranks run, so a probe costs a few bytes per node every 5 s. A
+/// value the user gave (`--mca NAME VALUE` in [`Mpirun::args`], or `OMPI_MCA_NAME` in this
+/// process's environment or the spec's) is left as it is.
+pub const OOB_KEEPALIVE: [(&str, &str); 3] = [
+    ("oob_tcp_keepalive_time", "5"),
+    ("oob_tcp_keepalive_intvl", "1"),
+    ("oob_tcp_keepalive_probes", "3"),
+];
+
+/// `--mca NAME VALUE` for each of [`OOB_KEEPALIVE`] that the user did not set: not named in
+/// `args`, and `OMPI_MCA_NAME` not set (`env_set`).
+fn keepalive_words(args: &[OsString], env_set: impl Fn(&str) -> bool) -> Vec<OsString> {
+    OOB_KEEPALIVE
+        .iter()
+        .filter(|(name, _)| !args.iter().any(|a| a == *name))
+        .filter(|(name, _)| !env_set(&format!("OMPI_MCA_{name}")))
+        .flat_map(|&(name, value)| ["--mca", name, value].map(OsString::from))
+        .collect()
 }
 
 fn layout_name(layout: &Layout, ranks: usize) -> String {
@@ -248,13 +279,71 @@ fn aborting(line: &str) -> bool {
 }
 
 /// The rank `mpirun` reported ending the job (it names one); where its report names none,
-/// the first rank its log of states says failed on a node.
+/// the first rank its log of states says failed on a node. Its node from the log of states
+/// where the report leaves it out (`Process name: [[J,1],3]` names none). Then every rank
+/// that the log says ended normally before any rank failed (M1: it returned early, and the
+/// others gave up on it), with status 0.
 fn reports(lines: &[String], status: ExitStatus) -> Vec<RankEnd> {
-    first_report(lines)
+    let mut ends: Vec<RankEnd> = first_report(lines)
         .or_else(|| improper_exit(lines))
         .or_else(|| state_report(lines, status))
         .into_iter()
-        .collect()
+        .collect();
+    for end in &mut ends {
+        if end.node.is_none() {
+            end.node = node_in_log(lines, end.rank);
+        }
+    }
+    for early in left_early(lines) {
+        if !ends.iter().any(|e| e.rank == early.rank) {
+            ends.push(early);
+        }
+    }
+    ends
+}
+
+/// A line of the log of states about a rank (not a daemon): its node (of the daemon that
+/// logged it), the rank, its state and where it was logged.
+fn proc_state(line: &str) -> Option<(&str, usize, &str, &str)> {
+    let (node, rest) = line.strip_prefix('[')?.split_once(':')?;
+    let proc_ = rest.split(" ACTIVATE PROC [[").nth(1)?;
+    let (name, rest) = proc_.split_once("] STATE ")?;
+    let (job, rank) = name.split_once("],")?;
+    if job.ends_with(",0") {
+        return None; // a daemon (job family 0), not a rank
+    }
+    let (state, at) = rest.split_once(" AT ")?;
+    Some((node, rank.parse().ok()?, state, at))
+}
+
+/// The node of `rank`: that of the daemon that saw its process end (`odls`, its waitpid).
+fn node_in_log(lines: &[String], rank: usize) -> Option<String> {
+    lines.iter().find_map(|line| {
+        let (node, r, _, at) = proc_state(line)?;
+        (r == rank && at.contains("/odls/")).then(|| node.to_string())
+    })
+}
+
+/// The ranks that the log of states says ended normally (`NORMALLY TERMINATED`: status 0,
+/// finalized) before it logged any rank failing or killed: they left while the others still
+/// ran, as status 0 with the node of the daemon that logged it. After the first failure,
+/// mpirun logs the ranks it killed as ended normally too.
+fn left_early(lines: &[String]) -> Vec<RankEnd> {
+    let mut early: Vec<RankEnd> = Vec::new();
+    for (node, rank, state, _) in lines.iter().filter_map(|l| proc_state(l)) {
+        let failed = ["NON-ZERO", "ABORTED", "KILLED", "WITHOUT SYNC", "FAIL"];
+        if failed.iter().any(|f| state.contains(f)) {
+            break;
+        }
+        if state == "NORMALLY TERMINATED" && !early.iter().any(|e| e.rank == rank) {
+            early.push(RankEnd {
+                rank,
+                node: Some(node.to_string()),
+                how: Ended::Exited(0),
+            });
+        }
+    }
+    early
 }
 
 /// A line of Open MPI's log of states (`--mca state_base_verbose 5`).
@@ -270,11 +359,7 @@ fn state_log(line: &str) -> bool {
 /// mpirun's own exit status carries the first failed rank's (128 + its signal).
 fn state_report(lines: &[String], status: ExitStatus) -> Option<RankEnd> {
     lines.iter().find_map(|line| {
-        let (node, rest) = line.strip_prefix('[')?.split_once(':')?;
-        let proc_ = rest.split(" ACTIVATE PROC [[").nth(1)?;
-        let (name, rest) = proc_.split_once("] STATE ")?;
-        let rank = name.rsplit(',').next()?.parse().ok()?;
-        let (state, at) = rest.split_once(" AT ")?;
+        let (node, rank, state, at) = proc_state(line)?;
         if !at.contains("/odls/") {
             return None; // mpirun relaying a daemon's report: the daemon's line names the node
         }
@@ -502,6 +587,94 @@ mod tests {
         assert!(aborting(&log[4]));
     }
 
+    /// M5: every job gets the keepalive, but a parameter the user set is theirs.
+    #[test]
+    fn the_oob_keepalive_is_asked_for_unless_the_user_set_it() {
+        let shown = |words: Vec<OsString>| {
+            let words: Vec<String> = words.iter().map(|w| w.to_string_lossy().into()).collect();
+            words.join(" ")
+        };
+        assert_eq!(
+            shown(keepalive_words(&[], |_| false)),
+            "--mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 1 \
+             --mca oob_tcp_keepalive_probes 3"
+        );
+        let args = ["--mca", "oob_tcp_keepalive_time", "60"].map(OsString::from);
+        let env = |name: &str| name == "OMPI_MCA_oob_tcp_keepalive_probes";
+        assert_eq!(
+            shown(keepalive_words(&args, env)),
+            "--mca oob_tcp_keepalive_intvl 1"
+        );
+        // Through the spec's environment, as mpirun would get it.
+        let mpirun = Mpirun::new(Hosts::List(vec!["a".into()]));
+        let spec = LaunchSpec::new("/bin/true", 1).env("OMPI_MCA_oob_tcp_keepalive_time", "0");
+        let words = shown(
+            mpirun
+                .words(&spec, Path::new("/bin/true"), &["a".into()])
+                .unwrap(),
+        );
+        assert!(!words.contains("--mca oob_tcp_keepalive_time"), "{words}");
+        assert!(words.contains("--mca oob_tcp_keepalive_intvl 1"), "{words}");
+    }
+
+    /// M1: mpirun names a rank that panicked by its process name only: its node comes from
+    /// the log of states.
+    #[test]
+    fn the_node_of_a_rank_named_without_one_is_read_from_the_log_of_states() {
+        let text = lines(&[
+            "[node-b:13583] [[17292,0],1] ACTIVATE PROC [[17292,1],3] STATE WAITPID FIRED AT ../../../../../orte/mca/odls/base/odls_base_default_fns.c:1746",
+            "[node-a:13568] [[17292,0],0] ACTIVATE PROC [[17292,1],3] STATE EXITED WITH NON-ZERO STATUS AT ../../../../../orte/mca/plm/base/plm_base_receive.c:352",
+            "mpirun detected that one or more processes exited with non-zero status, thus causing",
+            "the job to be terminated. The first process to do so was:",
+            "  Process name: [[17292,1],3]",
+            "  Exit code:    101",
+        ]);
+        assert_eq!(
+            reports(&text, ExitStatus::from_raw(101 << 8)),
+            [RankEnd {
+                rank: 3,
+                node: Some("node-b".into()),
+                how: Ended::Exited(101),
+            }]
+        );
+    }
+
+    /// M1: a rank that returned early (status 0, finalized) is in the log of states as ended
+    /// normally before the others failed; mpirun's report names a witness only. The ranks
+    /// mpirun killed afterwards, also logged as ended normally, are not.
+    #[test]
+    fn a_rank_that_ended_normally_before_the_others_failed_is_reported() {
+        let text = lines(&[
+            "[node-a:13568] [[17292,0],0] ACTIVATE JOB [17292,1] STATE SENDING LAUNCH MSG AT ../../../../../orte/mca/odls/base/odls_base_default_fns.c:440",
+            "[node-b:13583] [[17292,0],1] ACTIVATE PROC [[17292,1],3] STATE IOF COMPLETE AT ../../../../../../orte/mca/iof/orted/iof_orted_read.c:182",
+            "[node-b:13583] [[17292,0],1] ACTIVATE PROC [[17292,1],3] STATE WAITPID FIRED AT ../../../../../orte/mca/odls/base/odls_base_default_fns.c:1746",
+            "[node-b:13583] [[17292,0],1] ACTIVATE PROC [[17292,1],3] STATE NORMALLY TERMINATED AT ../../../../../../orte/mca/state/orted/state_orted.c:373",
+            "[node-a:13568] [[17292,0],0] ACTIVATE PROC [[17292,1],1] STATE EXITED WITH NON-ZERO STATUS AT ../../../../../orte/mca/odls/base/odls_base_default_fns.c:1746",
+            "[node-a:13568] [[17292,0],0] ACTIVATE PROC [[17292,1],0] STATE KILLED BY INTERNAL COMMAND AT ../../../../../orte/mca/odls/base/odls_base_default_fns.c:1981",
+            "[node-a:13568] [[17292,0],0] ACTIVATE PROC [[17292,1],0] STATE NORMALLY TERMINATED AT ../../../../../../orte/mca/state/base/state_base_fns.c:715",
+            "[node-a:13568] [[17292,0],0] ACTIVATE PROC [[17292,0],1] STATE COMMUNICATION FAILURE AT ../../../../../../orte/mca/oob/tcp/oob_tcp_component.c:1086",
+            "  Process name: [[17292,1],1]",
+            "  Exit code:    75",
+        ]);
+        assert_eq!(
+            reports(&text, ExitStatus::from_raw(75 << 8)),
+            [
+                RankEnd {
+                    rank: 1,
+                    node: Some("node-a".into()),
+                    how: Ended::Exited(75),
+                },
+                RankEnd {
+                    rank: 3,
+                    node: Some("node-b".into()),
+                    how: Ended::Exited(0),
+                },
+            ]
+        );
+        // Every rank ended normally after the failure: none left early.
+        assert_eq!(left_early(&text[4..]), []);
+    }
+
     #[test]
     fn layouts_become_host_slots_and_the_environment_is_exported() {
         let mut mpirun = Mpirun::new(Hosts::List(vec!["a".into(), "b".into()]));
@@ -518,6 +691,8 @@ mod tests {
         assert_eq!(
             words.join(" "),
             "nsenter -- mpirun --mca plm_rsh_agent /run/agent --mca state_base_verbose 5 \
+             --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 1 \
+             --mca oob_tcp_keepalive_probes 3 \
              --tag-output --host a:3,b:1 -np 4 -x X /bin/true --flag"
         );
         let spread = LaunchSpec::new("/bin/true", 3).layout(Layout::Spread { nodes: 2 });

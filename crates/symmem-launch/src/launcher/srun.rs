@@ -60,6 +60,8 @@ impl Srun {
             env: self.env.clone(),
             tagger: || Box::new(Labels),
             reports,
+            // Slurm may place the ranks otherwise than in order (its distribution).
+            placed: Vec::new(),
             stop: Stop::InterruptTwice,
             // srun ends the step itself on a bad exit (--kill-on-bad-exit), bounded by Slurm.
             aborting: |_| false,
