@@ -126,7 +126,7 @@ mod tests {
         let report = |list: &str| {
             format!(
                 "lost: {list} never arrived at collective #2 barrier within 3s (hung, or out of \
-                 order with the other ranks); raise SYMMEM_COLLECTIVE_TIMEOUT if ..."
+                 order with the other ranks); raise the collective timeout if ..."
             )
         };
         assert_eq!(never_arrived(&report("rank 5")), Some(vec![5]));
