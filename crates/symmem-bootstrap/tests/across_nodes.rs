@@ -267,13 +267,11 @@ fn dropped_traffic_between_the_nodes_ends_the_job_within_its_waits() {
     nothing_left(cluster);
 }
 
-/// M1: rank 3, on node-b behind its leader, panics mid-run (status 101).
-#[test]
-fn a_rank_of_node_b_that_panics_is_named_and_the_others_are_witnesses() {
-    let Some(cluster) = cluster(Network::Shared) else {
-        return;
-    };
-    let fault = format!("panic@{LAST_B}");
+/// The 2x2 job on a shared network with rank 3 (node-b, behind its leader) given the fault
+/// `kind` (`panic`, `return`); `None` where the cluster is skipped.
+fn rank_3_faults(kind: &str) -> Option<(Cluster, RunReport, Vec<OutputLine>)> {
+    let cluster = cluster(Network::Shared)?;
+    let fault = format!("{kind}@{LAST_B}");
     let (report, lines) = run_job(
         &cluster,
         Duration::from_secs(60),
@@ -281,6 +279,15 @@ fn a_rank_of_node_b_that_panics_is_named_and_the_others_are_witnesses() {
         &mut || {},
     );
     eprintln!("{report}");
+    Some((cluster, report, lines))
+}
+
+/// M1: rank 3, on node-b behind its leader, panics mid-run (status 101).
+#[test]
+fn a_rank_of_node_b_that_panics_is_named_and_the_others_are_witnesses() {
+    let Some((cluster, report, lines)) = rank_3_faults("panic") else {
+        return;
+    };
     assert_eq!(
         report.outcome,
         Outcome::RankFailed {
@@ -300,17 +307,9 @@ fn a_rank_of_node_b_that_panics_is_named_and_the_others_are_witnesses() {
 /// process exits 0 while the others still need it.
 #[test]
 fn a_rank_of_node_b_that_returns_early_is_named_and_the_others_are_witnesses() {
-    let Some(cluster) = cluster(Network::Shared) else {
+    let Some((cluster, report, lines)) = rank_3_faults("return") else {
         return;
     };
-    let fault = format!("return@{LAST_B}");
-    let (report, lines) = run_job(
-        &cluster,
-        Duration::from_secs(60),
-        &[(FAULT, &fault)],
-        &mut || {},
-    );
-    eprintln!("{report}");
     match &report.outcome {
         Outcome::PeerLost {
             culprits,
