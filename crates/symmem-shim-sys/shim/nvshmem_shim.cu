@@ -30,6 +30,7 @@ typedef cudaError_t gpuError_t;
 #define gpuStreamCreateWithFlags cudaStreamCreateWithFlags
 #define gpuStreamNonBlocking cudaStreamNonBlocking
 #define gpuStreamSynchronize cudaStreamSynchronize
+#define gpuDeviceSynchronize cudaDeviceSynchronize
 #define gpuStreamDestroy cudaStreamDestroy
 #define gpuEventCreate cudaEventCreate
 #define gpuEventRecord cudaEventRecord

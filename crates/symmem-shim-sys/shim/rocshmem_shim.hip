@@ -33,6 +33,7 @@ typedef hipError_t gpuError_t;
 #define gpuStreamCreateWithFlags hipStreamCreateWithFlags
 #define gpuStreamNonBlocking hipStreamNonBlocking
 #define gpuStreamSynchronize hipStreamSynchronize
+#define gpuDeviceSynchronize hipDeviceSynchronize
 #define gpuStreamDestroy hipStreamDestroy
 #define gpuEventCreate hipEventCreate
 #define gpuEventRecord hipEventRecord

@@ -24,7 +24,7 @@ extern "C" {
 #endif
 
 /* Bumped on any incompatible change; the Rust side refuses a library of another version. */
-#define SYMMEM_SHIM_ABI_VERSION 4
+#define SYMMEM_SHIM_ABI_VERSION 5
 
 enum symmem_shim_status {
   SYMMEM_SHIM_OK = 0,
@@ -89,6 +89,9 @@ int symmem_shim_copy_device_async(void *dst, const void *src, size_t bytes);
 int symmem_shim_copy_peer_async(void *dst, const char *dst_bus_id, const void *src, size_t bytes);
 /* Waits for everything queued on the shim's stream. */
 int symmem_shim_synchronize(void);
+/* Waits for everything queued on the selected GPU by this process, on every stream of its
+ * primary context (the one the frameworks share: torch, cupy, Triton), not only the shim's. */
+int symmem_shim_device_synchronize(void);
 /* Free and total memory of the selected GPU in bytes, as the runtime reports them: device-wide,
  * so other processes on the same GPU count too. */
 int symmem_shim_device_memory(size_t *free_bytes, size_t *total_bytes);

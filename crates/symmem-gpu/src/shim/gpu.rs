@@ -256,6 +256,13 @@ impl Gpu {
         self.shim.synchronize().map_err(Error::from)
     }
 
+    /// Waits for everything this process queued on its GPU, on any stream of the device's
+    /// primary context, which torch, cupy and Triton share: no kernel of theirs still touches
+    /// symmetric memory when this returns. A kernel that failed is reported here.
+    pub fn device_synchronize(&self) -> Result<(), Error> {
+        self.shim.device_synchronize().map_err(Error::from)
+    }
+
     /// GPU time of the work `queue` puts on the shim's stream (events around it).
     pub fn time(&self, queue: impl FnOnce(&Self) -> Result<(), Error>) -> Result<Duration, Error> {
         self.shim.time_start().map_err(Error::from)?;

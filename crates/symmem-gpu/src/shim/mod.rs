@@ -529,6 +529,14 @@ impl Shim {
         self.status("synchronize", code)
     }
 
+    /// Waits for everything this process queued on the selected GPU, on every stream of its
+    /// primary context (the frameworks' streams as well as the shim's).
+    pub(crate) fn device_synchronize(&self) -> Result<(), ShimError> {
+        // SAFETY: no pointers.
+        let code = unsafe { self.raw.symmem_shim_device_synchronize() };
+        self.status("device_synchronize", code)
+    }
+
     /// Free and total memory of the selected GPU, in bytes (device-wide).
     pub(crate) fn device_memory(&self) -> Result<(u64, u64), ShimError> {
         let (mut free, mut total) = (0usize, 0usize);

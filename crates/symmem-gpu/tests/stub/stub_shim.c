@@ -406,6 +406,10 @@ int symmem_shim_synchronize(void) {
   REQUIRE_INIT();
   return SYMMEM_SHIM_OK;
 }
+int symmem_shim_device_synchronize(void) {
+  REQUIRE_INIT();
+  return SYMMEM_SHIM_OK;
+}
 int symmem_shim_time_start(void) {
   REQUIRE_INIT();
   return SYMMEM_SHIM_OK;
