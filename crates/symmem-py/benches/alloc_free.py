@@ -69,9 +69,12 @@ def case_functions(on_gpu):
 
         return one
 
+    settle = getattr(_native, "settle", lambda: None)
+
     def native():
         t0 = clock()
         got = _native.allocate([ELEMENTS], "float32")
+        settle()  # since issue 33's second pass the table completes after the answer
         t1 = clock()
         _native.free((got[1] if isinstance(got, tuple) else got).id)
         t2 = clock()

@@ -25,6 +25,9 @@ def _steps(on_gpu):
     # Since issue 33 the package keeps the session's info, makes no AddressMap for
     # allocate_symmetric, and keeps what a map needs in an entry per allocation.
     lean = hasattr(symmem, "_session")
+    # Since issue 33's second pass: the table completes after allocate's answer (settle), and
+    # free waits for the device on the session thread.
+    settled = hasattr(_native, "settle")
 
     def alloc_checks():
         s["shape"] = symmem._shape((ELEMENTS,))
@@ -51,7 +54,16 @@ def _steps(on_gpu):
         s["bases"] = symmem._wrap(s["a"].peer_bases, fw)
 
     def entry():
-        symmem._Entry(s["key"], fw, s["a"])
+        if settled:
+            s["entry"] = symmem._Entry(s["key"], s["x"], fw, s["a"])
+        else:
+            symmem._Entry(s["key"], fw, s["a"])
+
+    def same_tensor():
+        s["entry"].tensor() is s["x"]
+
+    def settle():
+        _native.settle()
 
     def address_map_object():
         a = s["a"]
@@ -85,12 +97,17 @@ def _steps(on_gpu):
         (f"allocate: wrap peer_bases ({fw})", wrap_table),
         ("allocate: bookkeeping entry" if lean else "allocate: AddressMap object",
          entry if lean else address_map_object),
+    ] + ([("allocate: settle (table complete)", settle)] if settled else []) + [
         ("free: describe the tensor", describe),
         ("free: session lookup + native find", native_find),
+    ] + ([
+        ("free: the tensor allocate returned? (weak reference)", same_tensor),
+        ("free: native free with the device wait (collective)", native_free),
+    ] if settled else [
         ("free: identity key", identity_key),
         ("free: device synchronisation", device_sync),
         ("free: native free (collective)", native_free),
-    ]
+    ])
 
 
 def profile(on_gpu, pairs):

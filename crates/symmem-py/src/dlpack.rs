@@ -95,8 +95,9 @@ pub enum Keep {
     Data(Arc<dyn std::any::Any + Send + Sync>),
     /// The host copy of a peer-bases table (host provider).
     HostTable(Arc<[i64]>),
-    /// A device table, the GPU provider's own, valid until the allocation's collective free.
-    DeviceTable,
+    /// A device table inside its allocation, valid until the allocation's collective free:
+    /// watches the allocation (the session's `Watch`) without holding it.
+    DeviceTable(Arc<dyn std::any::Any + Send + Sync>),
 }
 
 /// A dense, C-contiguous tensor: where it is and what it holds.

@@ -62,7 +62,7 @@ fn raise(fail: Fail) -> PyErr {
 /// `torch.from_dlpack(a)`, `numpy.from_dlpack(a)` (CPU) and other DLPack consumers wrap it
 /// without a copy. It also has `data_ptr()` and a `dtype` named like torch's, which is all a
 /// Triton kernel argument needs.
-#[pyclass(frozen, module = "symmem", name = "SymmetricArray")]
+#[pyclass(frozen, weakref, module = "symmem", name = "SymmetricArray")]
 struct SymmetricArray {
     spec: TensorSpec,
     keep: Keep,
@@ -85,11 +85,15 @@ impl SymmetricArray {
     ) -> PyResult<Bound<'py, PyAny>> {
         let _ = stream;
         let released = match &self.keep {
-            // Only the session makes `Keep::Data` holders; anything else fails closed.
+            // Only the session makes these keeps; anything else fails closed. Neither asks the
+            // session: the table's export runs while allocate completes it.
             Keep::Data(data) => data
                 .downcast_ref::<session::DataRef>()
                 .is_none_or(session::DataRef::released),
-            _ => !session::is_live(self.allocation).map_err(raise)?,
+            Keep::DeviceTable(watch) => watch
+                .downcast_ref::<session::Watch>()
+                .is_none_or(session::Watch::released),
+            Keep::HostTable(_) => !session::is_live(self.allocation).map_err(raise)?,
         };
         if released {
             return Err(PyBufferError::new_err(format!(
@@ -367,6 +371,9 @@ fn info(py: Python<'_>) -> PyResult<Option<Bound<'_, PyDict>>> {
 /// Collective: a symmetric tensor of `shape` and `dtype`, and its allocation (address map and
 /// peer-bases table) apart: the allocation's `data` is None, so the package may keep it
 /// without keeping the tensor's memory in use.
+///
+/// It returns with the peer-bases table on its way to the device: `settle()` waits until it is
+/// there (any later call into the extension waits for it too).
 #[pyfunction]
 fn allocate(
     py: Python<'_>,
@@ -396,10 +403,37 @@ fn address_map(py: Python<'_>, id: u64) -> PyResult<Allocation> {
     to_allocation(py, session::address_map(id).map_err(raise)?)
 }
 
-/// Collective: frees allocation `id`.
+/// Collective: frees allocation `id`. First it waits for every kernel this process queued on
+/// the device (any stream), unless `synchronize` is False: the caller waited already.
 #[pyfunction]
-fn free(py: Python<'_>, id: u64) -> PyResult<()> {
-    wait_raising(py, session::free(id).map_err(raise)?)
+#[pyo3(signature = (id, synchronize=true))]
+fn free(py: Python<'_>, id: u64, synchronize: bool) -> PyResult<()> {
+    wait_raising(py, session::free(id, synchronize).map_err(raise)?)
+}
+
+/// Waits for the end of the last call: allocate's peer-bases table is complete on the device
+/// after it (kernels on any stream may read it). Any later call waits for it too.
+#[pyfunction]
+fn settle(py: Python<'_>) -> PyResult<()> {
+    let Some(mut pending) = session::settle().map_err(raise)? else {
+        return Ok(());
+    };
+    // Mostly the table is there by now: taken without releasing the GIL.
+    let late = match pending.ready() {
+        Some(late) => late.map_err(Waited::Failed),
+        None => wait(py, pending),
+    };
+    match late {
+        Ok(()) => Ok(()),
+        Err(Waited::Failed(late)) => Err(raise(session::late_failure(late))),
+        Err(Waited::Interrupted(e)) => Err(e),
+    }
+}
+
+/// How many times the session waited for the device (for the tests of free's opt-out).
+#[pyfunction]
+fn _device_waits() -> PyResult<u64> {
+    session::device_waits().map_err(raise)
 }
 
 /// Collective: one allocate + free of `nbytes` through the Rust `Context` alone, timed on the
@@ -474,6 +508,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(find, m)?)?;
     m.add_function(wrap_pyfunction!(address_map, m)?)?;
     m.add_function(wrap_pyfunction!(free, m)?)?;
+    m.add_function(wrap_pyfunction!(settle, m)?)?;
+    m.add_function(wrap_pyfunction!(_device_waits, m)?)?;
     m.add_function(wrap_pyfunction!(barrier, m)?)?;
     m.add_function(wrap_pyfunction!(_bench_context_pair, m)?)?;
     m.add_function(wrap_pyfunction!(outstanding, m)?)?;

@@ -46,6 +46,20 @@ pub enum Fail {
     Unavailable(String),
 }
 
+impl Fail {
+    /// What went wrong, as the exception will say it.
+    pub fn message(&self) -> &str {
+        match self {
+            Fail::Value(m)
+            | Fail::Type(m)
+            | Fail::Symmem(m)
+            | Fail::Mismatch(m)
+            | Fail::PeerFailed(m)
+            | Fail::Unavailable(m) => m,
+        }
+    }
+}
+
 impl From<symmem::Error> for Fail {
     fn from(e: symmem::Error) -> Self {
         let text = e.to_string();
@@ -88,7 +102,24 @@ impl DataRef {
     /// Whether the allocation was freed, or reported by `finalize`: its memory may belong to
     /// another allocation now, so nothing may export it any more.
     pub fn released(&self) -> bool {
-        self.0.freed.load(Ordering::Acquire) || self.0.reported.load(Ordering::Acquire)
+        self.0.released()
+    }
+}
+
+impl Tracker {
+    fn released(&self) -> bool {
+        self.freed.load(Ordering::Acquire) || self.reported.load(Ordering::Acquire)
+    }
+}
+
+/// Watches an allocation without holding it (the export of its peer-bases table, which lives
+/// inside it): answers whether it was released, with no call into the session.
+pub struct Watch(Arc<Tracker>);
+
+impl Watch {
+    /// As [`DataRef::released`].
+    pub fn released(&self) -> bool {
+        self.0.released()
     }
 }
 
@@ -130,9 +161,17 @@ trait Provider: SymmetricProvider {
     fn room(bytes: usize, world: usize) -> Option<(usize, Option<usize>)>;
 
     /// The kernel table of a fresh allocation's `table` (at `at` when [`Provider::room`] made
-    /// room for it), complete when this returns (kernels on any stream, and Python, may read
-    /// it).
+    /// room for it), complete after [`Provider::settle`].
     fn kernel_table(&self, table: &PeerTable, at: Option<u64>) -> Result<Table, Fail>;
+
+    /// Waits until the tables made since the last call are complete: kernels on any stream,
+    /// and Python, may read them afterwards.
+    fn settle(&self) -> Result<(), Fail>;
+
+    /// Waits for every kernel this process queued on the provider's device, on any stream:
+    /// before a free (no kernel still touches the memory when it is reused) and a barrier
+    /// (stores made before it are complete).
+    fn device_wait(&self) -> Result<(), Fail>;
 }
 
 impl Provider for HostProvider {
@@ -142,6 +181,15 @@ impl Provider for HostProvider {
 
     fn kernel_table(&self, table: &PeerTable, _at: Option<u64>) -> Result<Table, Fail> {
         Ok(Table::Host(table.to_i64().into()))
+    }
+
+    fn settle(&self) -> Result<(), Fail> {
+        Ok(())
+    }
+
+    /// Host memory: every store was made by the time the call returns.
+    fn device_wait(&self) -> Result<(), Fail> {
+        Ok(())
     }
 }
 
@@ -156,7 +204,7 @@ impl Provider for GpuProvider {
     }
 
     /// The device copy Python gets is its own (Python may write into it; the provider's
-    /// launches read the provider's copy): one upload on the shim's stream, complete on return.
+    /// launches read the provider's copy): one upload queued on the shim's stream.
     fn kernel_table(&self, table: &PeerTable, at: Option<u64>) -> Result<Table, Fail> {
         let Some(addr) = at else {
             return Err(Fail::Symmem(
@@ -169,10 +217,24 @@ impl Provider for GpuProvider {
             .iter()
             .flat_map(|v| v.to_ne_bytes())
             .collect();
-        let gpu = self.gpu();
-        gpu.write_local(addr, &bytes)?;
-        gpu.synchronize()?;
+        self.gpu().write_local(addr, &bytes)?;
         Ok(Table::Device { addr })
+    }
+
+    /// The uploads are on the shim's stream: waiting for it waits for them (a GPU round trip).
+    fn settle(&self) -> Result<(), Fail> {
+        Ok(self.gpu().synchronize()?)
+    }
+
+    /// The whole device: torch, cupy and Triton queue on streams of the primary context that
+    /// the shim shares, not on the shim's stream.
+    fn device_wait(&self) -> Result<(), Fail> {
+        self.gpu().device_synchronize().map_err(|e| {
+            Fail::Symmem(format!(
+                "waiting for this rank's GPU failed: {e}. A kernel queued on it failed (the \
+                 framework that queued it names which); the call did nothing on this rank"
+            ))
+        })
     }
 }
 
@@ -279,6 +341,8 @@ struct Session<P: Provider> {
     device: DLDevice,
     live: BTreeMap<u64, Live>,
     finalized: bool,
+    /// How many times the session waited for the device (tests: free's opt-out is honoured).
+    device_waits: u64,
 }
 
 impl<P: Provider> Session<P> {
@@ -288,6 +352,7 @@ impl<P: Provider> Session<P> {
             device,
             live: BTreeMap::new(),
             finalized: false,
+            device_waits: 0,
         }
     }
 
@@ -308,6 +373,7 @@ impl<P: Provider> Session<P> {
         }
     }
 
+    /// Collective: a new allocation, its table queued ([`Session::settle`] completes it).
     fn allocate(&mut self, shape: Vec<i64>, dtype: DType) -> Result<AllocOut, Fail> {
         self.usable()?;
         let bytes = checked_bytes(&shape, dtype)?;
@@ -352,7 +418,7 @@ impl<P: Provider> Session<P> {
             bytes: bytes as u64,
             bases: map.table.bases().to_vec(),
             direct: map.direct().to_vec(),
-            table: self.table_spec(table?, map.table.world_size()),
+            table: self.table_spec(table?, map.table.world_size(), &tracker),
             spec,
         };
         let out = entry.describe(Some(DataRef::new(&tracker)));
@@ -362,8 +428,24 @@ impl<P: Provider> Session<P> {
         Ok(out)
     }
 
+    /// Waits for the tables made since the last call ([`Provider::settle`]).
+    fn settle(&self) -> Result<(), Fail> {
+        self.ctx.provider().settle().map_err(|e| {
+            Fail::Symmem(format!(
+                "the peer-bases table of the allocation just made did not reach the device: {}",
+                e.message()
+            ))
+        })
+    }
+
+    /// Waits for every kernel this process queued on the device ([`Provider::device_wait`]).
+    fn device_wait(&mut self) -> Result<(), Fail> {
+        self.device_waits += 1;
+        self.ctx.provider().device_wait()
+    }
+
     /// The peer-bases table as a tensor: int64, one entry per rank.
-    fn table_spec(&self, table: Table, world_size: usize) -> (TensorSpec, Keep) {
+    fn table_spec(&self, table: Table, world_size: usize, of: &Arc<Tracker>) -> (TensorSpec, Keep) {
         let (data, keep, device) = match table {
             Table::Host(entries) => (
                 entries.as_ptr() as u64,
@@ -373,7 +455,11 @@ impl<P: Provider> Session<P> {
                     device_id: 0,
                 },
             ),
-            Table::Device { addr } => (addr, Keep::DeviceTable, self.device),
+            Table::Device { addr } => (
+                addr,
+                Keep::DeviceTable(Arc::new(Watch(Arc::clone(of)))),
+                self.device,
+            ),
         };
         let spec = TensorSpec {
             data,
@@ -384,13 +470,23 @@ impl<P: Provider> Session<P> {
         (spec, keep)
     }
 
-    fn free(&mut self, id: u64) -> Result<(), Fail> {
+    /// Collective: frees allocation `id`, first waiting for the device unless the caller
+    /// did (`synchronize` false).
+    fn free(&mut self, id: u64, synchronize: bool) -> Result<(), Fail> {
         self.usable()?;
-        let Some(live) = self.live.remove(&id) else {
-            return Err(Fail::Value(format!(
+        let missing = || {
+            Fail::Value(format!(
                 "no live symmetric allocation #{id} on this rank (freed already?)"
-            )));
+            ))
         };
+        // Misuse is refused before the wait, the wait comes before the collective.
+        if !self.live.contains_key(&id) {
+            return Err(missing());
+        }
+        if synchronize {
+            self.device_wait()?;
+        }
+        let live = self.live.remove(&id).ok_or_else(missing)?;
         if live.indexed {
             let mut index = index();
             index.by_addr.remove(&live.spec.data);
@@ -406,8 +502,10 @@ impl<P: Provider> Session<P> {
         Ok(())
     }
 
+    /// Collective: waits for the device (stores of kernels included), then for every rank.
     fn barrier(&mut self) -> Result<(), Fail> {
         self.usable()?;
+        self.device_wait()?;
         Ok(self.ctx.barrier()?)
     }
 
@@ -446,6 +544,7 @@ impl<P: Provider> Session<P> {
 
     fn finalize(&mut self) -> Result<Vec<Outstanding>, Fail> {
         self.usable()?;
+        self.device_wait()?;
         {
             // Nothing may be exported or described any more (tables go with the library).
             let mut index = index();
@@ -541,8 +640,30 @@ struct Handle {
     info: Option<Info>,
     /// Why the session refuses every request: a collective was abandoned mid-way.
     poisoned: Option<String>,
-    /// A request is running on the session thread.
+    /// A request was sent and has not answered yet.
     busy: bool,
+    /// The end of the last request, which may come after its answer (allocate completes its
+    /// table meanwhile); taken by [`settle`], or before the next call.
+    settling: Option<mpsc::Receiver<Result<(), Fail>>>,
+}
+
+/// Where a request's answer goes. The session thread sends it as soon as it is known; the
+/// request may go on afterwards (allocate's table is completed while Python wraps the
+/// tensors), and ends with a late outcome that the Python thread takes before its next call.
+pub struct Answer<R>(Option<mpsc::Sender<Result<R, Fail>>>);
+
+impl<R> Answer<R> {
+    /// Sends the answer (once: later answers are dropped).
+    fn send(&mut self, result: Result<R, Fail>) {
+        let Some(tx) = self.0.take() else {
+            return;
+        };
+        // Before the answer: the Python thread may call again as soon as it has it.
+        if let Some(h) = handle().as_mut() {
+            h.busy = false;
+        }
+        let _ = tx.send(result);
+    }
 }
 
 static HANDLE: Mutex<Option<Handle>> = Mutex::new(None);
@@ -634,6 +755,13 @@ impl<R> Pending<R> {
         Some(answer)
     }
 
+    /// The answer if it is there already (no wait, no spin).
+    pub fn ready(&mut self) -> Option<Result<R, Fail>> {
+        let answer = self.answer.try_recv().ok()?;
+        self.done = true;
+        Some(answer)
+    }
+
     /// The caller stops waiting (`why`: a KeyboardInterrupt): the request runs on, and
     /// whether it completed on every rank is unknown, so the session refuses everything
     /// afterwards. Returns the message later calls get.
@@ -668,13 +796,62 @@ fn poison(message: String) -> String {
     }
 }
 
+/// Waits for the end of the last request unless the Python thread took it ([`settle`]): no
+/// call runs, and nothing is read from the index, before allocate's table is complete.
+fn settle_previous() -> Result<(), Fail> {
+    let done = match handle().as_mut() {
+        // A request still to answer (a signal handler calling in) was preceded by this wait.
+        Some(h) if !h.busy => h.settling.take(),
+        _ => None,
+    };
+    match done.map(|done| done.recv()) {
+        Some(Ok(late)) => settled(late),
+        // Nothing left to wait for, or the session thread is gone (the next request says so).
+        None | Some(Err(_)) => Ok(()),
+    }
+}
+
+/// A request's late outcome as the Python thread takes it: a failure there (a table that did
+/// not reach the device, whose tensor Python may hold already) poisons the session.
+fn settled(late: Result<(), Fail>) -> Result<(), Fail> {
+    late.map_err(late_failure)
+}
+
+/// A late failure (see [`settled`]), with the session poisoned by it.
+pub fn late_failure(fail: Fail) -> Fail {
+    Fail::Symmem(poison(format!(
+        "{}: the device is unusable for this process, so its symmem session refuses every \
+         later call; end this process (and the job)",
+        fail.message()
+    )))
+}
+
+/// The end of the last request, for the Python thread to wait on (`None`: taken already).
+pub fn settle() -> Result<Option<Pending<()>>, Fail> {
+    refuse_a_fork()?;
+    let mut guard = handle();
+    let h = usable(guard.as_mut())?;
+    if h.busy {
+        return Ok(None);
+    }
+    Ok(h.settling.take().map(|answer| Pending {
+        answer,
+        what: "allocate_symmetric",
+        done: false,
+    }))
+}
+
 /// Sends `f` to the session thread after the checks every call makes (not a fork, the owner
-/// thread, not poisoned, not re-entered, and initialised unless `what` is `init`).
-fn submit<R: Send + 'static>(
+/// thread, not poisoned, not re-entered, and initialised unless `what` is `init`), once the
+/// last request has ended. `f` answers through its [`Answer`] and may go on: what it returns
+/// is the late outcome ([`settle`]); a request that returns before it answered answers with
+/// what it returned.
+fn submit_late<R: Send + 'static>(
     what: &'static str,
-    f: impl FnOnce(&mut Option<AnySession>) -> Result<R, Fail> + Send + 'static,
+    f: impl FnOnce(&mut Option<AnySession>, &mut Answer<R>) -> Result<(), Fail> + Send + 'static,
 ) -> Result<Pending<R>, Fail> {
     refuse_a_fork()?;
+    settle_previous()?;
     let mut guard = handle();
     let h = usable(guard.as_mut())?;
     if h.busy {
@@ -686,21 +863,53 @@ fn submit<R: Send + 'static>(
         return Err(Fail::Symmem("symmem is not initialised".into()));
     }
     let (tx, answer) = mpsc::channel();
+    let (done_tx, done) = mpsc::channel();
     let job: Job = Box::new(move |slot| {
-        let result = f(slot);
-        if let Some(h) = handle().as_mut() {
-            h.busy = false;
-        }
-        let _ = tx.send(result);
+        let mut reply = Answer(Some(tx));
+        let late = f(slot, &mut reply);
+        let late = if reply.0.is_some() {
+            reply.send(Err(late.err().unwrap_or_else(|| {
+                Fail::Symmem(
+                    "a symmem request ended without an answer (a symmem bug: report it)".into(),
+                )
+            })));
+            Ok(())
+        } else {
+            late
+        };
+        let _ = done_tx.send(late);
     });
     h.jobs
         .send(job)
         .map_err(|_| Fail::Symmem("symmem's session thread is gone; start a new process".into()))?;
     h.busy = true;
+    h.settling = Some(done);
     Ok(Pending {
         answer,
         what,
         done: false,
+    })
+}
+
+/// [`submit_late`] of a request that ends with its answer.
+fn submit<R: Send + 'static>(
+    what: &'static str,
+    f: impl FnOnce(&mut Option<AnySession>) -> Result<R, Fail> + Send + 'static,
+) -> Result<Pending<R>, Fail> {
+    submit_late(what, move |slot, answer| {
+        answer.send(f(slot));
+        Ok(())
+    })
+}
+
+/// [`submit_late`] of a request that needs the running session.
+fn with_session_late<R: Send + 'static>(
+    what: &'static str,
+    f: impl FnOnce(&mut AnySession, &mut Answer<R>) -> Result<(), Fail> + Send + 'static,
+) -> Result<Pending<R>, Fail> {
+    submit_late(what, move |slot, answer| match slot.as_mut() {
+        Some(session) => f(session, answer),
+        None => Err(Fail::Symmem("symmem is not initialised".into())),
     })
 }
 
@@ -709,9 +918,9 @@ fn with_session<R: Send + 'static>(
     what: &'static str,
     f: impl FnOnce(&mut AnySession) -> Result<R, Fail> + Send + 'static,
 ) -> Result<Pending<R>, Fail> {
-    submit(what, move |slot| match slot.as_mut() {
-        Some(session) => f(session),
-        None => Err(Fail::Symmem("symmem is not initialised".into())),
+    with_session_late(what, move |session, answer| {
+        answer.send(f(session));
+        Ok(())
     })
 }
 
@@ -780,6 +989,7 @@ pub fn init(requested: Option<String>) -> Result<Start, Fail> {
                 info: None,
                 poisoned: None,
                 busy: false,
+                settling: None,
             });
             OWNER_PID.store(std::process::id(), Ordering::Release);
         }
@@ -884,10 +1094,14 @@ pub fn allocate(shape: Vec<i64>, dtype_name: &str) -> Result<Pending<AllocOut>, 
     })?;
     // Refused before the session is even looked at: bad input never reaches a collective.
     checked_bytes(&shape, dtype)?;
-    with_session(
-        "allocate_symmetric",
-        move |s| on_session!(s, s => s.allocate(shape, dtype)),
-    )
+    // Answered with the table queued; completed while the Python thread wraps the tensors,
+    // which then waits for it ([`settle`]) before allocate_symmetric returns.
+    with_session_late("allocate_symmetric", move |s, answer| {
+        on_session!(s, s => {
+            answer.send(s.allocate(shape, dtype));
+            s.settle()
+        })
+    })
 }
 
 /// The session's handle, if this thread may use it: started, from its owner thread, not
@@ -916,6 +1130,7 @@ fn usable<H: std::ops::Deref<Target = Handle>>(handle: Option<H>) -> Result<H, F
 /// finalized.
 fn check_reader() -> Result<bool, Fail> {
     refuse_a_fork()?;
+    settle_previous()?;
     let guard = handle();
     let h = usable(guard.as_ref())?;
     match &h.info {
@@ -964,8 +1179,20 @@ pub fn bench_context_pair(bytes: usize) -> Result<Pending<(u64, u64)>, Fail> {
     )
 }
 
-pub fn free(id: u64) -> Result<Pending<()>, Fail> {
-    with_session("free", move |s| on_session!(s, s => s.free(id)))
+/// Collective: frees allocation `id`, waiting for the device first unless `synchronize` is
+/// false (the caller waited already).
+pub fn free(id: u64, synchronize: bool) -> Result<Pending<()>, Fail> {
+    with_session(
+        "free",
+        move |s| on_session!(s, s => s.free(id, synchronize)),
+    )
+}
+
+/// How many times the session waited for the device (free's opt-out is tested with it).
+pub fn device_waits() -> Result<u64, Fail> {
+    now(with_session("_device_waits", |s| {
+        Ok(on_session!(s, s => s.device_waits))
+    })?)
 }
 
 pub fn barrier() -> Result<Pending<()>, Fail> {

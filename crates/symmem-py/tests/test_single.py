@@ -231,25 +231,33 @@ def test_exit_without_finalize_is_reported():
     assert "exits without symmem.finalize(); 1 symmetric allocation(s) never freed" in proc.stderr
 
 
-def test_free_waits_for_the_device_unless_the_caller_already_did(monkeypatch):
-    waits = []
-    monkeypatch.setattr(symmem, "_device_sync", lambda: waits.append(1))
+def test_free_waits_for_the_device_unless_the_caller_already_did():
+    # The wait is the session's (the provider's device-wide one; on the host provider a
+    # no-op), counted by the extension.
+    waits = symmem._native._device_waits
     x, _ = symmem.allocate_symmetric(4, framework="numpy")
     y, _ = symmem.allocate_symmetric(4, framework="numpy")
+    before = waits()
     symmem.free(x)
-    assert waits == [1]
+    assert waits() == before + 1
     symmem.free(y, synchronize=False)
-    assert waits == [1]
+    assert waits() == before + 1
     for freed in (x, y):
         with pytest.raises(ValueError, match="freed already"):
             symmem.symmetric_address_map(freed)
-    # Misuse is still refused before the collective (and before any wait).
+    # Misuse is still refused before the collective and before any wait: by the package (a
+    # slice) and by the extension (an allocation that is not live).
     z, _ = symmem.allocate_symmetric(8, framework="numpy")
     with pytest.raises(ValueError, match="not a slice"):
-        symmem.free(z[2:], synchronize=False)
-    assert waits == [1]
+        symmem.free(z[2:])
+    with pytest.raises(ValueError, match="no live symmetric allocation"):
+        symmem._native.free(2**40)
+    assert waits() == before + 1
     symmem.free(z)
-    assert waits == [1, 1]
+    assert waits() == before + 2
+    # A barrier waits for the device too: stores of queued kernels are complete after it.
+    symmem.barrier()
+    assert waits() == before + 3
 
 
 def test_address_maps_of_one_allocation_share_their_table_until_it_is_freed():

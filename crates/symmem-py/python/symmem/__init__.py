@@ -33,6 +33,7 @@ import operator
 import os
 import sys
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -146,10 +147,13 @@ class _Entry:
     holding that would keep a dropped allocation from being noticed), and the table and maps
     made from it, once per framework (the same memory either way)."""
 
-    __slots__ = ("key", "framework", "alloc", "tables", "maps")
+    __slots__ = ("key", "tensor", "framework", "alloc", "tables", "maps")
 
-    def __init__(self, key: Optional[tuple], framework: str, alloc: Any) -> None:
+    def __init__(self, key: Optional[tuple], tensor: Any, framework: str, alloc: Any) -> None:
         self.key = key
+        # A weak reference to the tensor allocate returned (None where the type takes none):
+        # freeing that very tensor needs no identity key of its own.
+        self.tensor = _weak(tensor)
         self.framework = framework
         self.alloc = alloc
         self.tables: Dict[str, Any] = {}
@@ -179,11 +183,17 @@ class _Entry:
 
 
 _entries: Dict[int, _Entry] = {}
-_key_owner: Dict[tuple, int] = {}
 # Identity keys of tensors whose allocation was freed: a second free of one is named as such
 # even after the address was reused. Bounded; a newer allocation's key always wins.
 _freed: "collections.OrderedDict[tuple, int]" = collections.OrderedDict()
 _FREED_KEEP = 4096
+
+
+def _weak(obj: Any) -> Optional[weakref.ref]:
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return None
 
 
 def _identity_key(obj: Any) -> Optional[tuple]:
@@ -298,56 +308,6 @@ def device() -> Tuple[int, int]:
 def dtypes() -> List[str]:
     """Element types that symmetric tensors can hold."""
     return list(_native.dtypes())
-
-
-def _device_sync() -> None:
-    """Kernels queued by torch (and Triton) or cupy must be done before a collective frees
-    memory or tells peers that stores are complete: the whole device is synchronised (every
-    stream of this process), through each of them that is loaded."""
-    current = _session if _session is not None else _native.info()
-    if current is None or current["device"][0] == KDL_CPU:
-        return
-    # One device-wide wait covers every stream of the context, whoever made them: torch and
-    # cupy share the device's primary context. On NVIDIA the driver's own wait for the context
-    # current on this thread (torch and cupy make it current) is the cheapest; where no context
-    # is current, or the driver is not found, the frameworks' own waits.
-    status = _cu_ctx_synchronize() if current["device"][0] == KDL_CUDA else -1
-    if status == 0:
-        return
-    modules = sys.modules
-    # A failed wait (a kernel failed) raises the framework's own error here.
-    if "torch" in modules:
-        modules["torch"].cuda.synchronize()
-    elif "cupy" in modules:
-        modules["cupy"].cuda.runtime.deviceSynchronize()
-    if status not in (-1, _CUDA_ERROR_INVALID_CONTEXT):
-        raise SymmemError(
-            f"waiting for this rank's device failed (CUDA driver error {status}): work queued "
-            f"on it failed; the framework that queued it reports which kernel"
-        )
-
-
-#: cuCtxSynchronize's answer when no context is current on the calling thread.
-_CUDA_ERROR_INVALID_CONTEXT = 201
-
-
-_cuda_driver: Any = None
-
-
-def _cu_ctx_synchronize() -> int:
-    """The CUDA driver's ``cuCtxSynchronize()`` (0: done; 201: no context is current on this
-    thread); -1 when the driver cannot be loaded."""
-    global _cuda_driver
-    if _cuda_driver is None:
-        try:
-            import ctypes
-
-            _cuda_driver = ctypes.CDLL("libcuda.so.1").cuCtxSynchronize
-            _cuda_driver.restype = ctypes.c_int
-            _cuda_driver.argtypes = []
-        except (OSError, AttributeError):
-            _cuda_driver = False
-    return _cuda_driver() if _cuda_driver else -1
 
 
 # ---- allocation ---------------------------------------------------------------------------
@@ -525,12 +485,15 @@ def _allocate(size: tuple, dtype: Any, framework: Optional[str]) -> Tuple[Any, i
     if fw == "numpy" and name == "bfloat16":
         raise TypeError("numpy has no bfloat16: use framework='torch' or 'dlpack'")
     data, a = _native.allocate(shape, name)
+    # The peer-bases table is on its way to the device meanwhile; settle() waits for it.
     tensor = _wrap(data, fw)
     key = _identity_key(tensor)
     alloc_id = a.id
-    _entries[alloc_id] = _Entry(key, fw, a)
+    entry = _Entry(key, tensor, fw, a)
+    entry.peer_bases(fw)
+    _native.settle()
+    _entries[alloc_id] = entry
     if key is not None:
-        _key_owner[key] = alloc_id
         _freed.pop(key, None)
     return tensor, alloc_id
 
@@ -598,14 +561,17 @@ def free(tensor: Any, *, synchronize: bool = True) -> None:
     or a view of all of it). Every rank frees the same allocations in the same order.
     Tensors still viewing the memory must not be used afterwards.
 
-    First it waits for the work queued on this rank's device (every stream, through torch and
-    cupy where loaded), so no kernel still reads or writes the memory when another allocation
-    reuses it. ``synchronize=False`` skips that wait (a few microseconds when the device is
+    First it waits for the work this process queued on its device (every stream of the
+    device's primary context, which torch, cupy and Triton share), so no kernel still reads or
+    writes the memory when another allocation reuses it. ``synchronize=False`` skips that wait (a few microseconds when the device is
     idle): safe only when the caller has already waited for every kernel that touches this
     allocation on this rank, e.g. right after ``torch.cuda.synchronize()``."""
     alloc_id, base, nbytes, addr, covered = _lookup(tensor)
-    key = _identity_key(tensor)
     entry = _entries.get(alloc_id)
+    if entry is not None and entry.tensor is not None and entry.tensor() is tensor:
+        key = entry.key  # the tensor allocate returned for this very allocation
+    else:
+        key = _identity_key(tensor)
     if key is not None and key in _freed and (entry is None or entry.key != key):
         raise ValueError(
             f"this tensor's symmetric allocation #{_freed[key]} was freed already (its memory "
@@ -617,12 +583,9 @@ def free(tensor: Any, *, synchronize: bool = True) -> None:
             f"#{alloc_id} is [{base:#x}, +{nbytes} B): free the whole tensor that "
             f"allocate_symmetric returned, not a slice of it"
         )
-    if synchronize:
-        _device_sync()
-    _native.free(alloc_id)
+    _native.free(alloc_id, synchronize)
     entry = _entries.pop(alloc_id, None)
     if entry is not None and entry.key is not None:
-        _key_owner.pop(entry.key, None)
         _freed[entry.key] = alloc_id
     if key is not None:
         _freed[key] = alloc_id
@@ -631,10 +594,9 @@ def free(tensor: Any, *, synchronize: bool = True) -> None:
 
 
 def barrier() -> None:
-    """Collective: waits for every rank; stores made before it (kernels included: queued
-    torch work is synchronised first) are visible to every rank after it."""
+    """Collective: waits for every rank; stores made before it (kernels included: the work
+    queued on this rank's device is waited for first) are visible to every rank after it."""
     _ensure()
-    _device_sync()
     _native.barrier()
 
 
@@ -649,11 +611,9 @@ def finalize() -> List[Outstanding]:
     that were never freed; nothing can be allocated afterwards."""
     global _session
     _ensure()
-    _device_sync()
     records = [Outstanding(**r) for r in _native.finalize()]
     _session = None
     _entries.clear()
-    _key_owner.clear()
     if records:
         dropped = sum(r.dropped for r in records)
         warnings.warn(
