@@ -9,6 +9,7 @@
 # $RESULTS_DIR (default: $OUT, else results/ next to this script).
 # Settings: PYTHON (default /opt/torch/.venv/bin/python3), RANKS (default "2 4 8"),
 # BENCH_RANKS (default "1 2 4 8"; empty: no bench), BENCH_PAIRS (default 100),
+# BENCH_PROFILE (the PE counts whose Python bench adds the profile of its steps; default "1"),
 # NVSHMEM_LIB (folder of libnvshmem_host.so.3; default: the one next to PYTHON's nvidia.nvshmem),
 # SYMMEM_GPU_HEAP_SIZE (default 512M per PE), RUN_TIMEOUT (per PE count, default 180s).
 set -uo pipefail
@@ -84,7 +85,7 @@ bench_runs() {
     SYMMEM_GPU_HEAP_SIZE=$heap "$here/symmem-run" --ranks "$n" --timeout 280s -- \
       "$here/symmem-gpu-bench" nvshmem > "$results/bench-rust-$n.txt" 2>&1 || status=1
     local profile=()
-    [ "$n" = 1 ] && profile=(--profile)
+    [[ " ${BENCH_PROFILE:-1} " == *" $n "* ]] && profile=(--profile)
     SYMMEM_GPU_HEAP_SIZE=$heap "$here/symmem-run" --ranks "$n" --timeout 280s -- \
       "$python" "$here/alloc_free.py" --pairs "${BENCH_PAIRS:-100}" "${profile[@]}" \
       > "$results/bench-python-$n.txt" 2>&1 || status=1
