@@ -12,9 +12,11 @@
 //! The hot path (issue 33): what the Python thread only reads (`find`, address maps, whether an
 //! export is still live) comes from the [`INDEX`] of live allocations, which the session thread
 //! keeps current, without a round trip to that thread; the two threads hand a request and its
-//! answer over by spinning briefly before they block ([`HANDOFF_SPIN`]); and on GPU providers
+//! answer over by spinning briefly before they block ([`HANDOFF_SPIN`]); on GPU providers
 //! each allocation's peer-bases table lives at the end of the allocation itself (one upload, no
-//! device allocation or free per table).
+//! device allocation or free per table); allocate answers as soon as that upload is queued and
+//! waits for it afterwards, while Python wraps the tensors ([`Answer`], [`settle`]); and the
+//! device wait before a free or a barrier is the session thread's, through the shim.
 
 use crate::dlpack::{DLDevice, KDL_CPU, KDL_CUDA, KDL_ROCM, Keep, TensorSpec};
 use crate::dtype::{self, DType};
