@@ -807,19 +807,14 @@ fn settle_previous() -> Result<(), Fail> {
         _ => None,
     };
     match done.map(|done| done.recv()) {
-        Some(Ok(late)) => settled(late),
+        Some(Ok(late)) => late.map_err(late_failure),
         // Nothing left to wait for, or the session thread is gone (the next request says so).
         None | Some(Err(_)) => Ok(()),
     }
 }
 
-/// A request's late outcome as the Python thread takes it: a failure there (a table that did
-/// not reach the device, whose tensor Python may hold already) poisons the session.
-fn settled(late: Result<(), Fail>) -> Result<(), Fail> {
-    late.map_err(late_failure)
-}
-
-/// A late failure (see [`settled`]), with the session poisoned by it.
+/// A request's late failure as the Python thread takes it (a table that did not reach the
+/// device, whose tensor Python may hold already), with the session poisoned by it.
 pub fn late_failure(fail: Fail) -> Fail {
     Fail::Symmem(poison(format!(
         "{}: the device is unusable for this process, so its symmem session refuses every \

@@ -563,9 +563,10 @@ def free(tensor: Any, *, synchronize: bool = True) -> None:
 
     First it waits for the work this process queued on its device (every stream of the
     device's primary context, which torch, cupy and Triton share), so no kernel still reads or
-    writes the memory when another allocation reuses it. ``synchronize=False`` skips that wait (a few microseconds when the device is
-    idle): safe only when the caller has already waited for every kernel that touches this
-    allocation on this rank, e.g. right after ``torch.cuda.synchronize()``."""
+    writes the memory when another allocation reuses it. ``synchronize=False`` skips that wait
+    (a few microseconds when the device is idle): safe only when the caller has already waited
+    for every kernel that touches this allocation on this rank, e.g. right after
+    ``torch.cuda.synchronize()``."""
     alloc_id, base, nbytes, addr, covered = _lookup(tensor)
     entry = _entries.get(alloc_id)
     if entry is not None and entry.tensor is not None and entry.tensor() is tensor:
