@@ -488,8 +488,10 @@ impl<'c> Slurm<'c> {
         }
     }
 
-    /// Waits (at most [`READY_WITHIN`]) until `sinfo` shows every node idle.
-    fn wait_idle(&self) -> Result<(), ClusterError> {
+    /// Waits (at most [`READY_WITHIN`]) until `sinfo` shows every node idle. After a job, that
+    /// is once every node has acknowledged its end: srun returns before that, and a node stays
+    /// `completing` (and takes no new job) until slurmctld reaches its slurmd.
+    pub fn wait_idle(&self) -> Result<(), ClusterError> {
         let deadline = Instant::now() + READY_WITHIN;
         let idle = |text: &str| {
             self.cluster.nodes().iter().all(|node| {

@@ -59,9 +59,21 @@ fn srun(slurm: &Slurm, args: &[&str]) -> (ExitStatus, Vec<String>, Vec<String>) 
     let (err_tx, err) = mpsc::channel();
     lines_of(child.stdout.take().unwrap(), out_tx);
     lines_of(child.stderr.take().unwrap(), err_tx);
-    let status = symmem_test_support::command::wait_within(&mut child, SRUN_LIMIT);
+    let status = symmem_test_support::command::wait_or_kill(&mut child, SRUN_LIMIT);
     let collect = |rx: mpsc::Receiver<String>| rx.iter().collect::<Vec<_>>();
-    (status, collect(out), collect(err))
+    let (out, err) = (collect(out), collect(err));
+    let status = status.unwrap_or_else(|| {
+        let state = slurm
+            .command("squeue")
+            .args(["-h", "-o", "%i %T %R"])
+            .output();
+        let state = state.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+        panic!(
+            "srun {args:?} did not end within {SRUN_LIMIT:?} (killed); squeue: {state:?}; \
+             it printed {out:?} {err:?}"
+        )
+    });
+    (status, out, err)
 }
 
 /// Which node ran each task: `(task, node)` from lines `TASK NODE ...`, sorted.
@@ -368,6 +380,11 @@ fn cutting_node_b_off_by_its_address_stops_steps_that_need_it() {
     let both = ["-N2", "-n2", "hostname"];
     let (status, out, err) = srun(&slurm, &both);
     assert!(status.success(), "{status}: {out:?} {err:?}");
+    // Not before node-b has finished with that job: cut off while `completing`, it would stay
+    // so, and the next srun would wait for it forever instead of failing (seen in CI).
+    slurm
+        .wait_idle()
+        .expect("the first job's end on both nodes");
     let node_b = &cluster.nodes()[1];
     let Some(cut) = Cut::off(&node_b.address().to_string(), slurm.slurmd_port(node_b)) else {
         return;
@@ -435,6 +452,10 @@ fn on_an_isolated_network_a_rule_on_node_b_s_address_cuts_it_off() {
     let args = ["--mpi=pmix", "-N2", "-n2", "sh", "-c", report];
     let (status, out, err) = srun(&slurm, &args);
     assert!(status.success(), "{status}: {out:?} {err:?}");
+    // As in the shared network's cut: not before node-b has finished with that job.
+    slurm
+        .wait_idle()
+        .expect("the first job's end on both nodes");
     let mut out = out;
     out.sort();
     assert_eq!(out, ["0 node-a 198.18.0.2", "1 node-b 198.18.0.3"]);

@@ -25,14 +25,21 @@ pub fn with_default_signals(program: impl AsRef<std::ffi::OsStr>) -> Command {
 
 /// Waits for `child` up to `limit`; past it, kills it and panics.
 pub fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
+    wait_or_kill(child, limit).unwrap_or_else(|| panic!("the child did not exit within {limit:?}"))
+}
+
+/// Waits for `child` up to `limit`: its status, or `None` once it has been killed (and reaped)
+/// past the limit, for a caller that reports what it printed meanwhile.
+pub fn wait_or_kill(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
+            return Some(status);
         }
         if Instant::now() >= deadline {
             let _ = child.kill();
-            panic!("the child did not exit within {limit:?}");
+            let _ = child.wait();
+            return None;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
