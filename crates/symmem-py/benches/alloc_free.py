@@ -18,7 +18,9 @@ the machine (several PEs time-slicing one GPU) reaches all alike. Then
 max in microseconds.
 
 ``--profile`` adds a breakdown of one allocate_symmetric + free (torch) into its steps, timed
-one by one as the package runs them, on rank 0 (the other ranks run the same collectives).
+one by one as the package runs them, on rank 0 (the other ranks run the same collectives),
+then the real calls with the extension's step marks on (``trace:`` lines: the time between two
+marks, on either side of the hand-over to the session thread).
 """
 
 from __future__ import annotations

@@ -136,8 +136,47 @@ def profile(on_gpu, pairs):
             thunk()
             samples.append(clock() - t0)
         times[name] = samples
-    return [
+    out = [
         {"step": name, "median_us": round(statistics.median(v) / 1e3, 2),
          "min_us": round(min(v) / 1e3, 2)}
         for name, v in times.items()
+    ]
+    if hasattr(_native, "_trace"):
+        out += traced(on_gpu, pairs)
+    return out
+
+
+def traced(on_gpu, pairs):
+    """The real calls (allocate_symmetric + free) with the extension's step marks on: the time
+    between each two marks in the order they came, on either side of the hand-over to the
+    session thread. The marks are CLOCK_MONOTONIC, the clock of perf_counter_ns on Linux."""
+    if time.get_clock_info("perf_counter").implementation != "clock_gettime(CLOCK_MONOTONIC)":
+        return []
+    fw = "torch" if on_gpu else "numpy"
+    clock = time.perf_counter_ns
+    gaps = {}
+    _native._trace(True)
+    try:
+        for i in range(pairs + 3):
+            _native._trace_take()
+            marks = [("python: allocate_symmetric called", clock())]
+            x, _ = symmem.allocate_symmetric(ELEMENTS, dtype="float32", framework=fw)
+            marks.append(("python: allocate_symmetric returned", clock()))
+            symmem.free(x)
+            marks.append(("python: free returned", clock()))
+            marks += _native._trace_take()
+            marks.sort(key=lambda m: m[1])
+            if i < 3:
+                continue
+            phase = "allocate"
+            for (a, ta), (b, tb) in zip(marks, marks[1:]):
+                gaps.setdefault(f"{phase}: {a} -> {b}", []).append(tb - ta)
+                if b == "python: allocate_symmetric returned":
+                    phase = "free"
+    finally:
+        _native._trace(False)
+    return [
+        {"step": f"trace: {name}", "median_us": round(statistics.median(v) / 1e3, 2),
+         "min_us": round(min(v) / 1e3, 2), "count": len(v)}
+        for name, v in gaps.items()
     ]

@@ -13,6 +13,7 @@
 mod dlpack;
 mod dtype;
 mod session;
+mod trace;
 
 use dlpack::{DLDevice, Keep, TensorSpec};
 use pyo3::create_exception;
@@ -324,6 +325,7 @@ fn wait<R: Send>(py: Python<'_>, mut pending: session::Pending<R>) -> Result<R, 
             (pending, answer)
         });
         pending = back;
+        trace::mark("python: answer taken");
         if let Some(answer) = answer {
             return answer.map_err(Waited::Failed);
         }
@@ -388,7 +390,9 @@ fn allocate(
         ));
     };
     let tensor = array(py, data, out.id, "tensor")?;
-    Ok((tensor, to_allocation(py, out)?))
+    let allocation = to_allocation(py, out)?;
+    trace::mark("python: objects made");
+    Ok((tensor, allocation))
 }
 
 /// `(id, base, nbytes)` of the live allocation containing `addr`, or None.
@@ -445,6 +449,20 @@ fn _bench_context_pair(py: Python<'_>, nbytes: usize) -> PyResult<(u64, u64)> {
         return Err(PyValueError::new_err("nbytes must be at least 1"));
     }
     wait_raising(py, session::bench_context_pair(nbytes).map_err(raise)?)
+}
+
+/// Turns the step marks of the profiler on or off (`benches/profile_steps.py --trace`); either
+/// way the marks kept so far are dropped.
+#[pyfunction]
+fn _trace(on: bool) {
+    trace::set(on);
+}
+
+/// The step marks since the last call, oldest first: `(step, CLOCK_MONOTONIC ns)`, the clock of
+/// `time.perf_counter_ns()` on Linux.
+#[pyfunction]
+fn _trace_take() -> Vec<(&'static str, u64)> {
+    trace::take()
 }
 
 /// Collective: waits for every rank.
@@ -512,6 +530,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_device_waits, m)?)?;
     m.add_function(wrap_pyfunction!(barrier, m)?)?;
     m.add_function(wrap_pyfunction!(_bench_context_pair, m)?)?;
+    m.add_function(wrap_pyfunction!(_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(_trace_take, m)?)?;
     m.add_function(wrap_pyfunction!(outstanding, m)?)?;
     m.add_function(wrap_pyfunction!(finalize, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;

@@ -20,6 +20,7 @@
 
 use crate::dlpack::{DLDevice, KDL_CPU, KDL_CUDA, KDL_ROCM, Keep, TensorSpec};
 use crate::dtype::{self, DType};
+use crate::trace;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -382,6 +383,7 @@ impl<P: Provider> Session<P> {
         let (total, table_at) = P::room(bytes, self.ctx.world_size())
             .ok_or_else(|| Fail::Value(format!("shape {shape:?} overflows the address space")))?;
         let (buffer, map) = self.ctx.allocate_symmetric_map::<u8>(total)?;
+        trace::mark("session: collective and map");
         let (id, base) = (buffer.id(), buffer.addr());
         let tracker = Arc::new(Tracker {
             id,
@@ -401,6 +403,7 @@ impl<P: Provider> Session<P> {
             device: self.device,
         };
         let table = self.ctx.provider().kernel_table(&map.table, at);
+        trace::mark("session: table queued");
         let indexed = table.is_ok();
         self.live.insert(
             id,
@@ -487,6 +490,7 @@ impl<P: Provider> Session<P> {
         }
         if synchronize {
             self.device_wait()?;
+            trace::mark("session: device waited");
         }
         let live = self.live.remove(&id).ok_or_else(missing)?;
         if live.indexed {
@@ -500,6 +504,7 @@ impl<P: Provider> Session<P> {
         // On failure the context keeps the allocation on its books (finalize reports it). A
         // device table goes with the allocation.
         self.ctx.free(buffer)?;
+        trace::mark("session: collective freed");
         tracker.freed.store(true, Ordering::Release);
         Ok(())
     }
@@ -664,6 +669,7 @@ impl<R> Answer<R> {
         if let Some(h) = handle().as_mut() {
             h.busy = false;
         }
+        trace::mark("session: answer sent");
         let _ = tx.send(result);
     }
 }
@@ -862,6 +868,7 @@ fn submit_late<R: Send + 'static>(
     let (tx, answer) = mpsc::channel();
     let (done_tx, done) = mpsc::channel();
     let job: Job = Box::new(move |slot| {
+        trace::mark("session: request taken");
         let mut reply = Answer(Some(tx));
         let late = f(slot, &mut reply);
         let late = if reply.0.is_some() {
@@ -874,8 +881,10 @@ fn submit_late<R: Send + 'static>(
         } else {
             late
         };
+        trace::mark("session: request ended");
         let _ = done_tx.send(late);
     });
+    trace::mark("python: request sent");
     h.jobs
         .send(job)
         .map_err(|_| Fail::Symmem("symmem's session thread is gone; start a new process".into()))?;
