@@ -374,8 +374,8 @@ fn info(py: Python<'_>) -> PyResult<Option<Bound<'_, PyDict>>> {
 /// peer-bases table) apart: the allocation's `data` is None, so the package may keep it
 /// without keeping the tensor's memory in use.
 ///
-/// It returns with the peer-bases table on its way to the device: `settle()` waits until it is
-/// there (any later call into the extension waits for it too).
+/// It returns before the peer-bases table's entries are on the device: `settle()` waits until
+/// they are there (any later call into the extension waits for them too).
 #[pyfunction]
 fn allocate(
     py: Python<'_>,

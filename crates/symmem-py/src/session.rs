@@ -14,8 +14,8 @@
 //! keeps current, without a round trip to that thread; the two threads hand a request and its
 //! answer over by spinning briefly before they block ([`HANDOFF_SPIN`]); on GPU providers
 //! each allocation's peer-bases table lives at the end of the allocation itself (one upload, no
-//! device allocation or free per table); allocate answers as soon as that upload is queued and
-//! waits for it afterwards, while Python wraps the tensors ([`Answer`], [`settle`]); and the
+//! device allocation or free per table); allocate answers as soon as the collective returned and
+//! uploads the table afterwards, while Python wraps the tensors ([`Answer`], [`settle`]); and the
 //! device wait before a free or a barrier is the session thread's, through the shim.
 
 use crate::dlpack::{DLDevice, KDL_CPU, KDL_CUDA, KDL_ROCM, Keep, TensorSpec};
@@ -163,13 +163,14 @@ trait Provider: SymmetricProvider {
     /// kernel table goes (`None`: it lives elsewhere); `None` overall when that overflows.
     fn room(bytes: usize, world: usize) -> Option<(usize, Option<usize>)>;
 
-    /// The kernel table of a fresh allocation's `table` (at `at` when [`Provider::room`] made
-    /// room for it), complete after [`Provider::settle`].
+    /// Where the kernel table of a fresh allocation's `table` lives (at `at` when
+    /// [`Provider::room`] made room for it); its entries are there after
+    /// [`Provider::complete_table`].
     fn kernel_table(&self, table: &PeerTable, at: Option<u64>) -> Result<Table, Fail>;
 
-    /// Waits until the tables made since the last call are complete: kernels on any stream,
-    /// and Python, may read them afterwards.
-    fn settle(&self) -> Result<(), Fail>;
+    /// Writes `table`'s entries to the kernel table at `at` and waits until they are there:
+    /// kernels on any stream, and Python, may read them afterwards.
+    fn complete_table(&self, table: &PeerTable, at: Option<u64>) -> Result<(), Fail>;
 
     /// Waits for every kernel this process queued on the provider's device, on any stream:
     /// before a free (no kernel still touches the memory when it is reused) and a barrier
@@ -182,11 +183,12 @@ impl Provider for HostProvider {
         Some((bytes, None))
     }
 
+    /// Host memory: the table is complete as it is made.
     fn kernel_table(&self, table: &PeerTable, _at: Option<u64>) -> Result<Table, Fail> {
         Ok(Table::Host(table.to_i64().into()))
     }
 
-    fn settle(&self) -> Result<(), Fail> {
+    fn complete_table(&self, _table: &PeerTable, _at: Option<u64>) -> Result<(), Fail> {
         Ok(())
     }
 
@@ -207,25 +209,22 @@ impl Provider for GpuProvider {
     }
 
     /// The device copy Python gets is its own (Python may write into it; the provider's
-    /// launches read the provider's copy): one upload queued on the shim's stream.
-    fn kernel_table(&self, table: &PeerTable, at: Option<u64>) -> Result<Table, Fail> {
-        let Some(addr) = at else {
-            return Err(Fail::Symmem(
-                "no room for the peer-bases table in the allocation (a symmem bug: report it)"
-                    .into(),
-            ));
-        };
+    /// launches read the provider's copy).
+    fn kernel_table(&self, _table: &PeerTable, at: Option<u64>) -> Result<Table, Fail> {
+        Ok(Table::Device {
+            addr: device_table_at(at)?,
+        })
+    }
+
+    /// One upload queued on the shim's stream, then a wait for that stream (a GPU round trip).
+    fn complete_table(&self, table: &PeerTable, at: Option<u64>) -> Result<(), Fail> {
+        let addr = device_table_at(at)?;
         let bytes: Vec<u8> = table
             .to_i64()
             .iter()
             .flat_map(|v| v.to_ne_bytes())
             .collect();
         self.gpu().write_local(addr, &bytes)?;
-        Ok(Table::Device { addr })
-    }
-
-    /// The uploads are on the shim's stream: waiting for it waits for them (a GPU round trip).
-    fn settle(&self) -> Result<(), Fail> {
         Ok(self.gpu().synchronize()?)
     }
 
@@ -239,6 +238,22 @@ impl Provider for GpuProvider {
             ))
         })
     }
+}
+
+/// Where a device table goes: [`Provider::room`] made room for it.
+fn device_table_at(at: Option<u64>) -> Result<u64, Fail> {
+    at.ok_or_else(|| {
+        Fail::Symmem(
+            "no room for the peer-bases table in the allocation (a symmem bug: report it)".into(),
+        )
+    })
+}
+
+/// A fresh allocation's table entries, still to be written where its kernel table lives
+/// ([`Session::complete_table`]).
+struct TableEntries {
+    table: PeerTable,
+    at: Option<u64>,
 }
 
 /// Where an allocation's kernel table lives.
@@ -376,8 +391,13 @@ impl<P: Provider> Session<P> {
         }
     }
 
-    /// Collective: a new allocation, its table queued ([`Session::settle`] completes it).
-    fn allocate(&mut self, shape: Vec<i64>, dtype: DType) -> Result<AllocOut, Fail> {
+    /// Collective: a new allocation, with its kernel table's place but not yet its entries
+    /// ([`Session::complete_table`] writes them).
+    fn allocate(
+        &mut self,
+        shape: Vec<i64>,
+        dtype: DType,
+    ) -> Result<(AllocOut, TableEntries), Fail> {
         self.usable()?;
         let bytes = checked_bytes(&shape, dtype)?;
         let (total, table_at) = P::room(bytes, self.ctx.world_size())
@@ -403,7 +423,6 @@ impl<P: Provider> Session<P> {
             device: self.device,
         };
         let table = self.ctx.provider().kernel_table(&map.table, at);
-        trace::mark("session: table queued");
         let indexed = table.is_ok();
         self.live.insert(
             id,
@@ -430,12 +449,24 @@ impl<P: Provider> Session<P> {
         let mut index = index();
         index.by_addr.insert(base, id);
         index.entries.insert(id, Arc::new(entry));
-        Ok(out)
+        Ok((
+            out,
+            TableEntries {
+                table: map.table,
+                at,
+            },
+        ))
     }
 
-    /// Waits for the tables made since the last call ([`Provider::settle`]).
-    fn settle(&self) -> Result<(), Fail> {
-        self.ctx.provider().settle().map_err(|e| {
+    /// Writes a fresh allocation's table entries and waits until they are there
+    /// ([`Provider::complete_table`]).
+    fn complete_table(&self, entries: TableEntries) -> Result<(), Fail> {
+        let done = self
+            .ctx
+            .provider()
+            .complete_table(&entries.table, entries.at);
+        trace::mark("session: table complete");
+        done.map_err(|e| {
             Fail::Symmem(format!(
                 "the peer-bases table of the allocation just made did not reach the device: {}",
                 e.message()
@@ -1100,12 +1131,19 @@ pub fn allocate(shape: Vec<i64>, dtype_name: &str) -> Result<Pending<AllocOut>, 
     })?;
     // Refused before the session is even looked at: bad input never reaches a collective.
     checked_bytes(&shape, dtype)?;
-    // Answered with the table queued; completed while the Python thread wraps the tensors,
-    // which then waits for it ([`settle`]) before allocate_symmetric returns.
+    // Answered as soon as the collective returned; the table's entries are written while the
+    // Python thread wraps the tensors, which then waits for them ([`settle`]) before
+    // allocate_symmetric returns.
     with_session_late("allocate_symmetric", move |s, answer| {
-        on_session!(s, s => {
-            answer.send(s.allocate(shape, dtype));
-            s.settle()
+        on_session!(s, s => match s.allocate(shape, dtype) {
+            Ok((out, entries)) => {
+                answer.send(Ok(out));
+                s.complete_table(entries)
+            }
+            Err(e) => {
+                answer.send(Err(e));
+                Ok(())
+            }
         })
     })
 }

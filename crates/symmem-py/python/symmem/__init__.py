@@ -485,7 +485,7 @@ def _allocate(size: tuple, dtype: Any, framework: Optional[str]) -> Tuple[Any, i
     if fw == "numpy" and name == "bfloat16":
         raise TypeError("numpy has no bfloat16: use framework='torch' or 'dlpack'")
     data, a = _native.allocate(shape, name)
-    # The peer-bases table is on its way to the device meanwhile; settle() waits for it.
+    # The peer-bases table's entries are written meanwhile; settle() waits for them.
     tensor = _wrap(data, fw)
     key = _identity_key(tensor)
     alloc_id = a.id
