@@ -6,7 +6,7 @@
 //! target/release/examples/engine_bench_nodes mpirun 2 4 10000   # launcher, nodes, per node, collectives
 //! ```
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use std::time::Duration;
 use symmem_cluster::Cluster;
 use symmem_launch::{LaunchSpec, Launcher, Layout, Stream};
@@ -19,9 +19,7 @@ fn main() -> anyhow::Result<()> {
     let (nodes, per_node): (usize, usize) = (nodes.parse()?, per_node.parse()?);
     let bench = std::env::current_exe()?.with_file_name("engine_bench");
     let cluster = Cluster::up(nodes)?;
-    let program = cluster.shared_dir().join("engine_bench");
-    std::fs::copy(&bench, &program).with_context(|| format!("copying {}", bench.display()))?;
-    let spec = LaunchSpec::new(cluster.on_nodes(&program)?, 0)
+    let spec = LaunchSpec::new(cluster.visible(&bench)?, 0)
         .layout(Layout::even(nodes, per_node))
         .env("ENGINE_BENCH_COLLECTIVES", collectives)
         .timeout(Duration::from_secs(580));

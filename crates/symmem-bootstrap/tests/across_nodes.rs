@@ -99,7 +99,7 @@ fn run_job(
     fault: &mut dyn FnMut(),
 ) -> (RunReport, Vec<OutputLine>) {
     let me = std::env::current_exe().unwrap();
-    let mut spec = LaunchSpec::new(cluster.on_nodes(&me).unwrap(), 0)
+    let mut spec = LaunchSpec::new(cluster.visible(&me).unwrap(), 0)
         .args(["--ignored", "--exact", "rank_loop", "--nocapture"])
         .layout(Layout::even(2, 2))
         .timeout(limit);

@@ -265,6 +265,28 @@ impl Cluster {
         Ok(path)
     }
 
+    /// `path` (a program, a library) as the nodes see it: [`Cluster::on_nodes`] where they
+    /// see it, else a copy in [`Cluster::shared_dir`] (a checkout under /tmp, say, which each
+    /// node has of its own). The copy keeps the file's name and mode.
+    pub fn visible(&self, path: &Path) -> Result<PathBuf, ClusterError> {
+        match self.on_nodes(path) {
+            Err(ClusterError::HiddenOnNodes(hidden)) => {
+                let name = hidden.file_name().ok_or_else(|| ClusterError::Io {
+                    what: format!("{} names no file to copy for the nodes", hidden.display()),
+                    source: std::io::ErrorKind::InvalidInput.into(),
+                })?;
+                let staged = self.shared_dir().join(name);
+                std::fs::copy(&hidden, &staged).map_err(ClusterError::io(format!(
+                    "copying {} into the cluster's shared folder {} (the nodes have their own /tmp)",
+                    hidden.display(),
+                    staged.display()
+                )))?;
+                self.on_nodes(&staged)
+            }
+            seen => seen,
+        }
+    }
+
     fn start_node(&self, unshare: &Path, index: usize) -> Result<Node, ClusterError> {
         let name = node_name(index);
         let root = self.root.to_str().ok_or_else(|| ClusterError::NodeStart {

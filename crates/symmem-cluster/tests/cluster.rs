@@ -236,6 +236,41 @@ fn what_the_nodes_cannot_see_or_run_is_refused() {
     down(cluster);
 }
 
+/// A program in a folder each node has of its own (a checkout under /tmp) runs through
+/// `visible`'s copy in the shared folder; a path the nodes see is left as it is.
+#[test]
+fn a_program_under_tmp_runs_on_the_nodes_through_a_copy() {
+    let Some(cluster) = cluster() else { return };
+    assert_eq!(
+        cluster.visible(Path::new("/bin/true")).unwrap(),
+        Path::new("/bin/true")
+    );
+    let dir = tempfile::Builder::new()
+        .prefix("symmem-hidden-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let hidden = dir.path().join("hello");
+    symmem_test_support::command::write_script(
+        &hidden,
+        "#!/bin/sh\necho \"hello from $(hostname)\"",
+    );
+    let seen = cluster.visible(&hidden).unwrap();
+    assert_eq!(
+        seen,
+        cluster
+            .on_nodes(&cluster.shared_dir().join("hello"))
+            .unwrap()
+    );
+    let spec = LaunchSpec::new(&seen, 0)
+        .layout(Layout::even(2, 1))
+        .timeout(Duration::from_secs(60));
+    let (report, lines) = mpirun(&cluster, &spec, &mut |_| {});
+    assert!(report.success(), "{}", show(&report, &lines));
+    assert_eq!(rank_lines(&lines, 0, Stream::Stdout), ["hello from node-a"]);
+    assert_eq!(rank_lines(&lines, 1, Stream::Stdout), ["hello from node-b"]);
+    down(cluster);
+}
+
 /// Set for the copy of this test binary that owns the cluster in
 /// `an_owner_killed_with_9_leaves_nothing`.
 const OWNER: &str = "CLUSTER_TEST_OWNER";

@@ -230,20 +230,6 @@ impl Target<'_> {
         let Target::Emulated(cluster, _) = self else {
             return Ok(path.to_path_buf());
         };
-        if let Ok(seen) = cluster.on_nodes(path) {
-            return Ok(seen);
-        }
-        let name = path
-            .file_name()
-            .with_context(|| format!("{} names no file", path.display()))?;
-        let staged = cluster.shared_dir().join(name);
-        std::fs::copy(path, &staged).with_context(|| {
-            format!(
-                "copying {} into the cluster's shared folder {} (the nodes have their own /tmp)",
-                path.display(),
-                staged.display()
-            )
-        })?;
-        Ok(cluster.on_nodes(&staged)?)
+        Ok(cluster.visible(path)?)
     }
 }
