@@ -3,7 +3,7 @@
 //! exchange of [`exchange`](crate::exchange).
 
 use crate::BootstrapError;
-use crate::engine::PmixLinks;
+use crate::engine::{Meeting, NodeLinks};
 use crate::exchange::{ANSWER_MARGIN, Gathered, leaf_exchange, root_exchange};
 use crate::rendezvous::{accept_all, connect_root};
 use std::os::fd::BorrowedFd;
@@ -17,8 +17,8 @@ enum Links {
     Root(Vec<UnixStream>),
     Leaf(UnixStream),
     Alone,
-    /// The PMIx engine (ranks on any hosts), with its node-local star inside.
-    Pmix(Box<PmixLinks>),
+    /// The PMIx or the group engine (ranks on any hosts), with its node-local star inside.
+    Nodes(Box<NodeLinks>),
 }
 
 /// A rank's end of a Unix star, taken out of its [`Bootstrap`] by the PMIx engine.
@@ -129,15 +129,43 @@ impl Bootstrap {
                 if world_size == 0 {
                     return Err(BootstrapError::WorldSizeZero);
                 }
-                let (links, topology) = PmixLinks::connect(rank, world_size, node, dir, timeout)?;
-                Ok(Self {
-                    rank,
-                    world_size,
-                    timeout,
-                    links: Links::Pmix(Box::new(links)),
-                    topology,
-                })
+                let (links, topology) = NodeLinks::connect(rank, world_size, node, dir, timeout)?;
+                Ok(Self::over(links, topology, rank, world_size, timeout))
             }
+            Engine::Group => Err(BootstrapError::GroupCannotReopen),
+        }
+    }
+
+    /// Opens the links of a meeting the program ran itself (a `torch.distributed` group's
+    /// all-gather of every rank's card): the ranks of each host over their own star in
+    /// `<dir>/node-<host>`, the other hosts' leaders over TCP to rank 0, as under PMIx.
+    /// `dir` is the meeting's rendezvous folder
+    /// ([`default_rendezvous`](crate::default_rendezvous) of [`Meeting::identity`]).
+    pub fn meet(meeting: Meeting, dir: &Path, timeout: Duration) -> Result<Self, BootstrapError> {
+        let identity = meeting.identity();
+        let (links, topology) = NodeLinks::meet(meeting, dir, timeout)?;
+        Ok(Self::over(
+            links,
+            topology,
+            identity.rank,
+            identity.world_size,
+            timeout,
+        ))
+    }
+
+    fn over(
+        links: NodeLinks,
+        topology: Topology,
+        rank: usize,
+        world_size: usize,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            rank,
+            world_size,
+            timeout,
+            links: Links::Nodes(Box::new(links)),
+            topology,
         }
     }
 
@@ -146,14 +174,14 @@ impl Bootstrap {
         match std::mem::replace(&mut self.links, Links::Alone) {
             Links::Root(leaves) => StarEnd::Centre(leaves),
             Links::Leaf(root) => StarEnd::Leaf(root),
-            Links::Alone | Links::Pmix(_) => StarEnd::Alone,
+            Links::Alone | Links::Nodes(_) => StarEnd::Alone,
         }
     }
 
     /// The engine this rank meets the others through.
     pub fn engine(&self) -> Engine {
-        match self.links {
-            Links::Pmix(_) => Engine::Pmix,
+        match &self.links {
+            Links::Nodes(links) => links.engine(),
             _ => Engine::Unix,
         }
     }
@@ -206,7 +234,7 @@ impl Bootstrap {
                 fd_group,
             ),
             Links::Root(leaves) => root_exchange(leaves, self.timeout, op, payload, fd, fd_group),
-            Links::Pmix(links) => links.exchange(op, payload, fd, fd_group),
+            Links::Nodes(links) => links.exchange(op, payload, fd, fd_group),
         }
     }
 }
@@ -217,7 +245,7 @@ impl Drop for Bootstrap {
     /// launcher sees it end, and the launcher would then name one of them first (M1). Its
     /// process's end closes them, so the others still learn of it at once.
     fn drop(&mut self) {
-        if std::thread::panicking() && matches!(self.links, Links::Pmix(_)) {
+        if std::thread::panicking() && matches!(self.links, Links::Nodes(_)) {
             std::mem::forget(std::mem::replace(&mut self.links, Links::Alone));
         }
     }

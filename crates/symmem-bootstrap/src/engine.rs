@@ -1,13 +1,18 @@
-//! The PMIx engine: the same contract as the Unix star (rendezvous, an order-checked
-//! all-gather per collective, failures named on every rank) for ranks on any hosts, with the
-//! launcher's PMIx server for the rendezvous only.
+//! The engines across hosts: the same contract as the Unix star (rendezvous, an order-checked
+//! all-gather per collective, failures named on every rank) for ranks on any hosts. They differ
+//! only in how the ranks first meet, one all-gather of every rank's [`Arrival`] card:
 //!
-//! At start-up every rank puts where it runs (its host, emulated node and host name) under
-//! `symmem.<engine>.rendezvous`, and rank 0 adds its TCP address (its node's address, on a
-//! port the kernel picks) and the job secret it made ([`tcp::Secret`]); one PMIx fence
-//! collecting the data carries all of it to every rank. No key is put after that: PMIx keeps
-//! every key of a job and resends them all, so a key per collective slows each one down as the
-//! job ages (docs/benchmarks.md).
+//! - PMIx: every rank puts its card under `symmem.<engine>.rendezvous` and one PMIx fence
+//!   collecting the data carries all of them to every rank. No key is put after that: PMIx
+//!   keeps every key of a job and resends them all, so a key per collective slows each one down
+//!   as the job ages (docs/benchmarks.md).
+//! - a group ([`Meeting`]): the program ran the all-gather itself (symmem's Python package over
+//!   a `torch.distributed` process group) and hands the cards in.
+//!
+//! A card says where its rank runs (its host, emulated node and host name) and, rank 0's, its
+//! TCP address (its node's address, on a port the kernel picks), the job secret it made
+//! ([`tcp::Secret`]) and the job's name (a group's ranks share no launcher job id to name
+//! their folders after).
 //!
 //! Then the ranks of each host meet over their own Unix star (`<rendezvous>/node-<host>`, the
 //! host's lowest rank at its centre: its node leader), and every other node's leader connects
@@ -29,6 +34,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use symmem::{CollectiveKind, CollectiveOp, Topology};
+use symmem::{Engine, Launcher, RankIdentity};
 
 /// Beyond the collective timeout: the fence's own wait, so that the server's timeout (where
 /// it honours one) answers first.
@@ -44,9 +50,12 @@ fn fence_wait(timeout: Duration) -> Duration {
 /// so every rank counts alike).
 static ENGINES: AtomicU64 = AtomicU64::new(0);
 
-/// Where a rank runs, as it tells the others when the engine opens.
+/// Where a rank runs, as it tells the others when the engine opens: its card.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Place {
+    /// Its rank and the world it thinks it is in: checked against the all-gather's order.
+    rank: usize,
+    world_size: usize,
     host: Host,
     /// Its emulated node ([`NODE_ID`](symmem::settings::NODE_ID)).
     emulated: u64,
@@ -54,6 +63,12 @@ struct Place {
     name: String,
     /// Rank 0's only: where the node leaders reach it, and the job secret.
     root: Option<RootContact>,
+    /// Rank 0's only: the job's name, 16 hex digits of the kernel's random source.
+    job: Option<String>,
+    /// Why this rank cannot go on (a group's meeting only): every rank fails with it, instead
+    /// of the others waiting for a rank that left before the links opened.
+    #[serde(default)]
+    refusal: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -75,11 +90,237 @@ impl Host {
     fn of(client: &Client) -> Self {
         match client.node_id() {
             Some(id) => Self::NodeId(id),
-            None => Self::Name(
-                nix::unistd::gethostname()
-                    .map(|name| name.into_encoded_bytes())
-                    .unwrap_or_default(),
-            ),
+            None => Self::named(),
+        }
+    }
+
+    /// This host by its name.
+    fn named() -> Self {
+        Self::Name(
+            nix::unistd::gethostname()
+                .map(|name| name.into_encoded_bytes())
+                .unwrap_or_default(),
+        )
+    }
+}
+
+/// One rank's arrival at the job's first meeting: its card ([`card`](Self::card)) for the
+/// all-gather, and, rank 0 of a job of two ranks or more, the listener the other nodes'
+/// leaders will reach. Made before the all-gather, kept until the links open
+/// ([`Bootstrap::meet`]).
+pub struct Arrival {
+    listener: Option<TcpListener>,
+    place: Place,
+}
+
+impl Arrival {
+    /// Rank `rank` of `world_size` of a group's meeting, on emulated node `node`
+    /// ([`NODE_ID`](symmem::settings::NODE_ID)), its host told by its name. `launcher` is
+    /// what the launcher's variables say of this process ([`RankIdentity::from_env`], its
+    /// error as text): where it disagrees with the group, or rank 0 cannot listen, the card
+    /// carries the refusal and every rank's [`Meeting::new`] fails with it. Only a rank out
+    /// of range is an error here (the group never gives one).
+    pub fn new(
+        rank: usize,
+        world_size: usize,
+        node: u64,
+        launcher: Result<RankIdentity, String>,
+    ) -> Result<Self, BootstrapError> {
+        let mut arrival = Self::at(rank, world_size, node, Host::named());
+        if let Ok(arrival) = &mut arrival {
+            let disagrees = launcher.and_then(|launcher| {
+                check_launcher(rank, world_size, &launcher).map_err(|e| e.to_string())
+            });
+            arrival.place.refusal = arrival.place.refusal.take().or(disagrees.err());
+        }
+        match arrival {
+            Err(BootstrapError::WorldSizeZero) | Err(BootstrapError::RankOutOfRange { .. }) => {
+                arrival
+            }
+            // Said on every rank, not left for the others to wait out.
+            Err(other) => {
+                let mut arrival = Self::at_refusing(rank, world_size, node);
+                arrival.place.refusal = Some(other.to_string());
+                Ok(arrival)
+            }
+            ok => ok,
+        }
+    }
+
+    /// An arrival that only carries a refusal: no listener, no job name.
+    fn at_refusing(rank: usize, world_size: usize, node: u64) -> Self {
+        let place = Place {
+            rank,
+            world_size,
+            host: Host::named(),
+            emulated: node,
+            name: host_name(),
+            root: None,
+            job: None,
+            refusal: None,
+        };
+        Self {
+            listener: None,
+            place,
+        }
+    }
+
+    fn at(rank: usize, world_size: usize, node: u64, host: Host) -> Result<Self, BootstrapError> {
+        if world_size == 0 {
+            return Err(BootstrapError::WorldSizeZero);
+        }
+        if rank >= world_size {
+            return Err(BootstrapError::RankOutOfRange { rank, world_size });
+        }
+        let (listener, root) = match (rank, world_size) {
+            (0, 2..) => open_root()?,
+            _ => (None, None),
+        };
+        let job = match rank {
+            0 => Some(job_name()?),
+            _ => None,
+        };
+        let place = Place {
+            rank,
+            world_size,
+            host,
+            emulated: node,
+            name: host_name(),
+            root,
+            job,
+            refusal: None,
+        };
+        Ok(Self { listener, place })
+    }
+
+    /// What this rank contributes to the all-gather: every rank's cards, in rank order, go to
+    /// [`Meeting::new`].
+    pub fn card(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.place).expect("a place is plain data")
+    }
+
+    pub fn rank(&self) -> usize {
+        self.place.rank
+    }
+
+    pub fn world_size(&self) -> usize {
+        self.place.world_size
+    }
+
+    /// The places of `cards` (every rank's, in rank order), each checked to be a card of
+    /// this job's rank at its position.
+    fn read(&self, cards: &[Vec<u8>]) -> Result<Vec<Place>, BootstrapError> {
+        let world_size = self.place.world_size;
+        if cards.len() != world_size {
+            return Err(BootstrapError::CardCount {
+                got: cards.len(),
+                world_size,
+            });
+        }
+        let places = cards
+            .iter()
+            .enumerate()
+            .map(|(rank, card)| {
+                if rank == self.place.rank {
+                    return Ok(self.place.clone());
+                }
+                let place: Place =
+                    serde_json::from_slice(card).map_err(|e| BootstrapError::BadCard {
+                        rank,
+                        cause: e.to_string(),
+                    })?;
+                if (place.rank, place.world_size) != (rank, world_size) {
+                    return Err(BootstrapError::CardDisagrees {
+                        position: rank,
+                        rank: place.rank,
+                        said_world: place.world_size,
+                        world_size,
+                    });
+                }
+                Ok(place)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some((rank, reason)) = places
+            .iter()
+            .enumerate()
+            .find_map(|(rank, p)| p.refusal.clone().map(|reason| (rank, reason)))
+        {
+            return Err(BootstrapError::RankRefused { rank, reason });
+        }
+        if places[0].job.is_none() {
+            return Err(BootstrapError::BadCard {
+                rank: 0,
+                cause: "rank 0's card has no job name".into(),
+            });
+        }
+        Ok(places)
+    }
+}
+
+/// Where a launcher's variables (`launcher`, read from the environment) disagree with the
+/// group about this rank (rank `rank` of `world_size`): an error naming both. A process without
+/// launcher variables (`torch.multiprocessing.spawn`) agrees with any group.
+fn check_launcher(
+    rank: usize,
+    world_size: usize,
+    launcher: &RankIdentity,
+) -> Result<(), BootstrapError> {
+    if launcher.launcher == Launcher::Singleton
+        || (launcher.rank, launcher.world_size) == (rank, world_size)
+    {
+        return Ok(());
+    }
+    Err(BootstrapError::GroupDisagrees {
+        rank,
+        world_size,
+        launcher: launcher.launcher.to_string(),
+        launcher_rank: launcher.rank,
+        launcher_world: launcher.world_size,
+    })
+}
+
+/// 8 bytes of the kernel's random source, as 16 hex digits.
+fn job_name() -> Result<String, BootstrapError> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|e| BootstrapError::Random(e.to_string()))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A meeting the program ran itself: this rank's [`Arrival`] and every rank's card, gathered
+/// in rank order by an all-gather of the program's (symmem's Python package: a
+/// `torch.distributed` process group). It knows the job's shape before any link opens
+/// ([`identity`](Self::identity)); [`Bootstrap::meet`] opens the links.
+pub struct Meeting {
+    arrival: Arrival,
+    places: Vec<Place>,
+}
+
+impl Meeting {
+    /// Checks `cards` (every rank's [`Arrival::card`], in rank order) against `arrival`.
+    pub fn new(arrival: Arrival, cards: &[Vec<u8>]) -> Result<Self, BootstrapError> {
+        let places = arrival.read(cards)?;
+        Ok(Self { arrival, places })
+    }
+
+    /// This rank's place in the job as the cards tell it: its local rank and local size
+    /// count the ranks of its host, the job's name names its rendezvous folder
+    /// ([`default_rendezvous`](crate::default_rendezvous)).
+    pub fn identity(&self) -> RankIdentity {
+        let me = &self.places[self.arrival.place.rank];
+        let local: Vec<usize> = (0..self.places.len())
+            .filter(|&r| self.places[r].host == me.host)
+            .collect();
+        RankIdentity {
+            rank: me.rank,
+            world_size: me.world_size,
+            local_rank: local.iter().position(|&r| r == me.rank).unwrap_or(0),
+            local_world_size: local.len(),
+            launcher: Launcher::Group,
+            job_key: self.places[0]
+                .job
+                .as_ref()
+                .map(|job| format!("group-{job}")),
+            nodes: None,
         }
     }
 }
@@ -93,9 +334,12 @@ enum Up {
     None,
 }
 
-pub(crate) struct PmixLinks {
-    /// Kept for the job's life: finalising tells the launcher this rank is done with PMIx.
-    _client: Client,
+/// A rank's links under the PMIx or the group engine.
+pub(crate) struct NodeLinks {
+    /// PMIx's, kept for the job's life: finalising tells the launcher this rank is done with
+    /// PMIx. None under a group.
+    _client: Option<Client>,
+    engine: Engine,
     world_size: usize,
     timeout: Duration,
     /// The ranks of this host, in rank order (index = local rank).
@@ -106,10 +350,9 @@ pub(crate) struct PmixLinks {
     up: Up,
 }
 
-impl PmixLinks {
+impl NodeLinks {
     /// Connects to the PMIx server and meets every rank through one fence (see the module
-    /// docs), then the ranks of each host over their own star in `<dir>/node-<host>`, then the
-    /// node leaders over TCP.
+    /// docs), then opens the links ([`open`](Self::open)).
     pub(crate) fn connect(
         rank: usize,
         world_size: usize,
@@ -130,18 +373,39 @@ impl PmixLinks {
         }
         // Its launcher's death ends it, collectives or not (M5).
         crate::launcher_watch::start(rank);
-        let (listener, root) = match (rank, world_size) {
-            (0, 2..) => open_root()?,
-            _ => (None, None),
+        let arrival = Arrival::at(rank, world_size, node, Host::of(&client))?;
+        let cards = rendezvous(&client, world_size, &arrival.card(), timeout)?;
+        let places = arrival.read(&cards)?;
+        Self::open(arrival, places, dir, deadline, timeout, Some(client))
+    }
+
+    /// The links of a [`Meeting`]: the ranks met already.
+    pub(crate) fn meet(
+        meeting: Meeting,
+        dir: &Path,
+        timeout: Duration,
+    ) -> Result<(Self, Topology), BootstrapError> {
+        let Meeting { arrival, places } = meeting;
+        Self::open(arrival, places, dir, deadline_in(timeout), timeout, None)
+    }
+
+    /// Opens the links once every rank's place is known: the ranks of each host over their
+    /// own star in `<dir>/node-<host>`, then the node leaders over TCP to rank 0 (by
+    /// `deadline`).
+    fn open(
+        arrival: Arrival,
+        places: Vec<Place>,
+        dir: &Path,
+        deadline: std::time::Instant,
+        timeout: Duration,
+        client: Option<Client>,
+    ) -> Result<(Self, Topology), BootstrapError> {
+        let Arrival { listener, place } = arrival;
+        let (rank, world_size) = (place.rank, place.world_size);
+        let engine = match client {
+            Some(_) => Engine::Pmix,
+            None => Engine::Group,
         };
-        let name = host_name();
-        let place = Place {
-            host: Host::of(&client),
-            emulated: node,
-            name: name.clone(),
-            root,
-        };
-        let places = rendezvous(&client, world_size, &place, timeout)?;
         let hosts: Vec<&Host> = places.iter().map(|p| &p.host).collect();
         let emulated: Vec<u64> = places.iter().map(|p| p.emulated).collect();
         let topology = Topology::new(&hosts, &emulated);
@@ -171,14 +435,20 @@ impl PmixLinks {
         };
         let links = Self {
             _client: client,
+            engine,
             world_size,
             timeout,
             local_ranks,
-            node: name,
+            node: place.name,
             star,
             up,
         };
         Ok((links, topology))
+    }
+
+    /// The engine these links were opened by.
+    pub(crate) fn engine(&self) -> Engine {
+        self.engine
     }
 
     /// One order-checked all-gather (see [`nodes`](crate::nodes)).
@@ -350,13 +620,13 @@ fn connect_up(
     }))
 }
 
-/// The one PMIx all-gather of the job: every rank's [`Place`].
+/// The one PMIx all-gather of the job: every rank's card.
 fn rendezvous(
     client: &Client,
     world_size: usize,
-    place: &Place,
+    card: &[u8],
     timeout: Duration,
-) -> Result<Vec<Place>, BootstrapError> {
+) -> Result<Vec<Vec<u8>>, BootstrapError> {
     let op = CollectiveOp {
         seq: 0,
         kind: CollectiveKind::Provider {
@@ -367,8 +637,7 @@ fn rendezvous(
         "symmem.{}.rendezvous",
         ENGINES.fetch_add(1, Ordering::Relaxed)
     );
-    let bytes = serde_json::to_vec(place).map_err(|e| BootstrapError::Protocol(e.to_string()))?;
-    client.put(&key, &bytes)?;
+    client.put(&key, card)?;
     let waited = fence_wait(timeout);
     match client.fence(waited) {
         Ok(Some(())) => {}
@@ -381,13 +650,9 @@ fn rendezvous(
         Err(e) => return Err(e),
     }
     (0..world_size)
-        .map(|peer| {
-            if peer == client.rank() {
-                return Ok(place.clone());
-            }
-            let bytes = client.get_bytes(peer, &key)?;
-            serde_json::from_slice::<Place>(&bytes)
-                .map_err(|e| BootstrapError::Protocol(format!("rank {peer} sent no place: {e}")))
+        .map(|peer| match peer == client.rank() {
+            true => Ok(card.to_vec()),
+            false => client.get_bytes(peer, &key),
         })
         .collect()
 }
@@ -395,6 +660,194 @@ fn rendezvous(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use symmem::CollectiveKind;
+
+    fn alone() -> Result<RankIdentity, String> {
+        RankIdentity::from_vars(|_| None).map_err(|e| e.to_string())
+    }
+
+    fn arrivals(world_size: usize) -> Vec<Arrival> {
+        (0..world_size)
+            .map(|rank| Arrival::new(rank, world_size, 0, alone()).unwrap())
+            .collect()
+    }
+
+    fn cards(arrivals: &[Arrival]) -> Vec<Vec<u8>> {
+        arrivals.iter().map(Arrival::card).collect()
+    }
+
+    fn barrier(seq: u64) -> CollectiveOp {
+        CollectiveOp {
+            seq,
+            kind: CollectiveKind::Barrier,
+        }
+    }
+
+    /// Every rank of a meeting opens its links on its own thread, as processes would.
+    fn meet_all(
+        arrivals: Vec<Arrival>,
+        cards: &[Vec<u8>],
+        dir: &Path,
+        timeout: Duration,
+    ) -> Vec<Result<Bootstrap, BootstrapError>> {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = arrivals
+                .into_iter()
+                .map(|arrival| {
+                    scope.spawn(move || {
+                        let meeting = Meeting::new(arrival, cards)?;
+                        Bootstrap::meet(meeting, dir, timeout)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    #[test]
+    fn a_meeting_opens_the_links_and_names_the_job_after_rank_0s_card() {
+        let dir = tempfile::tempdir().unwrap();
+        let arrivals = arrivals(3);
+        let cards = cards(&arrivals);
+        let identity = Meeting::new(Arrival::new(2, 3, 0, alone()).unwrap(), &cards)
+            .unwrap()
+            .identity();
+        assert_eq!((identity.rank, identity.world_size), (2, 3));
+        assert_eq!((identity.local_rank, identity.local_world_size), (2, 3));
+        assert_eq!(identity.launcher, Launcher::Group);
+        let job = identity.job_key.unwrap();
+        assert!(job.starts_with("group-") && job.len() == 6 + 16, "{job}");
+        let mut links: Vec<Bootstrap> =
+            meet_all(arrivals, &cards, dir.path(), Duration::from_secs(20))
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+        assert!(links.iter().all(|b| b.engine() == Engine::Group));
+        let gathered: Vec<Vec<Vec<u8>>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = links
+                .iter_mut()
+                .map(|b| {
+                    scope.spawn(move || {
+                        let me = [b.rank() as u8];
+                        b.exchange(&barrier(1), &me, None, 0).unwrap().payloads
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(
+            gathered.iter().all(|g| g == &[vec![0], vec![1], vec![2]]),
+            "{gathered:?}"
+        );
+    }
+
+    #[test]
+    fn cards_out_of_rank_order_or_missing_or_foreign_are_refused() {
+        let arrivals = arrivals(2);
+        let mut swapped = cards(&arrivals);
+        swapped.swap(0, 1);
+        let me = Arrival::new(1, 2, 0, alone()).unwrap();
+        let err = Meeting::new(me, &swapped).err().unwrap();
+        assert!(
+            matches!(
+                err,
+                BootstrapError::CardDisagrees {
+                    position: 0,
+                    rank: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let me = Arrival::new(1, 2, 0, alone()).unwrap();
+        let err = Meeting::new(me, &cards(&arrivals)[..1]).err().unwrap();
+        assert!(
+            matches!(
+                err,
+                BootstrapError::CardCount {
+                    got: 1,
+                    world_size: 2
+                }
+            ),
+            "{err}"
+        );
+        let me = Arrival::new(1, 2, 0, alone()).unwrap();
+        let err = Meeting::new(me, &[b"not a card".to_vec(), vec![]])
+            .err()
+            .unwrap();
+        assert!(
+            matches!(err, BootstrapError::BadCard { rank: 0, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_launcher_that_disagrees_with_the_group_fails_every_rank() {
+        let vars = |name: &str| match name {
+            "OMPI_COMM_WORLD_RANK" => Some("0".to_string()),
+            "OMPI_COMM_WORLD_SIZE" => Some("2".to_string()),
+            _ => None,
+        };
+        let stale = RankIdentity::from_vars(vars).map_err(|e| e.to_string());
+        let arrivals = vec![
+            Arrival::new(0, 2, 0, alone()).unwrap(),
+            Arrival::new(1, 2, 0, stale).unwrap(),
+        ];
+        let cards = cards(&arrivals);
+        for arrival in arrivals {
+            let err = Meeting::new(arrival, &cards).err().unwrap();
+            let text = err.to_string();
+            assert!(
+                matches!(err, BootstrapError::RankRefused { rank: 1, .. }),
+                "{text}"
+            );
+            assert!(
+                text.contains("Open MPI's variables say rank 0 of 2"),
+                "{text}"
+            );
+        }
+        let err =
+            Arrival::new(1, 2, 0, Err("RANK is not a number".into())).map(|a| a.place.refusal);
+        assert_eq!(err.unwrap().as_deref(), Some("RANK is not a number"));
+    }
+
+    /// Two hosts by name on one machine: node-b's leader reaches rank 0 over TCP only with the
+    /// secret of rank 0's card; a card whose secret was changed on the way gets nothing.
+    #[test]
+    fn a_leader_with_another_secret_is_refused_across_hosts() {
+        if let Err(e) = tcp::node_address() {
+            eprintln!("SKIPPED: rank 0 cannot listen: {e}");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let host = |name: &str| Host::Name(name.as_bytes().to_vec());
+        let root = Arrival::at(0, 2, 0, host("a")).unwrap();
+        let leaf = Arrival::at(1, 2, 0, host("b")).unwrap();
+        let good = vec![root.card(), leaf.card()];
+        let mut forged: Place = serde_json::from_slice(&good[0]).unwrap();
+        forged.root.as_mut().unwrap().secret = Secret::from_bytes([7; 32]);
+        let bad = vec![serde_json::to_vec(&forged).unwrap(), good[1].clone()];
+        let timeout = Duration::from_secs(2);
+        let (root_result, leaf_result) = std::thread::scope(|scope| {
+            let root = scope.spawn(|| {
+                NodeLinks::meet(Meeting::new(root, &good).unwrap(), dir.path(), timeout).map(drop)
+            });
+            let leaf = scope.spawn(|| {
+                NodeLinks::meet(Meeting::new(leaf, &bad).unwrap(), dir.path(), timeout).map(drop)
+            });
+            (root.join().unwrap(), leaf.join().unwrap())
+        });
+        let leaf_err = leaf_result.expect_err("the forged secret is refused");
+        assert!(
+            matches!(leaf_err, BootstrapError::RootRefused { .. }),
+            "{leaf_err}"
+        );
+        let root_err = root_result.expect_err("rank 0 admits no leader");
+        assert!(
+            matches!(root_err, BootstrapError::LeadersMissing { .. }),
+            "{root_err}"
+        );
+    }
 
     /// M11: a fence that timed out after 15 s (a 10 s timeout and the margin) says 15 s, not
     /// "within 10s".

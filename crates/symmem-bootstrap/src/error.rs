@@ -230,6 +230,51 @@ pub enum BootstrapError {
     Io { what: String, cause: std::io::Error },
     #[error("malformed control message: {0}; are all ranks running the same symmem build?")]
     Protocol(String),
+    #[error("the kernel's random source failed ({0}); symmem needs it for the job's secret")]
+    Random(String),
+    #[error(
+        "the group's all-gather gave {got} cards for a world of {}: every rank of the group \
+         must contribute exactly one (symmem.init(group=...) on every rank, the same group)",
+        count_ranks(*.world_size)
+    )]
+    CardCount { got: usize, world_size: usize },
+    #[error(
+        "rank {rank}'s card from the group's all-gather is not a symmem card ({cause}): every \
+         rank must run the same symmem build and contribute its own card"
+    )]
+    BadCard { rank: usize, cause: String },
+    #[error(
+        "the card at rank {position} of the group's all-gather is rank {rank} of {said_world}'s, \
+         not rank {position} of {world_size}'s: pass the same group on every rank, and the \
+         group's own ranks (the default group, not a subgroup)"
+    )]
+    CardDisagrees {
+        position: usize,
+        rank: usize,
+        said_world: usize,
+        world_size: usize,
+    },
+    #[error(
+        "the torch.distributed group says this process is rank {rank} of {world_size}, \
+         {launcher}'s variables say rank {launcher_rank} of {launcher_world}: initialise \
+         torch.distributed with the launcher's RANK and WORLD_SIZE (the env:// default), or \
+         start the processes without that launcher's variables"
+    )]
+    GroupDisagrees {
+        rank: usize,
+        world_size: usize,
+        launcher: String,
+        launcher_rank: usize,
+        launcher_world: usize,
+    },
+    #[error("rank {rank} cannot join this job: {reason}")]
+    RankRefused { rank: usize, reason: String },
+    #[error(
+        "these ranks met through a torch.distributed group, which symmem cannot ask for a \
+         second meeting: open sibling contexts only under a launcher's engine (symmem-run, \
+         srun --mpi=pmix, mpirun)"
+    )]
+    GroupCannotReopen,
     #[error(transparent)]
     Engine(#[from] symmem::EngineError),
     #[error(transparent)]

@@ -21,6 +21,11 @@
 //! over TCP to rank 0, each connection proving it holds the secret (`tcp.rs`); rank 0 compares
 //! every call (`nodes.rs`). [`Bootstrap::join`] picks the engine ([`symmem::choose_engine`]).
 //!
+//! A program that already runs an all-gather of its own (symmem's Python package over a
+//! `torch.distributed` process group, whatever launcher started the ranks) replaces PMIx's:
+//! each rank makes its [`Arrival`], the program gathers every rank's card, and
+//! [`Bootstrap::meet`] opens the same links from the [`Meeting`] (the group engine).
+//!
 //! Either engine gathers, as it opens, which node every rank is on: the job's one
 //! [`Topology`](symmem::Topology) ([`Bootstrap::topology`]), the engine's host of each rank with
 //! the emulated node it joined with. Providers take "same node" and "one host" from it alone.
@@ -38,6 +43,7 @@ mod tcp;
 mod wire;
 
 pub use bootstrap::Bootstrap;
+pub use engine::{Arrival, Meeting};
 pub use error::{BootstrapError, CollectiveFailure};
 pub use exchange::Gathered;
 pub use rendezvous::default_rendezvous;

@@ -53,7 +53,7 @@ impl Secret {
     /// 32 bytes from the kernel's random source.
     pub(crate) fn generate() -> Result<Self, BootstrapError> {
         let mut bytes = [0u8; 32];
-        getrandom::fill(&mut bytes).map_err(|e| BootstrapError::Protocol(e.to_string()))?;
+        getrandom::fill(&mut bytes).map_err(|e| BootstrapError::Random(e.to_string()))?;
         Ok(Self(bytes))
     }
 
@@ -73,7 +73,7 @@ impl Secret {
 
 fn nonce() -> Result<[u8; NONCE], BootstrapError> {
     let mut bytes = [0u8; NONCE];
-    getrandom::fill(&mut bytes).map_err(|e| BootstrapError::Protocol(e.to_string()))?;
+    getrandom::fill(&mut bytes).map_err(|e| BootstrapError::Random(e.to_string()))?;
     Ok(bytes)
 }
 

@@ -47,9 +47,20 @@ impl GpuConfig {
     /// The configuration `backend` starts with in this process's environment (see the
     /// crate docs for the settings it reads).
     pub fn from_env(backend: ProviderKind) -> Result<Self, GpuError> {
-        let backend = gpu_kind(backend)?;
         let identity = RankIdentity::from_env()?;
         let rendezvous = symmem_bootstrap::default_rendezvous(&identity)?;
+        Self::for_rank(backend, identity, rendezvous)
+    }
+
+    /// As [`from_env`](Self::from_env), for a rank whose identity and rendezvous the caller
+    /// knows (a group's [`Meeting`](symmem_bootstrap::Meeting)): the other settings from the
+    /// environment.
+    pub fn for_rank(
+        backend: ProviderKind,
+        identity: RankIdentity,
+        rendezvous: PathBuf,
+    ) -> Result<Self, GpuError> {
+        let backend = gpu_kind(backend)?;
         let library = match SHIM_LIB.read_path() {
             Some(path) => path,
             None => {
@@ -72,6 +83,7 @@ impl GpuConfig {
         })
     }
 }
+
 /// Whether a provider initialised the SHMEM library or is a sibling context over it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
@@ -180,18 +192,37 @@ impl GpuProvider {
         let backend = gpu_kind(config.backend)?;
         check_nodes(backend, &config.identity)?;
         let shim = Shim::load(&config.library, backend)?;
-        let RankIdentity {
-            rank,
-            world_size,
-            local_rank,
-            ..
-        } = config.identity;
-        let mut bootstrap = Bootstrap::join(
+        let bootstrap = Bootstrap::join(
             &config.identity,
             config.node_id,
             &config.rendezvous,
             config.timeout,
         )?;
+        Self::start(config, shim, bootstrap, access)
+    }
+
+    /// As [`new`](Self::new), over a control plane the caller opened (e.g. from a
+    /// [`Meeting`](symmem_bootstrap::Meeting), whose identity `config` holds). Collective.
+    pub fn over(
+        config: GpuConfig,
+        bootstrap: Bootstrap,
+        access: EnvironmentAccess,
+    ) -> Result<Self, GpuError> {
+        let backend = gpu_kind(config.backend)?;
+        check_nodes(backend, &config.identity)?;
+        let shim = Shim::load(&config.library, backend)?;
+        Self::start(config, shim, bootstrap, access)
+    }
+
+    fn start(
+        config: GpuConfig,
+        shim: Rc<Shim>,
+        mut bootstrap: Bootstrap,
+        access: EnvironmentAccess,
+    ) -> Result<Self, GpuError> {
+        let backend = config.backend;
+        let local_rank = config.identity.local_rank;
+        let (rank, world_size) = (bootstrap.rank(), bootstrap.world_size());
         check_topology(backend, bootstrap.topology())?;
         let engine = bootstrap.engine();
         let count = shim

@@ -18,6 +18,17 @@ pub struct HostProvider {
     heaps: Vec<Option<Mapping>>,
 }
 
+/// A heap below the allocator's alignment holds nothing: refused before anyone meets.
+fn check_heap(heap_bytes: u64) -> Result<(), HostError> {
+    if heap_bytes < crate::ALIGNMENT {
+        return Err(HostError::HeapTooSmall {
+            bytes: heap_bytes,
+            min: crate::ALIGNMENT,
+        });
+    }
+    Ok(())
+}
+
 impl HostProvider {
     /// Builds a provider from the environment (see the crate docs). Collective.
     pub fn from_env() -> Result<Self, HostError> {
@@ -27,23 +38,24 @@ impl HostProvider {
     /// Joins the rendezvous, creates this rank's heap and maps every peer heap of the same
     /// node. Collective.
     pub fn new(config: HostConfig) -> Result<Self, HostError> {
-        let HostConfig {
-            identity,
-            rendezvous,
-            heap_bytes,
-            node_id,
-            timeout,
-        } = config;
-        if heap_bytes < crate::ALIGNMENT {
-            return Err(HostError::HeapTooSmall {
-                bytes: heap_bytes,
-                min: crate::ALIGNMENT,
-            });
-        }
-        let (rank, world_size) = (identity.rank, identity.world_size);
+        check_heap(config.heap_bytes)?;
         // The engine refuses a job that spans nodes without one (never a rendezvous timeout);
         // heaps are shared only among the ranks of one node, over its Unix star.
-        let mut bootstrap = Bootstrap::join(&identity, node_id, &rendezvous, timeout)?;
+        let bootstrap = Bootstrap::join(
+            &config.identity,
+            config.node_id,
+            &config.rendezvous,
+            config.timeout,
+        )?;
+        Self::over(bootstrap, config.heap_bytes)
+    }
+
+    /// As [`new`](Self::new), over a control plane the caller opened (e.g. from a
+    /// [`Meeting`](symmem_bootstrap::Meeting)): creates this rank's heap of `heap_bytes` and
+    /// maps every peer heap of the same node. Collective.
+    pub fn over(mut bootstrap: Bootstrap, heap_bytes: u64) -> Result<Self, HostError> {
+        check_heap(heap_bytes)?;
+        let (rank, world_size) = (bootstrap.rank(), bootstrap.world_size());
         let heap_fd = create_heap(rank, heap_bytes)?;
         let own = Mapping::new(&heap_fd, heap_bytes)?;
         let op = CollectiveOp {

@@ -277,13 +277,70 @@ fn identity() -> PyResult<(usize, usize, usize, usize, String)> {
     ))
 }
 
-/// Collective: starts the session with `provider` (else `SYMMEM_PROVIDER`, else host).
-/// Returns False when it was already running with that provider.
+/// This rank's arrival at a meeting over a torch.distributed group: `card()` is what it
+/// contributes to the group's all-gather; `init(..., arrival=, cards=)` takes it back with
+/// every rank's card.
+#[pyclass(module = "symmem._native")]
+struct Arrival(Option<symmem_bootstrap::Arrival>);
+
+#[pymethods]
+impl Arrival {
+    /// The bytes this rank contributes to the group's all-gather.
+    fn card<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let arrival = self
+            .0
+            .as_ref()
+            .ok_or_else(|| PyValueError::new_err("this arrival was used by init already"))?;
+        Ok(pyo3::types::PyBytes::new(py, &arrival.card()))
+    }
+}
+
+/// Rank `rank` of `world_size` arrives at a meeting (see [`Arrival`]). Where the launcher's
+/// variables disagree with the group, the card carries the refusal and every rank's init fails.
 #[pyfunction]
-#[pyo3(signature = (provider=None))]
-fn init(py: Python<'_>, provider: Option<String>) -> PyResult<bool> {
+fn arrive(rank: usize, world_size: usize) -> PyResult<Arrival> {
+    let node = symmem::settings::NODE_ID
+        .get()
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let launcher = symmem::RankIdentity::from_env().map_err(|e| e.to_string());
+    symmem_bootstrap::Arrival::new(rank, world_size, node, launcher)
+        .map(|a| Arrival(Some(a)))
+        .map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// Collective: starts the session with `provider` (else `SYMMEM_PROVIDER`, else host).
+/// Returns False when it was already running with that provider. `shim_lib`: the shim library
+/// the package carries, used where `SYMMEM_SHIM_LIB` is unset. `arrival` and `cards`: a
+/// meeting over a torch.distributed group (every rank's card in rank order), through which the
+/// ranks meet instead of the launcher's variables.
+#[pyfunction]
+#[pyo3(signature = (provider=None, shim_lib=None, arrival=None, cards=None))]
+fn init(
+    py: Python<'_>,
+    provider: Option<String>,
+    shim_lib: Option<std::path::PathBuf>,
+    arrival: Option<Bound<'_, Arrival>>,
+    cards: Option<Vec<Vec<u8>>>,
+) -> PyResult<bool> {
     init_logging();
-    match session::init(provider).map_err(raise)? {
+    let meeting = match (arrival, cards) {
+        (None, None) => None,
+        (Some(arrival), Some(cards)) => {
+            let arrival = arrival.borrow_mut().0.take().ok_or_else(|| {
+                PyValueError::new_err("this arrival was used by init already: arrive again")
+            })?;
+            let meeting = symmem_bootstrap::Meeting::new(arrival, &cards)
+                .map_err(|e| SymmemError::new_err(e.to_string()))?;
+            Some(meeting)
+        }
+        _ => {
+            return Err(PyValueError::new_err(
+                "give both arrival and cards, or neither",
+            ));
+        }
+    };
+    let options = session::Options { shim_lib, meeting };
+    match session::init(provider, options).map_err(raise)? {
         session::Start::Running => Ok(false),
         session::Start::Started(pending) => {
             let answer = match wait(py, pending) {
@@ -361,6 +418,9 @@ fn info(py: Python<'_>) -> PyResult<Option<Bound<'_, PyDict>>> {
     d.set_item("provider", info.provider)?;
     d.set_item("rank", info.rank)?;
     d.set_item("world_size", info.world_size)?;
+    d.set_item("local_rank", info.local_rank)?;
+    d.set_item("local_world_size", info.local_world_size)?;
+    d.set_item("launcher", info.launcher)?;
     let DLDevice {
         device_type,
         device_id,
@@ -521,6 +581,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Allocation>()?;
     m.add_function(wrap_pyfunction!(identity, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
+    m.add_function(wrap_pyfunction!(arrive, m)?)?;
+    m.add_class::<Arrival>()?;
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add_function(wrap_pyfunction!(allocate, m)?)?;
     m.add_function(wrap_pyfunction!(find, m)?)?;

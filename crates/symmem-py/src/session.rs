@@ -26,9 +26,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
+use symmem::RankIdentity;
 use symmem::{
     Context, PeerTable, ProviderKind, SymmetricBuffer, SymmetricProvider, UnknownProvider, settings,
 };
+use symmem_bootstrap::{Bootstrap, Meeting};
 use symmem_gpu::{EnvironmentAccess, GpuConfig, GpuError, GpuProvider};
 use symmem_host::{HostConfig, HostProvider};
 
@@ -350,6 +352,10 @@ pub struct Info {
     pub provider: &'static str,
     pub rank: usize,
     pub world_size: usize,
+    pub local_rank: usize,
+    pub local_world_size: usize,
+    /// Who named the rank: a launcher, or the torch.distributed group it met through.
+    pub launcher: String,
     pub device: DLDevice,
     pub finalized: bool,
 }
@@ -357,6 +363,7 @@ pub struct Info {
 struct Session<P: Provider> {
     ctx: Context<P>,
     device: DLDevice,
+    identity: RankIdentity,
     live: BTreeMap<u64, Live>,
     finalized: bool,
     /// How many times the session waited for the device (tests: free's opt-out is honoured).
@@ -364,10 +371,11 @@ struct Session<P: Provider> {
 }
 
 impl<P: Provider> Session<P> {
-    fn new(ctx: Context<P>, device: DLDevice) -> Self {
+    fn new(ctx: Context<P>, device: DLDevice, identity: RankIdentity) -> Self {
         Self {
             ctx,
             device,
+            identity,
             live: BTreeMap::new(),
             finalized: false,
             device_waits: 0,
@@ -386,6 +394,9 @@ impl<P: Provider> Session<P> {
             provider: self.ctx.provider().kind().name(),
             rank: self.ctx.rank(),
             world_size: self.ctx.world_size(),
+            local_rank: self.identity.local_rank,
+            local_world_size: self.identity.local_world_size,
+            launcher: self.identity.launcher.to_string(),
             device: self.device,
             finalized: self.finalized,
         }
@@ -993,9 +1004,20 @@ pub enum Start {
     Started(Pending<Info>),
 }
 
+/// What `init` starts with besides the provider's name.
+#[derive(Default)]
+pub struct Options {
+    /// The shim library the package carries (its wheel's), used where
+    /// [`SHIM_LIB`](symmem_gpu::SHIM_LIB) is unset.
+    pub shim_lib: Option<std::path::PathBuf>,
+    /// A meeting the package ran over a torch.distributed group: the ranks meet through it
+    /// instead of the launcher's variables.
+    pub meeting: Option<Meeting>,
+}
+
 /// Starts the session (collective): the provider starts on the session thread, which is
 /// spawned here. [`finish_init`] records the outcome.
-pub fn init(requested: Option<String>) -> Result<Start, Fail> {
+pub fn init(requested: Option<String>, options: Options) -> Result<Start, Fail> {
     refuse_a_fork()?;
     let kind = provider_kind(requested)?;
     if let Some(info) = info()? {
@@ -1032,7 +1054,7 @@ pub fn init(requested: Option<String>) -> Result<Start, Fail> {
         }
     }
     let pending = submit("init", move |slot| {
-        let session = start_session(kind)?;
+        let session = start_session(kind, options)?;
         let info = on_session!(&session, s => s.info());
         *slot = Some(session);
         Ok(info)
@@ -1065,25 +1087,65 @@ pub fn finish_init(answer: Result<Info, Fail>) -> Result<bool, Fail> {
     }
 }
 
-fn start_session(kind: ProviderKind) -> Result<AnySession, Fail> {
+fn start_session(kind: ProviderKind, options: Options) -> Result<AnySession, Fail> {
+    let Options { shim_lib, meeting } = options;
+    let timeout = settings::COLLECTIVE_TIMEOUT
+        .get()
+        .map_err(|e| Fail::Value(e.to_string()))?;
+    // A group's meeting names the rank and opens the control plane here; without one, the
+    // provider joins through the launcher's variables.
+    let met = match meeting {
+        Some(meeting) => {
+            let identity = meeting.identity();
+            let dir = symmem_bootstrap::default_rendezvous(&identity)
+                .map_err(|e| Fail::Symmem(e.to_string()))?;
+            let bootstrap = Bootstrap::meet(meeting, &dir, timeout)
+                .map_err(|e| symmem::Error::from_provider(kind, e))?;
+            Some((identity, dir, bootstrap))
+        }
+        None => None,
+    };
     Ok(match kind {
         ProviderKind::Host => {
-            let config = HostConfig::from_env().map_err(symmem::Error::from)?;
-            let provider = HostProvider::new(config).map_err(symmem::Error::from)?;
+            let (identity, provider) = match met {
+                Some((identity, _, bootstrap)) => {
+                    let heap = settings::HOST_HEAP_SIZE
+                        .get()
+                        .map_err(|e| Fail::Value(e.to_string()))?;
+                    (identity, HostProvider::over(bootstrap, heap))
+                }
+                None => {
+                    let config = HostConfig::from_env().map_err(symmem::Error::from)?;
+                    (config.identity.clone(), HostProvider::new(config))
+                }
+            };
+            let provider = provider.map_err(symmem::Error::from)?;
             let cpu = DLDevice {
                 device_type: KDL_CPU,
                 device_id: 0,
             };
-            AnySession::Host(Box::new(Session::new(Context::new(provider), cpu)))
+            let session = Session::new(Context::new(provider), cpu, identity);
+            AnySession::Host(Box::new(session))
         }
         ProviderKind::Nvshmem | ProviderKind::Rocshmem => {
             let fail = |e| gpu_fail(kind, e);
-            let config = GpuConfig::from_env(kind).map_err(fail)?;
             // SAFETY: symmem.init()'s documented contract (python/symmem/__init__.py): with a GPU
             // provider it is called before the process starts threads that touch the
             // environment; the Python thread waits for this request meanwhile.
             let access = unsafe { EnvironmentAccess::promise() };
-            let provider = GpuProvider::new(config, access).map_err(fail)?;
+            let (provider, identity) = match met {
+                Some((identity, dir, bootstrap)) => {
+                    let config = GpuConfig::for_rank(kind, identity.clone(), dir).map_err(fail)?;
+                    let config = with_shim(config, shim_lib);
+                    (GpuProvider::over(config, bootstrap, access), identity)
+                }
+                None => {
+                    let config = with_shim(GpuConfig::from_env(kind).map_err(fail)?, shim_lib);
+                    let identity = config.identity.clone();
+                    (GpuProvider::new(config, access), identity)
+                }
+            };
+            let provider = provider.map_err(fail)?;
             let device = DLDevice {
                 device_type: match kind {
                     ProviderKind::Rocshmem => KDL_ROCM,
@@ -1091,9 +1153,19 @@ fn start_session(kind: ProviderKind) -> Result<AnySession, Fail> {
                 },
                 device_id: provider.device(),
             };
-            AnySession::Gpu(Box::new(Session::new(Context::new(provider), device)))
+            let session = Session::new(Context::new(provider), device, identity);
+            AnySession::Gpu(Box::new(session))
         }
     })
+}
+
+/// `config` with the package's own shim library, where the user named none
+/// ([`SHIM_LIB`](settings::SHIM_LIB) unset).
+fn with_shim(mut config: GpuConfig, shim_lib: Option<std::path::PathBuf>) -> GpuConfig {
+    if let (Some(path), None) = (shim_lib, settings::SHIM_LIB.read_path()) {
+        config.library = path;
+    }
+    config
 }
 
 /// A GPU provider that cannot start says so as such; every other failure as the core error.

@@ -16,6 +16,10 @@ pub enum Engine {
     Unix,
     /// The launcher's PMIx server (`srun --mpi=pmix`, Open MPI's `mpirun`): any hosts.
     Pmix,
+    /// An all-gather the program ran itself (a `torch.distributed` process group, through
+    /// symmem's Python package), then symmem's own links: any hosts. Never chosen from the
+    /// environment: the program asks for it.
+    Group,
 }
 
 /// Why no engine can carry this job.
@@ -25,7 +29,8 @@ pub enum EngineError {
         "this job spans nodes ({evidence}) but its launcher started no PMIx server \
          (PMIX_NAMESPACE and PMIX_RANK are unset), and symmem's own rendezvous reaches one host \
          only: launch it with `srun --mpi=pmix` or Open MPI's `mpirun`, or run every rank on one \
-         host"
+         host; from Python, call torch.distributed.init_process_group before symmem.init and \
+         symmem meets the other ranks through it"
     )]
     SpansNodesWithoutEngine { evidence: String },
     #[error(

@@ -15,6 +15,9 @@ pub enum Launcher {
     Pmi,
     /// No launcher variables: a single rank.
     Singleton,
+    /// A `torch.distributed` process group named the rank (symmem's Python package meets the
+    /// other ranks through it, whatever launcher started them).
+    Group,
 }
 
 impl fmt::Display for Launcher {
@@ -25,6 +28,7 @@ impl fmt::Display for Launcher {
             Self::Slurm => "Slurm",
             Self::Pmi => "PMI",
             Self::Singleton => "singleton",
+            Self::Group => "torch.distributed group",
         })
     }
 }
@@ -33,8 +37,8 @@ impl Launcher {
     /// The launchers `SYMMEM_RANK_FROM` can name, innermost first.
     pub const NAMED: [Self; 4] = [Self::Torchrun, Self::OpenMpi, Self::Slurm, Self::Pmi];
 
-    /// Its name for `SYMMEM_RANK_FROM`: `torchrun`, `openmpi`, `slurm`, `pmi` (`singleton`,
-    /// which that setting does not take).
+    /// Its name for `SYMMEM_RANK_FROM`: `torchrun`, `openmpi`, `slurm`, `pmi` (`singleton`
+    /// and `group`, which that setting does not take).
     pub const fn setting_name(self) -> &'static str {
         match self {
             Self::Torchrun => "torchrun",
@@ -42,6 +46,7 @@ impl Launcher {
             Self::Slurm => "slurm",
             Self::Pmi => "pmi",
             Self::Singleton => "singleton",
+            Self::Group => "group",
         }
     }
 

@@ -460,7 +460,7 @@ fn job_key(launcher: Launcher, get: &impl Fn(&str) -> Option<String>) -> Option<
         Launcher::Slurm => joined(&["SLURM_JOB_ID", "SLURM_STEP_ID"]),
         Launcher::OpenMpi => get("OMPI_MCA_ess_base_jobid").or_else(|| get("PMIX_NAMESPACE")),
         Launcher::Pmi => get("PMIX_NAMESPACE").or_else(|| get("PMI_KVSNAME")),
-        Launcher::Singleton => None,
+        Launcher::Singleton | Launcher::Group => None,
     }?;
     // Keep it usable as one path component.
     Some(
