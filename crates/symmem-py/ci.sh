@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The Python face, end to end on the host provider: a venv with maturin, pytest, numpy and
-# Triton (CPU interpreter only: it runs the GPU test's kernels) from PyPI, the abi3 wheel built
-# and installed, symmem-run built, then pytest (ranks started by symmem-run). Needs python3
-# (3.9+), cargo and PyPI; run from anywhere, extra arguments go to pytest:
-#   bash crates/symmem-py/ci.sh              (PROFILE=release: optimised wheel; TRITON=0: no Triton)
+# The Python face, end to end on the host provider: a venv with maturin, pytest, numpy, torch
+# (CPU use: gloo process groups, spawn, torchrun) and Triton (CPU interpreter only: it runs the
+# GPU test's kernels) from PyPI, the abi3 wheel built and installed, symmem-run built, then
+# pytest (ranks started by symmem-run, torch.multiprocessing.spawn or torchrun) and torchrun
+# --nnodes 2 across two emulated nodes (crates/symmem-cluster/tests/torchrun.rs; as root, with
+# the cluster's tools). Needs python3 (3.9+), cargo and PyPI; run from anywhere, extra
+# arguments go to pytest:
+#   bash crates/symmem-py/ci.sh   (PROFILE=release: optimised wheel; TRITON=0: no Triton or torch)
 # Leaves the venv in target/py-ci/venv and the wheel in target/py-ci/wheels.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,7 +21,7 @@ fi
 # maturin's range and the GPU machine's Triton (so the kernels are checked with the version that
 # will compile them) are pins.toml's [python] table.
 packages=("maturin$(scripts/pin python.maturin)" "pytest>=7" "numpy>=1.22")
-[ "${TRITON:-1}" = 0 ] || packages+=("triton==$(scripts/pin python.triton)")
+[ "${TRITON:-1}" = 0 ] || packages+=("triton==$(scripts/pin python.triton)" "torch==$(scripts/pin python.torch)")
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${packages[@]}"
 
 release=()
@@ -34,5 +37,10 @@ wheel=${wheels[0]}
 cargo build --locked -p symmem-launch --bin symmem-run
 export SYMMEM_RUN="$target/debug/symmem-run"
 # Run from the tests folder, so `import symmem` is the installed wheel, not the source tree.
-cd crates/symmem-py/tests
-exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
+(cd crates/symmem-py/tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@")
+
+if [ "${TRITON:-1}" != 0 ] && [ $# = 0 ]; then
+  # The emulated nodes see this venv only outside /tmp (each node has a /tmp of its own).
+  SYMMEM_TEST_PYTHON="$venv/bin/python" cargo test --locked -p symmem-cluster --test torchrun \
+    -- --ignored --nocapture
+fi

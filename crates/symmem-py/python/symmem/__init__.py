@@ -13,8 +13,9 @@ that lets one kernel reach every peer's copy::
 
 The provider is the host one (CPU tensors, any Linux machine) unless ``SYMMEM_PROVIDER`` or
 ``init(provider=...)`` names ``nvshmem`` or ``rocshmem`` (device tensors; the shim library
-comes from ``SYMMEM_SHIM_LIB``). Rank identity comes from the launcher's environment
-(``symmem-run``, torchrun, Open MPI, Slurm, PMI).
+comes from ``SYMMEM_SHIM_LIB``). The ranks meet through ``torch.distributed``'s
+group where it is initialised (torchrun on any number of nodes, ``torch.multiprocessing.spawn``),
+else through the launcher's environment (``symmem-run``, Open MPI, Slurm, PMI).
 
 Tensors are DLPack exports: torch (``framework="torch"``), numpy (``"numpy"``, CPU only) or any
 DLPack consumer (``"dlpack"`` returns the raw :class:`SymmetricArray`) wraps them without a
@@ -237,17 +238,45 @@ def _describe(obj: Any) -> Tuple[int, int]:
 # ---- session ------------------------------------------------------------------------------
 
 
-def init(provider: Optional[str] = None) -> Dict[str, Any]:
+def init(provider: Optional[str] = None, *, group: Any = None) -> Dict[str, Any]:
     """Collective: starts symmem with ``provider`` (``host``, ``nvshmem``, ``rocshmem``; else
     ``SYMMEM_PROVIDER``; else ``host``). Calling it again with the same provider does nothing.
     Returns :func:`info`. Every other function calls it on first use.
 
+    How the ranks meet: where ``torch.distributed`` is initialised (or ``group`` is given, which
+    must be the job's whole group, ``torch.distributed.group.WORLD``), through that group: one
+    all-gather carries what each rank needs to reach the others, then symmem's own links run
+    every collective. So ``torchrun`` on one or several nodes and
+    ``torch.multiprocessing.spawn`` + ``init_process_group`` need no symmem launcher. Otherwise
+    through the launcher's variables (``symmem-run``, ``srun --mpi=pmix``, ``mpirun``, a
+    one-host ``torchrun``). Call it on every rank alike: after ``init_process_group`` on all of
+    them, or before it on none.
+
     With ``nvshmem`` or ``rocshmem`` it sets the SHMEM library's environment variables (heap
     size, interface, no multicast) just before the library reads them: call it before starting
     threads that read or write the environment (``os.environ``, ``getenv``), as for
-    ``os.putenv`` in a threaded program."""
+    ``os.putenv`` in a threaded program. A wheel built with its shim (``cargo xtask wheel``)
+    loads that shim unless ``SYMMEM_SHIM_LIB`` names another."""
     global _session
-    if _native.init(provider):
+    if _native.info() is not None:
+        # Started before: _native.init only checks the provider (no second meeting).
+        _native.init(provider)
+        current = info()
+        if not current["finalized"]:
+            _session = current
+        return current
+    name = (provider or os.environ.get("SYMMEM_PROVIDER") or "host").strip().lower()
+    shim_lib = None
+    if name != "host":
+        from . import _shim
+
+        shim_lib = _shim.locate(name)
+    meeting = _meet(group)
+    if meeting is None:
+        started = _native.init(provider, shim_lib=shim_lib)
+    else:
+        started = _native.init(provider, shim_lib=shim_lib, arrival=meeting[0], cards=meeting[1])
+    if started:
         dev_type, dev_id = _native.info()["device"]
         if dev_type != KDL_CPU and importlib.util.find_spec("torch") is not None:
             import torch
@@ -258,6 +287,57 @@ def init(provider: Optional[str] = None) -> Dict[str, Any]:
     if not current.get("finalized", True):
         _session = current
     return current
+
+
+def _torch_world(group: Any) -> Any:
+    """torch.distributed and the group to meet through: ``group``, else the default group
+    where torch.distributed is initialised, else None (the launcher's variables). A group that
+    is not the whole job is refused: symmem's ranks are the job's."""
+    dist = sys.modules.get("torch.distributed")
+    initialised = dist is not None and dist.is_available() and dist.is_initialized()
+    if group is None:
+        if not initialised:
+            return None
+        group = dist.group.WORLD
+    elif not initialised:
+        raise ValueError(
+            "symmem.init(group=...) needs torch.distributed initialised: call "
+            "torch.distributed.init_process_group(...) first, on every rank"
+        )
+    size, world = dist.get_world_size(group), dist.get_world_size()
+    if size != world or dist.get_rank(group) != dist.get_rank():
+        raise ValueError(
+            f"symmem meets through the job's whole group, and this group holds {size} of the "
+            f"world's {world} ranks (this process is rank {dist.get_rank(group)} in it, "
+            f"{dist.get_rank()} in the world): pass group=torch.distributed.group.WORLD, "
+            f"or nothing"
+        )
+    return dist, group
+
+
+#: A gloo group over the whole job, made once where the default group's backend is not gloo
+#: (NCCL's object collectives need each rank's GPU chosen before symmem chooses it).
+_gloo_world: Any = None
+
+
+def _meet(group: Any) -> Optional[Tuple[Any, List[bytes]]]:
+    """Where the ranks meet through a torch.distributed group (see :func:`init`): this rank's
+    arrival and every rank's card, gathered over the group in rank order."""
+    global _gloo_world
+    found = _torch_world(group)
+    if found is None:
+        return None
+    dist, group = found
+    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    arrival = _native.arrive(rank, size)
+    gather = group
+    if dist.get_backend(group) != "gloo":
+        if _gloo_world is None:
+            _gloo_world = dist.new_group(backend="gloo")
+        gather = _gloo_world
+    cards: List[Any] = [None] * size
+    dist.all_gather_object(cards, arrival.card(), group=gather)
+    return arrival, [bytes(card) for card in cards]
 
 
 #: The running session's info once init succeeded, until finalize: the hot path reads it
@@ -284,15 +364,24 @@ def info() -> Dict[str, Any]:
 
 
 def rank() -> int:
-    """This process's rank (from the launcher; needs no session)."""
+    """This process's rank: the running session's, else the launcher's (needs no session)."""
+    if _session is not None:
+        return _session["rank"]
     return _native.identity()[0]
 
 
 def world_size() -> int:
+    """The job's number of ranks: the running session's, else the launcher's."""
+    if _session is not None:
+        return _session["world_size"]
     return _native.identity()[1]
 
 
 def local_rank() -> int:
+    """This process's rank among those of its node: the running session's, else the
+    launcher's."""
+    if _session is not None:
+        return _session["local_rank"]
     return _native.identity()[2]
 
 
