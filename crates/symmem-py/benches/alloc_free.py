@@ -102,6 +102,26 @@ def case_functions(on_gpu):
             cases["torch"] = framework("torch")
         except ImportError:
             pass
+    if "torch" in cases:
+        try:
+            from symmem.iris import Provider
+        except ImportError:  # a build before symmem.iris
+            Provider = None
+        if Provider is not None:
+            # Iris's surface over the same session: what an Iris kernel's caller pays.
+            import torch
+
+            iris = Provider()
+
+            def iris_pair():
+                t0 = clock()
+                x, _ = iris.allocate_symmetric(ELEMENTS, dtype=torch.float32)
+                t1 = clock()
+                iris.free(x)
+                t2 = clock()
+                return t1 - t0, t2 - t1
+
+            cases["iris"] = iris_pair
     bench_context = getattr(_native, "_bench_context_pair", None)
     if bench_context is not None:
         cases["context"] = lambda: tuple(bench_context(ELEMENTS * 4))

@@ -1,6 +1,14 @@
 """All-to-all through symmetric GPU memory with plain Triton kernels (one rank of it).
 
-Run every rank under a launcher, with a GPU provider:
+Run every rank under a launcher, with a GPU provider (the first argument, else
+SYMMEM_PROVIDER):
+
+    pip install symmem-*.whl            # a wheel of `cargo xtask wheel --backend nvshmem`
+    torchrun --nproc-per-node 4 triton_alltoall.py nvshmem
+    torchrun --nproc-per-node 4 triton_alltoall.py nvshmem --iris
+
+With ``--iris`` the ranks first form a torch.distributed (gloo) group, as Iris's own scripts
+do, and every allocation goes through ``symmem.iris.Provider``, Iris's provider surface.
 
     SYMMEM_PROVIDER=nvshmem SYMMEM_SHIM_LIB=.../libsymmem_shim_nvshmem.so NVSHMEM_DISABLE_NVLS=1 \
         symmem-run --ranks 4 -- python triton_alltoall.py
@@ -75,7 +83,22 @@ def first_difference(got, want) -> str:
 def run() -> bool:
     import torch
 
-    symmem.init()
+    args = [a for a in sys.argv[1:] if a != "--iris"]
+    provider = args[0] if args else None
+    if "--iris" in sys.argv:
+        import torch.distributed as dist
+        from symmem.iris import Provider
+
+        dist.init_process_group("gloo")
+        iris = Provider(provider)
+
+        def allocate(*size, dtype, framework):
+            return iris.allocate_symmetric(*size, dtype=dtype)
+
+        release = iris.free
+    else:
+        symmem.init(provider)
+        allocate, release = symmem.allocate_symmetric, symmem.free
     r, n = symmem.rank(), symmem.world_size()
     dev_type, dev_id = symmem.device()
     # A GPU provider gives device tensors. The host provider (CPU tensors) serves only to check
@@ -93,7 +116,7 @@ def run() -> bool:
             torch.cuda.synchronize()
         symmem.barrier()
 
-    x, bases = symmem.allocate_symmetric(n, BLOCK, dtype=torch.float32, framework="torch")
+    x, bases = allocate(n, BLOCK, dtype=torch.float32, framework="torch")
     check(x.is_cuda == on_gpu and bases.device == x.device,
           f"tensors on the provider's device: x on {x.device}, bases on {bases.device}")
     check(not on_gpu or x.device.index == dev_id, f"device {dev_id} vs {x.device}")
@@ -113,7 +136,7 @@ def run() -> bool:
     want = torch.stack([(f * 1000 + r) * BLOCK + cols for f in range(n)])
     check(torch.equal(x, want), f"scatter: {first_difference(x, want)}")
 
-    y, _ = symmem.allocate_symmetric(n, dtype=torch.int64, framework="torch")
+    y, _ = allocate(n, dtype=torch.int64, framework="torch")
     y.fill_(-1)
     settle()
     other_allocation_kernel[(n,)](y, bases, r)
@@ -122,7 +145,7 @@ def run() -> bool:
     check(torch.equal(y, want_y),
           f"through another allocation's table: {first_difference(y, want_y)}")
 
-    status, status_bases = symmem.allocate_symmetric(n, dtype=torch.int32, framework="torch")
+    status, status_bases = allocate(n, dtype=torch.int32, framework="torch")
     status.zero_()
     settle()
     verdict = 1 if not problems else 2
@@ -146,7 +169,7 @@ def run() -> bool:
         ok = ok and passed == n
 
     for t in (status, y, x):
-        symmem.free(t)
+        release(t)
     left = symmem.finalize()
     if left:
         print(f"rank {r}/{n}: FAIL left allocations behind: {left}", flush=True)
