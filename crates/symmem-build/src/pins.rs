@@ -69,6 +69,10 @@ pub struct PythonPin {
     pub maturin: String,
     /// The Triton release, e.g. `3.6.0`.
     pub triton: String,
+    /// The torch release crates/symmem-py/ci.sh tests with, e.g. `2.11.0` (read by scripts
+    /// only; optional for pins files made before it).
+    #[serde(default)]
+    pub torch: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
