@@ -9,6 +9,7 @@ mod images;
 mod matrix;
 mod project;
 mod readme;
+mod wheel;
 
 // The build library's shared floor, under the names the xtask's modules use.
 use symmem_build::{pins, runner, tools};
@@ -33,6 +34,7 @@ enum Command {
     Bench(matrix::BenchArgs),
     Images(images::Args),
     Codegen(codegen::Args),
+    Wheel(wheel::Args),
 }
 
 fn main() -> ExitCode {
@@ -58,5 +60,6 @@ fn run(sh: &xshell::Shell, command: Command) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => matrix::bench(sh, args),
         Command::Images(args) => images::run(sh, args).map(|()| ExitCode::SUCCESS),
         Command::Codegen(args) => codegen::run(sh, args).map(|()| ExitCode::SUCCESS),
+        Command::Wheel(args) => wheel::run(sh, args).map(|()| ExitCode::SUCCESS),
     }
 }

@@ -193,12 +193,12 @@ fn file_identity(file: &Path) -> String {
 fn rocshmem_library(home: &Path, stamp: Option<&InstallStamp>) -> Library {
     let archive = home.join("lib/librocshmem.a");
     let mut key = vec![
-        ("rocshmem.prefix".to_string(), home.display().to_string()),
+        (ROCSHMEM_PREFIX_KEY.to_string(), home.display().to_string()),
         ("rocshmem.archive".to_string(), file_identity(&archive)),
     ];
     let describe = match stamp {
         Some(stamp) => {
-            key.push(("rocshmem.stamp".into(), stamp.hash.clone()));
+            key.push((ROCSHMEM_STAMP_KEY.into(), stamp.hash.clone()));
             format!(
                 "rocSHMEM {} at {} for {} (prefix {}, stamp {})",
                 stamp.version,
@@ -226,10 +226,10 @@ fn check_targets(
     asked: Option<&GpuTargets>,
     stamp: Option<&InstallStamp>,
 ) -> anyhow::Result<()> {
-    let default = [TargetId::parse("gfx942")?];
-    let asked = match asked {
+    let default = default_targets(ProviderKind::Rocshmem);
+    let asked = match asked.or(default.as_ref()) {
         Some(targets) => targets.hip("the rocshmem shim")?,
-        None => &default[..],
+        None => &[],
     };
     let Some(stamp) = stamp else {
         return Ok(());
@@ -317,8 +317,8 @@ fn nvshmem_library(home: &Path) -> Library {
     let version = nvshmem_version(home);
     let mut key = vec![("nvshmem.prefix".to_string(), home.display().to_string())];
     key.push((
-        "nvshmem.version".into(),
-        version.clone().unwrap_or_else(|| "unknown".into()),
+        NVSHMEM_VERSION_KEY.into(),
+        version.clone().unwrap_or_else(|| UNKNOWN_VERSION.into()),
     ));
     for lib in ["libnvshmem_device.a", "libnvshmem_host.so.3"] {
         key.push((
@@ -428,6 +428,124 @@ impl Key {
 
 /// File next to `lib/` recording what the installed shim was built from.
 pub const SHIM_STAMP: &str = "symmem-shim-stamp.toml";
+
+/// Keys of the stamp's `inputs` that [`installed`] reads back.
+const NVSHMEM_VERSION_KEY: &str = "nvshmem.version";
+const ROCSHMEM_PREFIX_KEY: &str = "rocshmem.prefix";
+const ROCSHMEM_STAMP_KEY: &str = "rocshmem.stamp";
+/// The stamp's NVSHMEM version when its header does not say.
+const UNKNOWN_VERSION: &str = "unknown";
+
+/// The GPU targets the shim is built for when `--arch` names none (CMakeLists.txt's
+/// defaults): 90 for NVSHMEM, gfx942 for rocSHMEM; `None` for the host provider.
+pub fn default_targets(backend: ProviderKind) -> Option<GpuTargets> {
+    let arch = match backend {
+        ProviderKind::Host => return None,
+        ProviderKind::Nvshmem => "90",
+        ProviderKind::Rocshmem => "gfx942",
+    };
+    Some(GpuTargets::parse(arch).expect("the default targets parse"))
+}
+
+/// What an installed shim is, as the stamp a build wrote next to its `lib/` says: what
+/// `cargo xtask wheel` packages and records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Installed {
+    /// The library (`<out>/lib/libsymmem_shim_<backend>.so`).
+    pub library: PathBuf,
+    pub backend: ProviderKind,
+    /// The GPU targets it has code for (given with `--arch`, else [`default_targets`]).
+    pub targets: GpuTargets,
+    /// The SHMEM library's version: NVSHMEM's header, or the build-rocshmem stamp of the
+    /// rocSHMEM install; `None` where the install does not say.
+    pub shmem_version: Option<String>,
+    /// rocSHMEM's commit, from its build-rocshmem stamp; `None` for NVSHMEM.
+    pub shmem_commit: Option<String>,
+}
+
+/// The shim that a build with `--out-dir out` installed there, or an error naming the build
+/// to run: no stamp, no library, or a rocSHMEM install that changed since.
+pub fn installed(out: &Path) -> anyhow::Result<Installed> {
+    let path = out.join(SHIM_STAMP);
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "{} holds no shim made by `cargo xtask build-shim` (reading {}): build one with \
+             `cargo xtask build-shim --backend <backend> --out-dir {}`",
+            out.display(),
+            path.display(),
+            out.display()
+        )
+    })?;
+    let bad = |why: String| {
+        anyhow::anyhow!(
+            "{} is not a build-shim stamp ({why}): build the shim again with `cargo xtask \
+             build-shim --out-dir {}`",
+            path.display(),
+            out.display()
+        )
+    };
+    let table: toml::Table = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let inputs = table.get("inputs").and_then(toml::Value::as_table);
+    let input = |name: &str| {
+        inputs
+            .and_then(|i| i.get(name))
+            .and_then(toml::Value::as_str)
+    };
+    let backend_key = format!("define.{}", cmake::SHIM_BACKEND_DEFINE);
+    let backend = input(&backend_key)
+        .and_then(ProviderKind::from_name)
+        .filter(|b| b.is_gpu())
+        .ok_or_else(|| bad(format!("no GPU provider in inputs.{backend_key:?}")))?;
+    let targets = match input(&format!("define.{}", cmake::SHIM_ARCHS_DEFINE)) {
+        Some(list) => GpuTargets::parse(&list.replace(';', ","))
+            .map_err(|e| bad(format!("its targets {list:?}: {e}")))?,
+        None => default_targets(backend).expect("a GPU provider has default targets"),
+    };
+    let library = out
+        .join("lib")
+        .join(backend.shim_library().unwrap_or_default());
+    if !library.is_file() {
+        bail!(
+            "{} says a {} shim was built there, but {} is missing: build it again with `cargo \
+             xtask build-shim --backend {} --out-dir {}`",
+            path.display(),
+            backend.name(),
+            library.display(),
+            backend.name(),
+            out.display()
+        );
+    }
+    let (shmem_version, shmem_commit) = match backend {
+        ProviderKind::Rocshmem => {
+            let prefix = input(ROCSHMEM_PREFIX_KEY)
+                .ok_or_else(|| bad(format!("no inputs.{ROCSHMEM_PREFIX_KEY:?}")))?;
+            match read_stamp(Path::new(prefix))? {
+                Some(stamp) if input(ROCSHMEM_STAMP_KEY) != Some(stamp.hash.as_str()) => bail!(
+                    "the rocSHMEM install {prefix} changed since the shim in {} was built \
+                     against it: build the shim again (cargo xtask build-shim --backend \
+                     rocshmem --out-dir {})",
+                    out.display(),
+                    out.display()
+                ),
+                Some(stamp) => (Some(stamp.version), Some(stamp.commit)),
+                None => (None, None),
+            }
+        }
+        _ => (
+            input(NVSHMEM_VERSION_KEY)
+                .filter(|v| *v != UNKNOWN_VERSION)
+                .map(str::to_string),
+            None,
+        ),
+    };
+    Ok(Installed {
+        library,
+        backend,
+        targets,
+        shmem_version,
+        shmem_commit,
+    })
+}
 
 /// What one shim build needs, decided before CMake runs.
 struct Setup {
@@ -862,6 +980,48 @@ pub fn build_into(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a build's stamp says is read back as it was built: backend, targets (the default
+    /// when none were given), NVSHMEM's version; a folder without a stamp or library names
+    /// the build to run.
+    #[test]
+    fn an_installed_shim_is_read_back_from_its_stamp() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("nvshmem");
+        std::fs::create_dir_all(home.join("include/non_abi")).unwrap();
+        std::fs::write(
+            home.join("include/non_abi/nvshmem_version.h"),
+            "#define NVSHMEM_VENDOR_MAJOR_VERSION 3\n#define NVSHMEM_VENDOR_MINOR_VERSION 4\n\
+             #define NVSHMEM_VENDOR_PATCH_VERSION 5\n",
+        )
+        .unwrap();
+        let library = nvshmem_library(&home);
+        let out = dir.path().join("out");
+        let e = installed(&out).unwrap_err().to_string();
+        assert!(e.contains("cargo xtask build-shim --backend"), "{e}");
+        let stamp = |defines: &[(String, String)]| {
+            let cmake = Path::new("/usr/bin/cmake");
+            let generator = crate::tools::Generator::Ninja;
+            Key::new(cmake, generator, defines, &library, "d".into(), vec![]).stamp(&library)
+        };
+        let backend = (
+            cmake::SHIM_BACKEND_DEFINE.to_string(),
+            "nvshmem".to_string(),
+        );
+        std::fs::create_dir_all(out.join("lib")).unwrap();
+        std::fs::write(out.join(SHIM_STAMP), stamp(std::slice::from_ref(&backend))).unwrap();
+        let e = installed(&out).unwrap_err().to_string();
+        assert!(e.contains("libsymmem_shim_nvshmem.so is missing"), "{e}");
+        std::fs::write(out.join("lib/libsymmem_shim_nvshmem.so"), "").unwrap();
+        let found = installed(&out).unwrap();
+        assert_eq!(found.backend, ProviderKind::Nvshmem);
+        assert_eq!(found.targets.to_string(), "90");
+        assert_eq!(found.shmem_version.as_deref(), Some("3.4.5"));
+        assert_eq!(found.shmem_commit, None);
+        let archs = (cmake::SHIM_ARCHS_DEFINE.to_string(), "90;100a".to_string());
+        std::fs::write(out.join(SHIM_STAMP), stamp(&[backend, archs])).unwrap();
+        assert_eq!(installed(&out).unwrap().targets.to_string(), "100a,90");
+    }
 
     /// HIPFLAGS (and the rest CMake reads at first configure) is part of the build folder's
     /// key: a kept folder configured with other flags is not reused.
