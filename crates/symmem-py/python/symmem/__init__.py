@@ -256,7 +256,8 @@ def init(provider: Optional[str] = None, *, group: Any = None) -> Dict[str, Any]
     size, interface, no multicast) just before the library reads them: call it before starting
     threads that read or write the environment (``os.environ``, ``getenv``), as for
     ``os.putenv`` in a threaded program. A wheel built with its shim (``cargo xtask wheel``)
-    loads that shim unless ``SYMMEM_SHIM_LIB`` names another."""
+    runs that backend when neither ``provider`` nor ``SYMMEM_PROVIDER`` names one, and loads
+    that shim unless ``SYMMEM_SHIM_LIB`` names another."""
     global _session
     if _native.info() is not None:
         # Started before: _native.init only checks the provider (no second meeting).
@@ -265,9 +266,15 @@ def init(provider: Optional[str] = None, *, group: Any = None) -> Dict[str, Any]
         if not current["finalized"]:
             _session = current
         return current
+    if not (provider or "").strip() and not os.environ.get("SYMMEM_PROVIDER", "").strip():
+        # A GPU wheel (cargo xtask wheel) runs its own backend unless told otherwise.
+        from . import _shim
+
+        build = _shim.packaged()
+        provider = build["backend"] if build is not None else None
     name = (provider or os.environ.get("SYMMEM_PROVIDER") or "host").strip().lower()
     shim_lib = None
-    if name != "host":
+    if name != "host" and not os.environ.get("SYMMEM_SHIM_LIB"):
         from . import _shim
 
         shim_lib = _shim.locate(name)
