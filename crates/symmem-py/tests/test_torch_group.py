@@ -65,6 +65,12 @@ def test_launcher_variables_that_disagree_with_the_group_fail_every_rank_at_once
     passes(run(["torch_group.py", "spawn", "3", "stale"], timeout=60), 3, "stale")
 
 
+def test_a_session_started_before_init_process_group_refuses_to_serve():
+    """symmem.init() before init_process_group formed a one-rank world; once torch.distributed
+    says the job has 2 ranks, allocate and init refuse, naming the fix."""
+    passes(run(["torch_group.py", "spawn", "2", "early"], timeout=60), 2, "early")
+
+
 def test_group_without_torch_distributed_is_refused():
     code = ("import symmem\n"
             "try:\n    symmem.init(group=object())\n"

@@ -265,6 +265,7 @@ def init(provider: Optional[str] = None, *, group: Any = None) -> Dict[str, Any]
         current = info()
         if not current["finalized"]:
             _session = current
+            _refuse_a_lone_rank(current)
         return current
     if not (provider or "").strip() and not os.environ.get("SYMMEM_PROVIDER", "").strip():
         # A GPU wheel (cargo xtask wheel) runs its own backend unless told otherwise.
@@ -320,6 +321,25 @@ def _torch_world(group: Any) -> Any:
             f"or nothing"
         )
     return dist, group
+
+
+def _refuse_a_lone_rank(session: Dict[str, Any]) -> None:
+    """A session that started as a one-rank world with no launcher while torch.distributed
+    now says the job has more ranks (symmem.init ran before init_process_group): its
+    allocations would reach no peer. Raises, saying how to start instead."""
+    if session["world_size"] != 1 or session.get("launcher") != "singleton":
+        return
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    world = dist.get_world_size()
+    if world > 1:
+        raise SymmemError(
+            f"symmem started as a one-rank world (no launcher variables, torch.distributed not "
+            f"initialised yet), and torch.distributed now says this job has {world} ranks: its "
+            f"symmetric memory would reach no peer. Call torch.distributed.init_process_group "
+            f"before symmem's first call (init or allocate) on every rank"
+        )
 
 
 #: A gloo group over the whole job, made once where the default group's backend is not gloo
@@ -575,6 +595,8 @@ def _allocate(size: tuple, dtype: Any, framework: Optional[str]) -> Tuple[Any, i
     shape = _shape(size)
     name = _dtype_name(dtype)
     session = _ensure()
+    if session["world_size"] == 1:
+        _refuse_a_lone_rank(session)
     fw = _framework(framework, session["device"][0])
     if fw != "dlpack" and fw not in sys.modules:
         importlib.import_module(fw)

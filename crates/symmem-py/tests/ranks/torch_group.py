@@ -7,7 +7,9 @@
 
 CASE: ``meet`` (default; SYMMEM_NODE_ID from NODE_OF=even makes rank % 2 the emulated node),
 ``subgroup`` (a group that is not the world is refused, then the world meets), ``stale`` (the
-launcher variables of another job disagree with the group: every rank refuses, none waits).
+launcher variables of another job disagree with the group: every rank refuses, none waits),
+``early`` (spawn only: symmem started before init_process_group refuses to serve as a
+one-rank world).
 Each rank prints ``PASS torch group <case>``."""
 
 from __future__ import annotations
@@ -73,7 +75,14 @@ def stale() -> None:
     check("Open MPI's variables say rank 0" in text, f"names the launcher: {text}")
 
 
-CASES = {"meet": meet, "subgroup": subgroup, "stale": stale}
+def early() -> None:
+    # Started before init_process_group (see spawned): a one-rank world that must not serve.
+    check(symmem.info()["world_size"] == 1, "started alone")
+    expect(symmem.SymmemError, symmem.allocate_symmetric, 4, contains="init_process_group")
+    expect(symmem.SymmemError, symmem.init, contains="init_process_group")
+
+
+CASES = {"meet": meet, "subgroup": subgroup, "stale": stale, "early": early}
 
 
 def run(case: str) -> None:
@@ -93,6 +102,8 @@ def spawned(rank: int, world: int, port: int, case: str) -> None:
         os.environ.update({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": str(world),
                            "OMPI_COMM_WORLD_LOCAL_RANK": "0",
                            "OMPI_COMM_WORLD_LOCAL_SIZE": str(world)})
+    if case == "early":
+        symmem.init()  # the mistake: before torch.distributed knows the job
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
     run(case)
