@@ -65,10 +65,35 @@ struct Place {
     root: Option<RootContact>,
     /// Rank 0's only: the job's name, 16 hex digits of the kernel's random source.
     job: Option<String>,
+    /// Rank 0's only, where it has no `root`: why it could not listen (its host name does not
+    /// resolve, or its address cannot be bound), for the leaders' error.
+    #[serde(default)]
+    no_root: Option<String>,
+    /// The provider this rank starts (a group's meeting only): every rank must start the same.
+    #[serde(default)]
+    provider: Option<String>,
     /// Why this rank cannot go on (a group's meeting only): every rank fails with it, instead
     /// of the others waiting for a rank that left before the links opened.
     #[serde(default)]
     refusal: Option<String>,
+}
+
+impl Place {
+    /// Rank `rank` of `world_size` on `host` and emulated node `node`, with nothing else.
+    fn bare(rank: usize, world_size: usize, node: u64, host: Host) -> Self {
+        Self {
+            rank,
+            world_size,
+            host,
+            emulated: node,
+            name: host_name(),
+            root: None,
+            job: None,
+            no_root: None,
+            provider: None,
+            refusal: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -94,13 +119,17 @@ impl Host {
         }
     }
 
-    /// This host by its name.
+    /// This host by its name and its kernel's boot id: machines that share a host name
+    /// (containers, cloned images) are still told apart.
     fn named() -> Self {
-        Self::Name(
-            nix::unistd::gethostname()
-                .map(|name| name.into_encoded_bytes())
-                .unwrap_or_default(),
-        )
+        let mut key = nix::unistd::gethostname()
+            .map(|name| name.into_encoded_bytes())
+            .unwrap_or_default();
+        if let Ok(boot) = std::fs::read("/proc/sys/kernel/random/boot_id") {
+            key.push(0);
+            key.extend(boot.trim_ascii());
+        }
+        Self::Name(key)
     }
 }
 
@@ -116,53 +145,52 @@ pub struct Arrival {
 impl Arrival {
     /// Rank `rank` of `world_size` of a group's meeting, on emulated node `node`
     /// ([`NODE_ID`](symmem::settings::NODE_ID)), its host told by its name. `launcher` is
-    /// what the launcher's variables say of this process ([`RankIdentity::from_env`], its
-    /// error as text): where it disagrees with the group, or rank 0 cannot listen, the card
-    /// carries the refusal and every rank's [`Meeting::new`] fails with it. Only a rank out
-    /// of range is an error here (the group never gives one).
+    /// what the launcher's variables say of this process ([`RankIdentity::from_env`]): where it
+    /// names another rank of a world of the group's size (another job's variables), the card
+    /// carries the refusal and every rank's [`Meeting::new`] fails with it. A launcher of
+    /// another world size is one around the group's processes (a Slurm batch step around
+    /// `torch.multiprocessing.spawn`) and says nothing of them; unreadable variables likewise.
+    /// Only a rank out of range is an error here (the group never gives one).
     pub fn new(
         rank: usize,
         world_size: usize,
         node: u64,
         launcher: Result<RankIdentity, String>,
     ) -> Result<Self, BootstrapError> {
-        let mut arrival = Self::at(rank, world_size, node, Host::named());
-        if let Ok(arrival) = &mut arrival {
-            let disagrees = launcher.and_then(|launcher| {
-                check_launcher(rank, world_size, &launcher).map_err(|e| e.to_string())
-            });
-            arrival.place.refusal = arrival.place.refusal.take().or(disagrees.err());
-        }
-        match arrival {
-            Err(BootstrapError::WorldSizeZero) | Err(BootstrapError::RankOutOfRange { .. }) => {
-                arrival
+        let mut arrival = match Self::at(rank, world_size, node, Host::named()) {
+            Ok(arrival) => arrival,
+            Err(e @ (BootstrapError::WorldSizeZero | BootstrapError::RankOutOfRange { .. })) => {
+                return Err(e);
             }
             // Said on every rank, not left for the others to wait out.
             Err(other) => {
-                let mut arrival = Self::at_refusing(rank, world_size, node);
-                arrival.place.refusal = Some(other.to_string());
-                Ok(arrival)
+                let mut place = Place::bare(rank, world_size, node, Host::named());
+                place.refusal = Some(other.to_string());
+                Self {
+                    listener: None,
+                    place,
+                }
             }
-            ok => ok,
+        };
+        match launcher {
+            Ok(launcher) => {
+                if let Err(e) = check_launcher(rank, world_size, &launcher) {
+                    arrival.refuse(e.to_string());
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "no launcher identity beside the group"),
         }
+        Ok(arrival)
     }
 
-    /// An arrival that only carries a refusal: no listener, no job name.
-    fn at_refusing(rank: usize, world_size: usize, node: u64) -> Self {
-        let place = Place {
-            rank,
-            world_size,
-            host: Host::named(),
-            emulated: node,
-            name: host_name(),
-            root: None,
-            job: None,
-            refusal: None,
-        };
-        Self {
-            listener: None,
-            place,
-        }
+    /// Every rank's [`Meeting::new`] fails with `reason` (the first one given wins).
+    pub fn refuse(&mut self, reason: impl Into<String>) {
+        self.place.refusal.get_or_insert(reason.into());
+    }
+
+    /// The provider this rank starts: [`Meeting::new`] refuses ranks that start different ones.
+    pub fn provider(&mut self, name: &str) {
+        self.place.provider = Some(name.to_string());
     }
 
     fn at(rank: usize, world_size: usize, node: u64, host: Host) -> Result<Self, BootstrapError> {
@@ -172,24 +200,17 @@ impl Arrival {
         if rank >= world_size {
             return Err(BootstrapError::RankOutOfRange { rank, world_size });
         }
-        let (listener, root) = match (rank, world_size) {
-            (0, 2..) => open_root()?,
-            _ => (None, None),
-        };
-        let job = match rank {
-            0 => Some(job_name()?),
-            _ => None,
-        };
-        let place = Place {
-            rank,
-            world_size,
-            host,
-            emulated: node,
-            name: host_name(),
-            root,
-            job,
-            refusal: None,
-        };
+        let mut place = Place::bare(rank, world_size, node, host);
+        let mut listener = None;
+        if rank == 0 {
+            place.job = Some(job_name()?);
+            if world_size > 1 {
+                match open_root()? {
+                    Ok((open, contact)) => (listener, place.root) = (Some(open), Some(contact)),
+                    Err(why) => place.no_root = Some(why),
+                }
+            }
+        }
         Ok(Self { listener, place })
     }
 
@@ -247,6 +268,13 @@ impl Arrival {
         {
             return Err(BootstrapError::RankRefused { rank, reason });
         }
+        if let Some(rank) = (1..places.len()).find(|&r| places[r].provider != places[0].provider) {
+            return Err(BootstrapError::ProvidersDisagree {
+                rank,
+                provider: places[rank].provider.clone().unwrap_or_default(),
+                first: places[0].provider.clone().unwrap_or_default(),
+            });
+        }
         if places[0].job.is_none() {
             return Err(BootstrapError::BadCard {
                 rank: 0,
@@ -257,16 +285,19 @@ impl Arrival {
     }
 }
 
-/// Where a launcher's variables (`launcher`, read from the environment) disagree with the
-/// group about this rank (rank `rank` of `world_size`): an error naming both. A process without
-/// launcher variables (`torch.multiprocessing.spawn`) agrees with any group.
+/// Where a launcher's variables (`launcher`, read from the environment) name another rank of
+/// a world of the group's size than the group does (rank `rank` of `world_size`: stale
+/// variables of another job): an error naming both. No launcher variables
+/// (`torch.multiprocessing.spawn`) and a launcher of another world size (one around the
+/// group's processes) agree with any group.
 fn check_launcher(
     rank: usize,
     world_size: usize,
     launcher: &RankIdentity,
 ) -> Result<(), BootstrapError> {
-    if launcher.launcher == Launcher::Singleton
-        || (launcher.rank, launcher.world_size) == (rank, world_size)
+    if matches!(launcher.launcher, Launcher::Singleton | Launcher::Group)
+        || launcher.world_size != world_size
+        || launcher.rank == rank
     {
         return Ok(());
     }
@@ -429,7 +460,7 @@ impl NodeLinks {
         let up = match (local_rank, listener) {
             (0, Some(listener)) => accept_nodes(&listener, &places, &topology, timeout)?,
             // Rank 0 found no address to listen on, and other hosts need it: say why.
-            (0, None) if rank == 0 && spans_hosts => return Err(no_address()),
+            (0, None) if rank == 0 && spans_hosts => return Err(no_root(&places)),
             (0, None) if !topology.same_host(rank, 0) => connect_up(rank, &places, deadline)?,
             _ => Up::None,
         };
@@ -521,17 +552,17 @@ impl NodeLinks {
 }
 
 /// Rank 0's listener on its node's address, and what it publishes: that address and a new
-/// job secret. With no address (the host name does not resolve), nothing: an error only if
-/// the job turns out to span hosts.
-fn open_root() -> Result<(Option<TcpListener>, Option<RootContact>), BootstrapError> {
-    let addr = match tcp::node_address() {
-        Ok(addr) => addr,
+/// job secret. Where it cannot listen (the host name does not resolve, or its address cannot
+/// be bound), why: an error only if the job turns out to span hosts.
+#[allow(clippy::type_complexity)]
+fn open_root() -> Result<Result<(TcpListener, RootContact), String>, BootstrapError> {
+    let listener = match tcp::node_address().and_then(tcp::listen) {
+        Ok(listener) => listener,
         Err(e) => {
-            tracing::debug!(error = %e, "no node address: the job must stay on one host");
-            return Ok((None, None));
+            tracing::debug!(error = %e, "rank 0 cannot listen: the job must stay on one host");
+            return Ok(Err(e.to_string()));
         }
     };
-    let listener = tcp::listen(addr)?;
     let addr = listener
         .local_addr()
         .map_err(|e| BootstrapError::io("reading the leaders' listener's address", e))?;
@@ -539,17 +570,18 @@ fn open_root() -> Result<(Option<TcpListener>, Option<RootContact>), BootstrapEr
         addr,
         secret: Secret::generate()?,
     };
-    Ok((Some(listener), Some(contact)))
+    Ok(Ok((listener, contact)))
 }
 
-/// Why rank 0 has no address: its host name's resolution, failing again.
-fn no_address() -> BootstrapError {
-    tcp::node_address()
-        .err()
-        .unwrap_or_else(|| BootstrapError::NodeAddress {
-            host: host_name(),
-            cause: "it did not resolve when the job started".into(),
-        })
+/// Why rank 0 has no listener, as its card says.
+fn no_root(places: &[Place]) -> BootstrapError {
+    BootstrapError::NodeAddress {
+        host: places[0].name.clone(),
+        cause: places[0]
+            .no_root
+            .clone()
+            .unwrap_or_else(|| "rank 0 could not listen on it".into()),
+    }
 }
 
 fn host_name() -> String {
@@ -609,10 +641,20 @@ fn connect_up(
     deadline: std::time::Instant,
 ) -> Result<Up, BootstrapError> {
     let Some(contact) = places[0].root.as_ref() else {
-        let host = places[0].name.clone();
-        let cause = "rank 0 found no address for it, so it could not listen".to_string();
-        return Err(BootstrapError::NodeAddress { host, cause });
+        return Err(no_root(places));
     };
+    // Another host's leader reaching an address of its own: rank 0's name resolved to a
+    // loopback alias that every host has (Debian's and Ubuntu's 127.0.1.1). It would retry
+    // until the timeout; say why at once.
+    if let Ok(own) = tcp::node_address()
+        && own == contact.addr.ip()
+    {
+        return Err(BootstrapError::SharedAddress {
+            root_host: places[0].name.clone(),
+            addr: own,
+            host: host_name(),
+        });
+    }
     let stream = tcp::connect_root(contact.addr, &contact.secret, rank, deadline)?;
     Ok(Up::Leader(Uplink {
         stream,
@@ -806,15 +848,25 @@ mod tests {
                 "{text}"
             );
         }
-        let err =
-            Arrival::new(1, 2, 0, Err("RANK is not a number".into())).map(|a| a.place.refusal);
-        assert_eq!(err.unwrap().as_deref(), Some("RANK is not a number"));
+        // Unreadable launcher variables, or a launcher around the group's processes (a Slurm
+        // batch step: rank 0 of 1), say nothing of the group's ranks.
+        let unreadable = Arrival::new(1, 2, 0, Err("RANK is not a number".into())).unwrap();
+        assert_eq!(unreadable.place.refusal, None);
+        let batch = |name: &str| match name {
+            "SLURM_PROCID" => Some("0".to_string()),
+            "SLURM_NTASKS" => Some("1".to_string()),
+            _ => None,
+        };
+        let outer = RankIdentity::from_vars(batch).map_err(|e| e.to_string());
+        assert_eq!(Arrival::new(1, 2, 0, outer).unwrap().place.refusal, None);
     }
 
-    /// Two hosts by name on one machine: node-b's leader reaches rank 0 over TCP only with the
-    /// secret of rank 0's card; a card whose secret was changed on the way gets nothing.
+    /// Two hosts whose names resolve to the same address (Debian's and Ubuntu's 127.0.1.1, here
+    /// two host keys on one machine): the other host's leader fails at once, naming the cause,
+    /// instead of retrying rank 0's address (its own) until the timeout. (A leader with another
+    /// secret than rank 0's is refused: tcp.rs's tests.)
     #[test]
-    fn a_leader_with_another_secret_is_refused_across_hosts() {
+    fn a_leader_whose_host_resolves_to_rank_0s_address_fails_at_once() {
         if let Err(e) = tcp::node_address() {
             eprintln!("SKIPPED: rank 0 cannot listen: {e}");
             return;
@@ -823,30 +875,23 @@ mod tests {
         let host = |name: &str| Host::Name(name.as_bytes().to_vec());
         let root = Arrival::at(0, 2, 0, host("a")).unwrap();
         let leaf = Arrival::at(1, 2, 0, host("b")).unwrap();
-        let good = vec![root.card(), leaf.card()];
-        let mut forged: Place = serde_json::from_slice(&good[0]).unwrap();
-        forged.root.as_mut().unwrap().secret = Secret::from_bytes([7; 32]);
-        let bad = vec![serde_json::to_vec(&forged).unwrap(), good[1].clone()];
+        let cards = vec![root.card(), leaf.card()];
         let timeout = Duration::from_secs(2);
-        let (root_result, leaf_result) = std::thread::scope(|scope| {
-            let root = scope.spawn(|| {
-                NodeLinks::meet(Meeting::new(root, &good).unwrap(), dir.path(), timeout).map(drop)
-            });
-            let leaf = scope.spawn(|| {
-                NodeLinks::meet(Meeting::new(leaf, &bad).unwrap(), dir.path(), timeout).map(drop)
-            });
-            (root.join().unwrap(), leaf.join().unwrap())
-        });
-        let leaf_err = leaf_result.expect_err("the forged secret is refused");
+        let started = std::time::Instant::now();
+        let leaf_err = NodeLinks::meet(Meeting::new(leaf, &cards).unwrap(), dir.path(), timeout)
+            .map(drop)
+            .expect_err("rank 0's address is this host's own");
         assert!(
-            matches!(leaf_err, BootstrapError::RootRefused { .. }),
-            "{leaf_err}"
+            started.elapsed() < timeout,
+            "failed at once, not at the timeout"
         );
-        let root_err = root_result.expect_err("rank 0 admits no leader");
+        let text = leaf_err.to_string();
         assert!(
-            matches!(root_err, BootstrapError::LeadersMissing { .. }),
-            "{root_err}"
+            matches!(leaf_err, BootstrapError::SharedAddress { .. }),
+            "{text}"
         );
+        assert!(text.contains("/etc/hosts"), "{text}");
+        drop(root);
     }
 
     /// M11: a fence that timed out after 15 s (a 10 s timeout and the margin) says 15 s, not

@@ -267,8 +267,28 @@ pub enum BootstrapError {
         launcher_rank: usize,
         launcher_world: usize,
     },
+    #[error(
+        "rank 0's host {root_host} published {addr}, which this host ({host}) resolves its own \
+         name to as well, so no other host reaches rank 0 there: map each host's name to an \
+         address the other hosts reach, in /etc/hosts or DNS (Debian and Ubuntu map it to \
+         127.0.1.1 in /etc/hosts by default)"
+    )]
+    SharedAddress {
+        root_host: String,
+        addr: std::net::IpAddr,
+        host: String,
+    },
     #[error("rank {rank} cannot join this job: {reason}")]
     RankRefused { rank: usize, reason: String },
+    #[error(
+        "rank {rank} starts the {provider} provider, rank 0 the {first} one: every rank must \
+         start the same (symmem.init(provider) or SYMMEM_PROVIDER alike on every rank)"
+    )]
+    ProvidersDisagree {
+        rank: usize,
+        provider: String,
+        first: String,
+    },
     #[error(
         "these ranks met through a torch.distributed group, which symmem cannot ask for a \
          second meeting: open sibling contexts only under a launcher's engine (symmem-run, \

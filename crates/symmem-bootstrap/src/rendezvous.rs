@@ -30,7 +30,9 @@ use symmem::{RENDEZVOUS_SOCKET, RankIdentity};
 /// the launcher's (torchrun's `MASTER_ADDR-MASTER_PORT`, Slurm's job and step, Open MPI's or
 /// PMI's namespace).
 ///
-/// The name is derived, not random: the ranks share no secret to derive it from. Anyone can
+/// The name is derived, not random (except a group's meeting's, whose job name rank 0 drew at
+/// random: [`Meeting::identity`](crate::Meeting::identity)): the ranks share no secret to
+/// derive it from. Anyone can
 /// guess it, so [`Bootstrap::connect`] refuses the folder unless the job folder is this user's
 /// own and private and nothing on the way (`symmem-<uid>` included) belongs to another user or
 /// is writable by everyone: a name taken first by someone else is detected and refused, never

@@ -2,7 +2,8 @@
 //! the job, and the frames of the [`wire`](crate::wire) protocol over TCP.
 //!
 //! The job secret is 32 random bytes made by rank 0 and carried to every rank by the PMIx
-//! rendezvous (the launcher's own authenticated channel); it never crosses a TCP link. Each
+//! rendezvous, or a group's all-gather (torch.distributed's network, which does not encrypt:
+//! the links are then as private as it is); it never crosses one of these TCP links. Each
 //! connection runs a challenge and response over fresh nonces, HMAC-SHA256 keyed by the
 //! secret:
 //!
@@ -39,7 +40,8 @@ const MAX_HANDSHAKES: usize = 64;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// The job secret: made by rank 0, carried by the PMIx rendezvous, never sent over TCP.
+/// The job secret: made by rank 0, carried by the PMIx rendezvous or a group's all-gather,
+/// never sent over these links.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Secret([u8; 32]);
 

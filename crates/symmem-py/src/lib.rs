@@ -285,6 +285,11 @@ struct Arrival(Option<symmem_bootstrap::Arrival>);
 
 #[pymethods]
 impl Arrival {
+    /// Gives up the arrival (rank 0: closes its listener) when the all-gather failed.
+    fn close(&mut self) {
+        self.0 = None;
+    }
+
     /// The bytes this rank contributes to the group's all-gather.
     fn card<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
         let arrival = self
@@ -295,17 +300,38 @@ impl Arrival {
     }
 }
 
-/// Rank `rank` of `world_size` arrives at a meeting (see [`Arrival`]). Where the launcher's
-/// variables disagree with the group, the card carries the refusal and every rank's init fails.
+/// Rank `rank` of `world_size` arrives at a meeting (see [`Arrival`]) to start `provider`
+/// (else `SYMMEM_PROVIDER`, else host). What would stop this rank after the all-gather (the
+/// launcher's variables naming another rank, an invalid setting, an unknown provider, or
+/// `refusal`, the package's own reason) rides in its card instead, and every rank's init fails
+/// with it: no rank waits for one that left.
 #[pyfunction]
-fn arrive(rank: usize, world_size: usize) -> PyResult<Arrival> {
-    let node = symmem::settings::NODE_ID
-        .get()
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+#[pyo3(signature = (rank, world_size, provider=None, refusal=None))]
+fn arrive(
+    rank: usize,
+    world_size: usize,
+    provider: Option<String>,
+    refusal: Option<String>,
+) -> PyResult<Arrival> {
+    let node = symmem::settings::NODE_ID.get();
     let launcher = symmem::RankIdentity::from_env().map_err(|e| e.to_string());
-    symmem_bootstrap::Arrival::new(rank, world_size, node, launcher)
-        .map(|a| Arrival(Some(a)))
-        .map_err(|e| PyValueError::new_err(e.to_string()))
+    let mut arrival =
+        symmem_bootstrap::Arrival::new(rank, world_size, *node.as_ref().unwrap_or(&0), launcher)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    if let Some(reason) = refusal {
+        arrival.refuse(reason);
+    }
+    if let Err(e) = node {
+        arrival.refuse(e.to_string());
+    }
+    if let Err(e) = symmem::settings::COLLECTIVE_TIMEOUT.get() {
+        arrival.refuse(e.to_string());
+    }
+    match session::provider_kind(provider) {
+        Ok(kind) => arrival.provider(kind.name()),
+        Err(fail) => arrival.refuse(fail.message()),
+    }
+    Ok(Arrival(Some(arrival)))
 }
 
 /// Collective: starts the session with `provider` (else `SYMMEM_PROVIDER`, else host).

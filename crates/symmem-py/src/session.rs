@@ -986,7 +986,7 @@ fn now<R>(mut pending: Pending<R>) -> Result<R, Fail> {
 
 /// Which provider `init` starts: the argument, else [`settings::PROVIDER`] (`SYMMEM_PROVIDER`,
 /// host when unset).
-fn provider_kind(requested: Option<String>) -> Result<ProviderKind, Fail> {
+pub fn provider_kind(requested: Option<String>) -> Result<ProviderKind, Fail> {
     match requested.filter(|name| !name.trim().is_empty()) {
         Some(name) => name.parse().map_err(|e: UnknownProvider| {
             Fail::Value(format!("{e} (argument or {})", settings::PROVIDER.name))
