@@ -7,12 +7,19 @@
 # the cluster's tools). Needs python3 (3.9+), cargo and PyPI; run from anywhere, extra
 # arguments go to pytest:
 #   bash crates/symmem-py/ci.sh   (PROFILE=release: optimised wheel; TRITON=0: no Triton or torch)
-# Leaves the venv in target/py-ci/venv and the wheel in target/py-ci/wheels.
+# Leaves the venv in target/py-ci/venv (in ~/.cache/symmem/ when target/ is under /tmp, /run or
+# /dev/shm, out of the emulated nodes' sight) and the wheel in target/py-ci/wheels.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
 work="$target/py-ci"
 venv="$work/venv"
+case "$venv" in
+  # The emulated nodes of the torchrun test have their own /tmp, /run and /dev/shm: a venv
+  # there is out of their sight, so it goes to this user's cache instead (one per checkout).
+  /tmp/* | /run/* | /dev/shm/*)
+    venv="${XDG_CACHE_HOME:-$HOME/.cache}/symmem/py-ci-venv-$(printf %s "$target" | sha256sum | cut -c1-12)" ;;
+esac
 profile=${PROFILE:-debug}
 
 if [ ! -x "$venv/bin/python" ]; then
@@ -40,7 +47,6 @@ export SYMMEM_RUN="$target/debug/symmem-run"
 (cd crates/symmem-py/tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@")
 
 if [ "${TRITON:-1}" != 0 ] && [ $# = 0 ]; then
-  # The emulated nodes see this venv only outside /tmp (each node has a /tmp of its own).
   SYMMEM_TEST_PYTHON="$venv/bin/python" cargo test --locked -p symmem-cluster --test torchrun \
     -- --ignored --nocapture
 fi

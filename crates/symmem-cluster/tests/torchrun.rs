@@ -15,9 +15,18 @@ use symmem_cluster::Cluster;
 
 const PYTHON: &str = "SYMMEM_TEST_PYTHON";
 
-/// The rank script, from this checkout.
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../symmem-py/tests/ranks/torch_group.py")
+/// The rank script (and the helpers it imports) as the nodes see them: copied into the
+/// cluster's shared folder where the checkout is under a folder each node has of its own.
+fn script(cluster: &Cluster) -> PathBuf {
+    let ranks = Path::new(env!("CARGO_MANIFEST_DIR")).join("../symmem-py/tests/ranks");
+    cluster.visible(&ranks.join("common.py")).unwrap();
+    cluster.visible(&ranks.join("torch_group.py")).unwrap()
+}
+
+/// A port free on node-a's address now (the nodes share this machine's network).
+fn free_port(cluster: &Cluster) -> u16 {
+    let listener = std::net::TcpListener::bind((cluster.nodes()[0].address(), 0)).unwrap();
+    listener.local_addr().unwrap().port()
 }
 
 /// One node's torchrun: `nodes` nodes of `per_node` ranks, node-a hosting the rendezvous.
@@ -25,15 +34,12 @@ fn torchrun(
     cluster: &Cluster,
     python: &Path,
     node: usize,
-    per_node: usize,
+    (per_node, port): (usize, u16),
     log: &Path,
-    extra_env: &[(&str, &str)],
 ) -> Child {
     let nodes = cluster.nodes();
-    let endpoint = format!("{}:29400", nodes[0].address());
-    let script = cluster
-        .on_nodes(&script())
-        .expect("the checkout is seen by the nodes");
+    let endpoint = format!("{}:{port}", nodes[0].address());
+    let script = script(cluster);
     let out = std::fs::File::create(log).unwrap();
     let mut command = cluster.on_node(&nodes[node]);
     command
@@ -53,9 +59,6 @@ fn torchrun(
         .env_remove("SYMMEM_NODE_ID")
         .stdout(out.try_clone().unwrap())
         .stderr(out);
-    for (k, v) in extra_env {
-        command.env(k, v);
-    }
     command.spawn().expect("starting torchrun on a node")
 }
 
@@ -67,7 +70,7 @@ fn torchrun_across_two_nodes_meets_through_the_group() {
     }));
     let Some(cluster) = cluster(2) else { return };
     let python = cluster.on_nodes(&python).unwrap_or_else(|e| {
-        panic!("{e}: the venv must be where the nodes see it (a checkout or target outside /tmp)")
+        panic!("{e}: the venv must be where the nodes see it (crates/symmem-py/ci.sh puts it outside /tmp)")
     });
     let logs = tempfile::tempdir().unwrap();
     let per_node = 2;
@@ -75,8 +78,9 @@ fn torchrun_across_two_nodes_meets_through_the_group() {
         logs.path().join("node-a.log"),
         logs.path().join("node-b.log"),
     );
-    let mut a = torchrun(&cluster, &python, 0, per_node, &log_a, &[]);
-    let mut b = torchrun(&cluster, &python, 1, per_node, &log_b, &[]);
+    let job = (per_node, free_port(&cluster));
+    let mut a = torchrun(&cluster, &python, 0, job, &log_a);
+    let mut b = torchrun(&cluster, &python, 1, job, &log_b);
     let limit = Duration::from_secs(180);
     let status_a = symmem_test_support::command::wait_or_kill(&mut a, limit);
     let status_b = symmem_test_support::command::wait_or_kill(&mut b, limit);

@@ -55,6 +55,12 @@ def test_torchrun_ranks_meet_through_the_group(ranks):
     passes(proc, ranks, "meet")
 
 
+def test_a_slurm_batch_step_around_spawned_ranks_does_not_stop_them():
+    """sbatch + python script.py (spawn): the batch step's SLURM_PROCID=0 / SLURM_NTASKS=1
+    name the script, not the group's ranks."""
+    passes(run(["torch_group.py", "spawn", "2", "batch"]), 2, "batch")
+
+
 def test_a_group_that_is_not_the_world_is_refused():
     passes(run(["torch_group.py", "spawn", "3", "subgroup"]), 3, "subgroup")
 

@@ -259,6 +259,7 @@ def init(provider: Optional[str] = None, *, group: Any = None) -> Dict[str, Any]
     runs that backend when neither ``provider`` nor ``SYMMEM_PROVIDER`` names one, and loads
     that shim unless ``SYMMEM_SHIM_LIB`` names another."""
     global _session
+    provider = _provider_name(provider)
     if _native.info() is not None:
         # Started before: _native.init only checks the provider (no second meeting).
         _native.init(provider)
@@ -267,19 +268,18 @@ def init(provider: Optional[str] = None, *, group: Any = None) -> Dict[str, Any]
             _session = current
             _refuse_a_lone_rank(current)
         return current
-    if not (provider or "").strip() and not os.environ.get("SYMMEM_PROVIDER", "").strip():
-        # A GPU wheel (cargo xtask wheel) runs its own backend unless told otherwise.
-        from . import _shim
-
-        build = _shim.packaged()
-        provider = build["backend"] if build is not None else None
     name = (provider or os.environ.get("SYMMEM_PROVIDER") or "host").strip().lower()
-    shim_lib = None
+    shim_lib, shim_error = None, None
     if name != "host" and not os.environ.get("SYMMEM_SHIM_LIB"):
         from . import _shim
 
-        shim_lib = _shim.locate(name)
-    meeting = _meet(group)
+        try:
+            shim_lib = _shim.locate(name)
+        except Exception as e:  # raised after the meeting, which it refuses on every rank
+            shim_error = e
+    meeting = _meet(group, provider, shim_error)
+    if shim_error is not None:
+        raise shim_error
     if meeting is None:
         started = _native.init(provider, shim_lib=shim_lib)
     else:
@@ -295,6 +295,18 @@ def init(provider: Optional[str] = None, *, group: Any = None) -> Dict[str, Any]
     if not current.get("finalized", True):
         _session = current
     return current
+
+
+def _provider_name(provider: Optional[str]) -> Optional[str]:
+    """The provider init starts: ``provider``; else None where ``SYMMEM_PROVIDER`` names one
+    (the extension reads it); else the backend of the shim a GPU wheel carries (cargo xtask
+    wheel); else None (host)."""
+    if (provider or "").strip() or os.environ.get("SYMMEM_PROVIDER", "").strip():
+        return provider
+    from . import _shim
+
+    build = _shim.packaged()
+    return build["backend"] if build is not None else None
 
 
 def _torch_world(group: Any) -> Any:
@@ -347,23 +359,31 @@ def _refuse_a_lone_rank(session: Dict[str, Any]) -> None:
 _gloo_world: Any = None
 
 
-def _meet(group: Any) -> Optional[Tuple[Any, List[bytes]]]:
+def _meet(
+    group: Any, provider: Optional[str], refusal: Optional[BaseException]
+) -> Optional[Tuple[Any, List[bytes]]]:
     """Where the ranks meet through a torch.distributed group (see :func:`init`): this rank's
-    arrival and every rank's card, gathered over the group in rank order."""
+    arrival and every rank's card, gathered over the group in rank order. ``refusal`` (this
+    rank cannot start ``provider``) rides in the card: every rank's init then fails with it."""
     global _gloo_world
     found = _torch_world(group)
     if found is None:
         return None
     dist, group = found
     rank, size = dist.get_rank(group), dist.get_world_size(group)
-    arrival = _native.arrive(rank, size)
-    gather = group
-    if dist.get_backend(group) != "gloo":
-        if _gloo_world is None:
-            _gloo_world = dist.new_group(backend="gloo")
-        gather = _gloo_world
-    cards: List[Any] = [None] * size
-    dist.all_gather_object(cards, arrival.card(), group=gather)
+    reason = None if refusal is None else f"{type(refusal).__name__}: {refusal}"
+    arrival = _native.arrive(rank, size, provider, reason)
+    try:
+        gather = group
+        if dist.get_backend(group) != "gloo":
+            if _gloo_world is None:
+                _gloo_world = dist.new_group(backend="gloo")
+            gather = _gloo_world
+        cards: List[Any] = [None] * size
+        dist.all_gather_object(cards, arrival.card(), group=gather)
+    except BaseException:
+        arrival.close()  # rank 0's listener, not kept open by the traceback
+        raise
     return arrival, [bytes(card) for card in cards]
 
 

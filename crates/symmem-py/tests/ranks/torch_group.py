@@ -1,7 +1,7 @@
 """Ranks that meet through a torch.distributed process group, with no symmem launcher:
 
     python torch_group.py spawn N [CASE]    torch.multiprocessing.spawn + init_process_group
-                                            (tcp:// on loopback, no launcher variables), as
+                                            (a file:// store, no launcher variables), as
                                             Iris's own tests start ranks
     torchrun ... torch_group.py [CASE]      torchrun's env:// variables, one node or several
 
@@ -9,7 +9,8 @@ CASE: ``meet`` (default; SYMMEM_NODE_ID from NODE_OF=even makes rank % 2 the emu
 ``subgroup`` (a group that is not the world is refused, then the world meets), ``stale`` (the
 launcher variables of another job disagree with the group: every rank refuses, none waits),
 ``early`` (spawn only: symmem started before init_process_group refuses to serve as a
-one-rank world).
+one-rank world), ``batch`` (spawn only: a Slurm batch step's variables around the processes
+say nothing of the group's ranks: they meet).
 Each rank prints ``PASS torch group <case>``."""
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def early() -> None:
     expect(symmem.SymmemError, symmem.init, contains="init_process_group")
 
 
-CASES = {"meet": meet, "subgroup": subgroup, "stale": stale, "early": early}
+CASES = {"meet": meet, "subgroup": subgroup, "stale": stale, "early": early, "batch": meet}
 
 
 def run(case: str) -> None:
@@ -95,32 +96,33 @@ def run(case: str) -> None:
     dist.destroy_process_group()
 
 
-def spawned(rank: int, world: int, port: int, case: str) -> None:
+def spawned(rank: int, world: int, store: str, case: str) -> None:
     import torch.distributed as dist
 
     if case == "stale":
         os.environ.update({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": str(world),
                            "OMPI_COMM_WORLD_LOCAL_RANK": "0",
                            "OMPI_COMM_WORLD_LOCAL_SIZE": str(world)})
+    if case == "batch":
+        # A Slurm batch step around the spawned processes: one task, rank 0 of 1.
+        os.environ.update({"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0",
+                           "SLURM_JOB_ID": "4242"})
     if case == "early":
         symmem.init()  # the mistake: before torch.distributed knows the job
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     run(case)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["spawn"]:
         import torch.multiprocessing as mp
 
+        import tempfile
+
         world, case = int(sys.argv[2]), (sys.argv[3] if len(sys.argv) > 3 else "meet")
-        mp.spawn(spawned, args=(world, free_port(), case), nprocs=world, join=True)
+        with tempfile.TemporaryDirectory() as folder:  # the group's store: no port to race for
+            store = os.path.join(folder, "store")
+            mp.spawn(spawned, args=(world, store, case), nprocs=world, join=True)
     else:
         import torch.distributed as dist
 
