@@ -4,10 +4,11 @@
 # `pip install --no-index` of the NVIDIA wheel that `cargo xtask wheel --backend nvshmem` made
 # into that very environment (uninstalled again at the end; no SYMMEM_SHIM_LIB, no symmem-run,
 # no index), then
-#   torchrun --nproc-per-node N triton_alltoall.py nvshmem        at each of RANKS (default 2 4 8)
+#   torchrun --nproc-per-node N triton_alltoall.py [--iris]       at each of RANKS (default 2 4 8)
 # and the allocation bench (benches/alloc_free.py: the `iris` case is symmem.iris.Provider, the
 # `torch` case symmem.allocate_symmetric, in the same job) under torchrun at each of BENCH_RANKS
-# (default "1 2 4 8"; BENCH_PAIRS, default 100). Folder layout: the wheel, triton_alltoall.py,
+# (default "1 2 4 8", a count may repeat; BENCH_PAIRS, default 100). The wheel's own backend
+# runs: no provider is named anywhere. Folder layout: the wheel, triton_alltoall.py,
 # alloc_free.py, profile_steps.py and this script side by side. Writes logs, summary.txt and
 # bench.jsonl (rank 0's figures) into $RESULTS_DIR (default: $OUT, else results/ here).
 set -uo pipefail
@@ -49,7 +50,7 @@ for n in ${RANKS-2 4 8}; do
     log="$results/triton-$how-$n.log"
     flag=()
     [ "$how" = iris ] && flag=(--iris)
-    if run_torchrun "$n" "$log" "$here/triton_alltoall.py" nvshmem "${flag[@]}"; then
+    if run_torchrun "$n" "$log" "$here/triton_alltoall.py" "${flag[@]}"; then
       echo "[$how] $(grep -h "SUMMARY" "$log")" | tee -a "$results/summary.txt"
     else
       echo "[$how] triton all-to-all at $n PEs: FAILED (rc $?), see $(basename "$log")" | tee -a "$results/summary.txt"
@@ -58,10 +59,12 @@ for n in ${RANKS-2 4 8}; do
     fi
   done
 done
+run=0
 for n in ${BENCH_RANKS-1 2 4 8}; do
-  log="$results/bench-$n.log"
-  if SYMMEM_PROVIDER=nvshmem run_torchrun "$n" "$log" "$here/alloc_free.py" --pairs "${BENCH_PAIRS:-100}"; then
-    grep -h '^{' "$log" >>"$results/bench.jsonl"
+  run=$((run + 1))
+  log="$results/bench-$run-$n.log"
+  if run_torchrun "$n" "$log" "$here/alloc_free.py" --pairs "${BENCH_PAIRS:-100}"; then
+    grep -h '^{' "$log" | sed "s/^{/{\"run\": $run, /" >>"$results/bench.jsonl"
     echo "bench at $n PEs: $(grep -c '^{' "$log") figures" | tee -a "$results/summary.txt"
   else
     echo "bench at $n PEs: FAILED, see $(basename "$log")" | tee -a "$results/summary.txt"
