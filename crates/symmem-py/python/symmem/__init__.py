@@ -110,20 +110,32 @@ class AddressMap:
     def translate(self, addr: int, from_rank: int, to_rank: int) -> int:
         """``bases[to] + (addr - bases[from])``, refusing an address outside rank
         ``from_rank``'s copy of this allocation and peers that are not reachable."""
-        for r in (from_rank, to_rank):
-            if not 0 <= r < self.world_size:
-                raise ValueError(f"rank {r} is out of range for a world of {self.world_size}")
-            if not self.direct[r]:
-                raise ValueError(
-                    f"rank {r} is not load/store reachable from rank {self.local_rank}"
-                )
-        base = self.bases[from_rank]
-        if not base <= addr < base + self.allocation_bytes:
+        return _translate(self.bases, self.direct, self.allocation_bytes, self.local_rank,
+                          addr, from_rank, to_rank, f"allocation #{self.allocation_id}")
+
+
+def _translate(bases, direct, nbytes: int, local_rank: int, addr: int, from_rank: int,
+               to_rank: int, what: str) -> int:
+    """``bases[to] + (addr - bases[from])`` of one allocation (``what``, for messages) of
+    ``nbytes`` per rank, refusing ranks out of range, peers that are not load/store reachable
+    from ``local_rank`` and an address outside rank ``from_rank``'s copy."""
+    n = len(bases)
+    for r in (from_rank, to_rank):
+        if not 0 <= r < n:
+            raise ValueError(f"rank {r} is out of range for a world of {n}")
+        if not direct[r]:
+            unreachable = [p for p in range(n) if not direct[p]]
             raise ValueError(
-                f"address {addr:#x} is outside rank {from_rank}'s copy of allocation "
-                f"#{self.allocation_id} [{base:#x}, +{self.allocation_bytes} B)"
+                f"rank {r} is not load/store reachable from rank {local_rank} (its base is 0; "
+                f"not reachable: {unreachable})"
             )
-        return self.bases[to_rank] + (addr - base)
+    base = bases[from_rank]
+    if not base <= addr < base + nbytes:
+        raise ValueError(
+            f"address {addr:#x} is outside rank {from_rank}'s copy of {what} "
+            f"[{base:#x}, +{nbytes} B)"
+        )
+    return bases[to_rank] + (addr - base)
 
 
 @dataclass(frozen=True)

@@ -187,22 +187,8 @@ class SymmetricAddressMap:
         it) and both ranks must be reachable; otherwise ``ValueError`` says which rule failed.
         (Kernels may translate pointers of other allocations through this table too; this
         method keeps to its own allocation.)"""
-        n = len(self.direct)
-        for r in (from_rank, to_rank):
-            if not 0 <= r < n:
-                raise ValueError(f"rank {r} is out of range for {n} ranks")
-            if not self.direct[r]:
-                raise ValueError(
-                    f"rank {r} is not load/store reachable from rank {self.local_rank} (its "
-                    f"base is 0); indirect peers: {self.indirect_peers()}"
-                )
-        base = self.bases[from_rank]
-        if not base <= addr < base + self.allocation_bytes:
-            raise ValueError(
-                f"address {addr:#x} is outside rank {from_rank}'s copy "
-                f"[{base:#x}, +{self.allocation_bytes} B) of this allocation"
-            )
-        return self.bases[to_rank] + (addr - base)
+        return symmem._translate(self.bases, self.direct, self.allocation_bytes,
+                                 self.local_rank, addr, from_rank, to_rank, "this allocation")
 
 
 def _import_torch():
