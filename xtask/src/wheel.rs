@@ -19,8 +19,8 @@ use xshell::{Shell, cmd};
 /// 3.9+) from a staged copy of crates/symmem-py's Python project (target/wheel/<backend>/project;
 /// the source tree is not touched) with two files added:
 ///
-///   symmem/_shim/libsymmem_shim_<backend>.so   the shim
-///   symmem/_shim/BUILD.json   backend, arch, symmem version and commit, NVSHMEM or rocSHMEM
+///   symmem/_lib/libsymmem_shim_<backend>.so   the shim
+///   symmem/_lib/BUILD.json   backend, arch, symmem version and commit, NVSHMEM or rocSHMEM
 ///                             version (and rocSHMEM's commit)
 ///
 /// Its version carries a local label naming the backend and the GPUs: 0.1.0+nvshmem.sm90,
@@ -234,7 +234,7 @@ fn checkout_commit(sh: &Shell, root: &Path) -> Option<String> {
     }
 }
 
-/// symmem/_shim/BUILD.json: what the packaged shim is. `symmem._shim` reads `backend`,
+/// symmem/_lib/BUILD.json: what the packaged shim is. `symmem._shim` reads `backend`,
 /// `library` and the NVSHMEM package and version.
 #[derive(serde::Serialize, Debug)]
 struct BuildInfo {
@@ -380,7 +380,7 @@ fn stage(
             crate_dir.display()
         );
     }
-    let shim_dir = package.join("_shim");
+    let shim_dir = package.join("_lib");
     copy(&built.library, &shim_dir.join(&info.library))?;
     let json = serde_json::to_string_pretty(info).context("BUILD.json")?;
     std::fs::write(shim_dir.join("BUILD.json"), format!("{json}\n"))

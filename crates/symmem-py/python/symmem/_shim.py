@@ -1,9 +1,9 @@
 """The GPU shim a wheel carries, and what it needs loaded first.
 
 A wheel built by ``cargo xtask wheel --backend nvshmem|rocshmem`` holds the shim library at
-``symmem/_shim/<library>`` beside ``symmem/_shim/BUILD.json`` (backend, arch, versions,
+``symmem/_lib/<library>`` beside ``symmem/_lib/BUILD.json`` (backend, arch, versions,
 commit). :func:`locate` answers where it is for a provider; a wheel built without one (the
-plain ``maturin build``, the host provider's) has no ``_shim`` folder and gets ``None``.
+plain ``maturin build``, the host provider's) has no ``_lib`` folder and gets ``None``.
 
 The NVSHMEM shim links ``libnvshmem_host.so.3`` (ELF NEEDED, no run path); the wheel requires
 the pip package that ships it (``nvidia-nvshmem-cu13``, at the exact version the shim was
@@ -23,7 +23,7 @@ from ._native import UnavailableError
 __all__ = ["MissingRuntimeError", "locate", "packaged"]
 
 #: The folder of the packaged shim and its BUILD.json.
-SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim")
+SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lib")
 
 #: The library the NVSHMEM shim needs (its NEEDED entry), inside the NVSHMEM pip package.
 NVSHMEM_HOST = "libnvshmem_host.so.3"
