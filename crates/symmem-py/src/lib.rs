@@ -328,7 +328,18 @@ fn arrive(
         arrival.refuse(e.to_string());
     }
     match session::provider_kind(provider) {
-        Ok(kind) => arrival.provider(kind.name()),
+        Ok(kind) => {
+            arrival.provider(kind.name());
+            // The provider's own settings, read after the meeting: an invalid one refuses now.
+            let invalid = match kind {
+                symmem::ProviderKind::Host => symmem::settings::HOST_HEAP_SIZE.get().err(),
+                _ => (symmem::settings::GPU_HEAP_SIZE.read().err())
+                    .or(symmem::settings::DEVICE.read().err()),
+            };
+            if let Some(e) = invalid {
+                arrival.refuse(e.to_string());
+            }
+        }
         Err(fail) => arrival.refuse(fail.message()),
     }
     Ok(Arrival(Some(arrival)))

@@ -71,6 +71,13 @@ def test_launcher_variables_that_disagree_with_the_group_fail_every_rank_at_once
     passes(run(["torch_group.py", "spawn", "3", "stale"], timeout=60), 3, "stale")
 
 
+def test_an_invalid_setting_on_one_rank_fails_every_rank_at_once():
+    """Settings are read after the meeting; an invalid one rides in its rank's card instead,
+    so the other ranks do not wait out the collective timeout (30 s here) for it."""
+    proc = run(["torch_group.py", "spawn", "3", "badsetting"], timeout=25)
+    passes(proc, 3, "badsetting")
+
+
 def test_a_session_started_before_init_process_group_refuses_to_serve():
     """symmem.init() before init_process_group formed a one-rank world; once torch.distributed
     says the job has 2 ranks, allocate and init refuse, naming the fix."""

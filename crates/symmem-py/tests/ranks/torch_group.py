@@ -10,7 +10,8 @@ CASE: ``meet`` (default; SYMMEM_NODE_ID from NODE_OF=even makes rank % 2 the emu
 launcher variables of another job disagree with the group: every rank refuses, none waits),
 ``early`` (spawn only: symmem started before init_process_group refuses to serve as a
 one-rank world), ``batch`` (spawn only: a Slurm batch step's variables around the processes
-say nothing of the group's ranks: they meet).
+say nothing of the group's ranks: they meet), ``badsetting`` (spawn only: rank 1's invalid
+setting fails every rank at once).
 Each rank prints ``PASS torch group <case>``."""
 
 from __future__ import annotations
@@ -83,7 +84,14 @@ def early() -> None:
     expect(symmem.SymmemError, symmem.init, contains="init_process_group")
 
 
-CASES = {"meet": meet, "subgroup": subgroup, "stale": stale, "early": early, "batch": meet}
+def badsetting() -> None:
+    # Rank 1's heap setting is invalid (see spawned): every rank refuses at once, naming it.
+    text = expect(symmem.SymmemError, symmem.init, contains="rank 1 cannot join this job")
+    check("SYMMEM_HOST_HEAP_SIZE" in text, f"names the setting: {text}")
+
+
+CASES = {"meet": meet, "subgroup": subgroup, "stale": stale, "early": early, "batch": meet,
+         "badsetting": badsetting}
 
 
 def run(case: str) -> None:
@@ -103,6 +111,8 @@ def spawned(rank: int, world: int, store: str, case: str) -> None:
         os.environ.update({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": str(world),
                            "OMPI_COMM_WORLD_LOCAL_RANK": "0",
                            "OMPI_COMM_WORLD_LOCAL_SIZE": str(world)})
+    if case == "badsetting" and rank == 1:
+        os.environ["SYMMEM_HOST_HEAP_SIZE"] = "lots"
     if case == "batch":
         # A Slurm batch step around the spawned processes: one task, rank 0 of 1.
         os.environ.update({"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0",
