@@ -15,6 +15,9 @@ use crate::{Cluster, ClusterError, NODE_VIEW};
 /// `mpirun`, Slurm's `srun`).
 const RANK_VARIABLES: [&str; 2] = ["OMPI_COMM_WORLD_RANK", "SLURM_PROCID"];
 
+/// How long [`Cluster::signal_rank`] looks for a rank that is not visible (yet).
+const FIND_RANK_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Cluster {
     /// The nodes' host names, in order (`node-a`, `node-b`, ...).
     pub fn hosts(&self) -> Vec<String> {
@@ -116,17 +119,34 @@ impl Cluster {
     }
 
     /// Sends `signal` to rank `rank` of the running job; returns its node and process.
+    ///
+    /// A rank is found by its environment, which the kernel shows empty while the process is
+    /// in `execve` (the new image's environment is placed after its memory is switched): a
+    /// rank that just printed and now execs (`echo started; exec sleep`) is invisible for that
+    /// moment. So it is looked for again, every 5 ms, for up to [`FIND_RANK_WITHIN`].
     pub fn signal_rank(
         &self,
         rank: usize,
         signal: nix::sys::signal::Signal,
     ) -> Result<(String, Process), ClusterError> {
-        let (node, process) = self.rank_process(rank).ok_or_else(|| {
-            ClusterError::io(format!("finding rank {rank}"))(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "no process on any node has it (not started yet, or already ended)",
-            ))
-        })?;
+        let deadline = std::time::Instant::now() + FIND_RANK_WITHIN;
+        let (node, process) = loop {
+            if let Some(found) = self.rank_process(rank) {
+                break found;
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(ClusterError::io(format!("finding rank {rank}"))(
+                    std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!(
+                            "no process on any node has it within {FIND_RANK_WITHIN:?} (not \
+                             started yet, or already ended)"
+                        ),
+                    ),
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(process.pid as i32), signal)
             .map_err(|e| ClusterError::io(format!("signalling rank {rank}"))(e.into()))?;
         Ok((node, process))
