@@ -303,6 +303,10 @@ class Provider:
             # costs microseconds, a third of a 1-PE allocate's Python share.
             with torch.inference_mode(False):
                 return symmem.allocate_symmetric(*_shape(size), dtype=dtype, framework="torch")
+        if len(size) == 1 and type(size[0]) is int:
+            # The common case, passed on as it came: forwarding *size costs ~1.5 us a call
+            # (measured here, 1 PE), a third of what this surface adds over symmem's own.
+            return symmem.allocate_symmetric(size[0], dtype=dtype, framework="torch")
         return symmem.allocate_symmetric(*_shape(size), dtype=dtype, framework="torch")
 
     # ---- descriptor form -----------------------------------------------------------------
