@@ -359,13 +359,8 @@ class Provider:
         or a view of all of it). Every rank frees the same allocations in the same order; it
         waits for the kernels this rank queued first. Freeing twice, a slice or a tensor from
         elsewhere raises ``ValueError`` on the rank that asked, before any collective, so no
-        rank hangs."""
-        torch = _import_torch()
-        if not isinstance(tensor, torch.Tensor):
-            raise TypeError(
-                f"expected a torch.Tensor from Provider.allocate_symmetric, got "
-                f"{type(tensor).__name__}"
-            )
+        rank hangs; anything but a tensor is a ``TypeError`` naming torch.Tensor (symmem.free's
+        own check: one check on this hot path, not two)."""
         symmem.free(tensor)
 
     def get_rank(self) -> int:
