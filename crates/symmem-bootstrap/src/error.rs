@@ -282,7 +282,8 @@ pub enum BootstrapError {
     RankRefused { rank: usize, reason: String },
     #[error(
         "rank {rank} starts the {provider} provider, rank 0 the {first} one: every rank must \
-         start the same (symmem.init(provider) or SYMMEM_PROVIDER alike on every rank)"
+         start the same (symmem.init(provider) or {} alike on every rank)",
+        symmem::settings::PROVIDER.name
     )]
     ProvidersDisagree {
         rank: usize,
