@@ -321,17 +321,25 @@ def _provider_name(provider: Optional[str]) -> Optional[str]:
     return build["backend"] if build is not None else None
 
 
+def _initialised_dist() -> Any:
+    """torch.distributed where the program imported and initialised it, else None (symmem
+    never imports torch itself)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist
+    return None
+
+
 def _torch_world(group: Any) -> Any:
     """torch.distributed and the group to meet through: ``group``, else the default group
     where torch.distributed is initialised, else None (the launcher's variables). A group that
     is not the whole job is refused: symmem's ranks are the job's."""
-    dist = sys.modules.get("torch.distributed")
-    initialised = dist is not None and dist.is_available() and dist.is_initialized()
+    dist = _initialised_dist()
     if group is None:
-        if not initialised:
+        if dist is None:
             return None
         group = dist.group.WORLD
-    elif not initialised:
+    elif dist is None:
         raise ValueError(
             "symmem.init(group=...) needs torch.distributed initialised: call "
             "torch.distributed.init_process_group(...) first, on every rank"
@@ -353,8 +361,8 @@ def _refuse_a_lone_rank(session: Dict[str, Any]) -> None:
     allocations would reach no peer. Raises, saying how to start instead."""
     if session["world_size"] != 1 or session.get("launcher") != "singleton":
         return
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
+    dist = _initialised_dist()
+    if dist is None:
         return
     world = dist.get_world_size()
     if world > 1:
