@@ -220,14 +220,6 @@ impl Arrival {
         serde_json::to_vec(&self.place).expect("a place is plain data")
     }
 
-    pub fn rank(&self) -> usize {
-        self.place.rank
-    }
-
-    pub fn world_size(&self) -> usize {
-        self.place.world_size
-    }
-
     /// The places of `cards` (every rank's, in rank order), each checked to be a card of
     /// this job's rank at its position.
     fn read(&self, cards: &[Vec<u8>]) -> Result<Vec<Place>, BootstrapError> {
