@@ -217,13 +217,25 @@ fn package_version(sh: &Shell, root: &Path) -> anyhow::Result<String> {
 }
 
 /// This checkout's commit, `-dirty` when tracked files differ from it; `None` without git.
+/// (The commit itself, never `git describe`'s name, which becomes a tag's once tags exist.)
 fn checkout_commit(sh: &Shell, root: &Path) -> Option<String> {
-    let found = cmd!(sh, "git -C {root} describe --always --abbrev=40 --dirty")
+    let found = cmd!(sh, "git -C {root} rev-parse HEAD")
         .quiet()
         .ignore_stderr()
         .read();
     match found {
-        Ok(commit) => Some(commit.trim().to_string()),
+        Ok(commit) => {
+            let clean = cmd!(sh, "git -C {root} diff --quiet HEAD --")
+                .quiet()
+                .ignore_stderr()
+                .run()
+                .is_ok();
+            Some(format!(
+                "{}{}",
+                commit.trim(),
+                if clean { "" } else { "-dirty" }
+            ))
+        }
         Err(_) => {
             eprintln!(
                 "note: {} is not a git checkout: BUILD.json records no commit",
@@ -541,8 +553,7 @@ fn words<const N: usize>(parts: [&std::ffi::OsStr; N]) -> Vec<String> {
 }
 
 fn format_size(file: &Path) -> String {
-    let bytes = file.metadata().map_or(0, |m| m.len());
-    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+    symmem_build::rocshmem::human_bytes(file.metadata().map_or(0, |m| m.len()))
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@ pub mod install;
 pub mod plan;
 mod source;
 mod stale;
+
+pub use stale::human_bytes;
 pub mod support;
 
 use crate::targets::GpuTargets;

@@ -118,6 +118,7 @@ fn size_of(path: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// A size for people to read: `1.5 KiB`, `3.0 GiB` (binary units, one decimal).
 pub fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
     if bytes < 1024 {
