@@ -18,7 +18,7 @@
 //! slurmstepd) before and after the barriers.
 
 use std::time::{Duration, Instant};
-use symmem::{CollectiveKind, CollectiveOp, Context, RankIdentity};
+use symmem::{CollectiveKind, CollectiveOp, Context};
 use symmem_bootstrap::{Bootstrap, default_rendezvous};
 use symmem_host::{HostConfig, HostProvider};
 
@@ -72,7 +72,7 @@ fn main() -> anyhow::Result<()> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000)
         .max(200);
-    let identity = RankIdentity::from_env()?;
+    let identity = symmem_bootstrap::identify()?;
     let dir = default_rendezvous(&identity)?;
     let start = Instant::now();
     let mut cfg = HostConfig::from_env()?;

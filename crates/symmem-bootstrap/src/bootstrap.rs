@@ -36,6 +36,9 @@ pub struct Bootstrap {
     timeout: Duration,
     links: Links,
     topology: Topology,
+    /// The PMIx client [`identify`](crate::identify) opened to name this rank, held for the
+    /// job's life by a rank of the Unix star (finalised as it drops).
+    _pmix: Option<crate::pmix::Client>,
 }
 
 impl Bootstrap {
@@ -86,6 +89,7 @@ impl Bootstrap {
             timeout,
             links,
             topology: Topology::one_host(&nodes),
+            _pmix: None,
         })
     }
 
@@ -124,7 +128,11 @@ impl Bootstrap {
         timeout: Duration,
     ) -> Result<Self, BootstrapError> {
         match engine {
-            Engine::Unix => Self::star(rank, world_size, node, dir, timeout),
+            Engine::Unix => {
+                let mut star = Self::star(rank, world_size, node, dir, timeout)?;
+                star._pmix = crate::pmix::take_kept();
+                Ok(star)
+            }
             Engine::Pmix => {
                 if world_size == 0 {
                     return Err(BootstrapError::WorldSizeZero);
@@ -166,6 +174,7 @@ impl Bootstrap {
             timeout,
             links: Links::Nodes(Box::new(links)),
             topology,
+            _pmix: None,
         }
     }
 

@@ -30,7 +30,7 @@ use crate::{Bootstrap, BootstrapError, Gathered};
 use serde::{Deserialize, Serialize};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::BorrowedFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use symmem::{CollectiveKind, CollectiveOp, Topology};
@@ -76,6 +76,10 @@ struct Place {
     /// of the others waiting for a rank that left before the links opened.
     #[serde(default)]
     refusal: Option<String>,
+    /// The folder its node's ranks meet below, and which folder that is (device, inode):
+    /// ranks of one host that see different ones (a private /tmp per container) cannot meet.
+    #[serde(default)]
+    base: Option<(PathBuf, (u64, u64))>,
 }
 
 impl Place {
@@ -92,6 +96,10 @@ impl Place {
             no_root: None,
             provider: None,
             refusal: None,
+            base: match crate::rendezvous::rendezvous_base_id() {
+                (path, Some(id)) => Some((path, id)),
+                (_, None) => None,
+            },
         }
     }
 }
@@ -302,6 +310,35 @@ fn check_launcher(
     })
 }
 
+/// The ranks of one host (`local_ranks`, of `places`) meet in a folder below the same
+/// rendezvous base; where two of them see different folders there (each container with its
+/// own /tmp) they could never meet: an error at once, the same on every rank of the host,
+/// instead of a wait for the collective timeout.
+fn check_shared_base(places: &[Place], local_ranks: &[usize]) -> Result<(), BootstrapError> {
+    let first = local_ranks[0];
+    let Some(other) = local_ranks[1..].iter().copied().find(|&r| {
+        places[r].base.as_ref().map(|b| b.1) != places[first].base.as_ref().map(|b| b.1)
+    }) else {
+        return Ok(());
+    };
+    let path = |r: usize| {
+        places[r]
+            .base
+            .as_ref()
+            .map_or_else(|| "no folder".to_string(), |(p, _)| p.display().to_string())
+    };
+    let (a, b) = (path(first), path(other));
+    Err(BootstrapError::PrivateRendezvous {
+        ranks: (first, other),
+        host: places[first].name.clone(),
+        at: if a == b {
+            a
+        } else {
+            format!("{a} (rank {first}) and {b} (rank {other})")
+        },
+    })
+}
+
 /// 8 bytes of the kernel's random source, as 16 hex digits.
 fn job_name() -> Result<String, BootstrapError> {
     let mut bytes = [0u8; 8];
@@ -384,7 +421,11 @@ impl NodeLinks {
         timeout: Duration,
     ) -> Result<(Self, Topology), BootstrapError> {
         let deadline = deadline_in(timeout);
-        let client = Client::init()?;
+        // The client that named this rank, where PMIx did ([`crate::identify`]).
+        let client = match crate::pmix::take_kept() {
+            Some(client) => client,
+            None => Client::init()?,
+        };
         let (pmix_rank, job_size) = (client.rank(), client.job_size()?);
         if (pmix_rank, job_size) != (rank, world_size) {
             return Err(BootstrapError::PmixDisagrees {
@@ -435,6 +476,7 @@ impl NodeLinks {
         let local_ranks: Vec<usize> = (0..world_size)
             .filter(|&r| topology.same_host(r, rank))
             .collect();
+        check_shared_base(&places, &local_ranks)?;
         let local_rank = local_ranks
             .iter()
             .position(|&r| r == rank)

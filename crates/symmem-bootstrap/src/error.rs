@@ -301,14 +301,32 @@ pub enum BootstrapError {
     #[error(transparent)]
     Setting(#[from] symmem::InvalidSetting),
     #[error(
-        "the PMIx engine needs the PMIx client library {} ({cause}): install {}{}",
-        symmem_pmix_sys::LIBRARY, symmem_pmix_sys::PACKAGES, unset_hint(*.asked)
+        "the PMIx engine needs the PMIx client library {} ({cause}): {}{}",
+        symmem_pmix_sys::LIBRARY, install_hint(*.container), unset_hint(*.asked)
     )]
     PmixUnavailable {
         cause: String,
         /// Whether `SYMMEM_BOOTSTRAP` asked for PMIx (else a job across nodes needs it, and
         /// unsetting the variable would change nothing).
         asked: bool,
+        /// The container engine this process runs in, where it runs in one: the library
+        /// belongs in the image then, not on the nodes.
+        container: Option<&'static str>,
+    },
+    #[error(transparent)]
+    RankEnv(#[from] symmem::RankEnvError),
+    #[error(
+        "ranks {} and {} run on one host ({host}) but see different folders at {at}, where a \
+         node's ranks meet: each has a /tmp of its own (one container per rank: `apptainer \
+         --contain`/`--containall`, Docker). Give the containers the host's /tmp \
+         (`--bind /tmp`, `-v /tmp:/tmp`), or set {} to a folder every rank of the node sees",
+        .ranks.0, .ranks.1, RENDEZVOUS.name
+    )]
+    PrivateRendezvous {
+        ranks: (usize, usize),
+        host: String,
+        /// The folder, or each rank's where they differ.
+        at: String,
     },
     #[error(
         "{call} failed: {text} ({status}); was this process started by a PMIx launcher \
@@ -348,6 +366,36 @@ pub enum BootstrapError {
 }
 
 /// The way out of a missing PMIx library when `SYMMEM_BOOTSTRAP` asked for PMIx.
+fn install_hint(container: Option<&str>) -> String {
+    match container {
+        None => format!("install {}", symmem_pmix_sys::PACKAGES),
+        Some(engine) => format!(
+            "this process runs in {engine}, whose image lacks it: install {} in the image, \
+             or bind the host's {} and the libraries it loads into the container",
+            symmem_pmix_sys::PACKAGES,
+            symmem_pmix_sys::LIBRARY
+        ),
+    }
+}
+
+/// The container engine this process runs in, told by the file or variable each leaves
+/// inside its containers; `None` outside one (or in an engine that leaves neither).
+pub(crate) fn container_engine() -> Option<&'static str> {
+    let apptainer = ["APPTAINER_CONTAINER", "SINGULARITY_CONTAINER"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+        || std::path::Path::new("/.singularity.d").is_dir();
+    if apptainer {
+        Some("an Apptainer container")
+    } else if std::path::Path::new("/run/.containerenv").exists() {
+        Some("a Podman container")
+    } else if std::path::Path::new("/.dockerenv").exists() {
+        Some("a Docker container")
+    } else {
+        None
+    }
+}
+
 fn unset_hint(asked: bool) -> String {
     if asked {
         format!(

@@ -20,9 +20,14 @@ fn library() -> Result<&'static sys::Pmix, BootstrapError> {
         .get_or_init(|| open(sys::LIBRARY))
         .as_ref()
         .map_err(|e| match e {
-            BootstrapError::PmixUnavailable { cause, asked } => BootstrapError::PmixUnavailable {
+            BootstrapError::PmixUnavailable {
+                cause,
+                asked,
+                container,
+            } => BootstrapError::PmixUnavailable {
                 cause: cause.clone(),
                 asked: *asked,
+                container: *container,
             },
             other => BootstrapError::Protocol(other.to_string()),
         })
@@ -35,6 +40,7 @@ fn open(file: &str) -> Result<sys::Pmix, BootstrapError> {
         cause: e.to_string(),
         // Set and not empty (empty counts as unset): PMIx was asked for by name.
         asked: std::env::var_os(symmem::settings::BOOTSTRAP.name).is_some_and(|v| !v.is_empty()),
+        container: crate::error::container_engine(),
     })
 }
 
@@ -74,9 +80,37 @@ impl Client {
     /// The job's size (`PMIX_JOB_SIZE` of the namespace).
     pub(crate) fn job_size(&self) -> Result<usize, BootstrapError> {
         let wildcard = self.proc_of(sys::PMIX_RANK_WILDCARD as usize);
-        let value = self.get(&wildcard, sys::PMIX_JOB_SIZE, "PMIX_JOB_SIZE")?;
+        self.number(&wildcard, sys::PMIX_JOB_SIZE, "PMIX_JOB_SIZE")
+    }
+
+    /// This process's place in its job as the server tells it: rank, job size, local rank
+    /// and local size, its namespace naming the job.
+    pub(crate) fn identity(&self) -> Result<symmem::RankIdentity, BootstrapError> {
+        let wildcard = self.proc_of(sys::PMIX_RANK_WILDCARD as usize);
+        let local_size = self.number(&wildcard, sys::PMIX_LOCAL_SIZE, "PMIX_LOCAL_SIZE")?;
+        let local_rank = self.number(&self.me, sys::PMIX_LOCAL_RANK, "PMIX_LOCAL_RANK")?;
+        // SAFETY: PMIx_Init filled the name with a NUL-terminated string (the array is one
+        // longer than the longest name).
+        let namespace = unsafe { CStr::from_ptr(self.me.nspace.as_ptr()) }.to_string_lossy();
+        symmem::RankIdentity::from_pmix(
+            self.rank(),
+            self.job_size()?,
+            local_rank,
+            local_size,
+            &namespace,
+        )
+        .map_err(BootstrapError::from)
+    }
+
+    fn number(
+        &self,
+        proc_: &sys::pmix_proc_t,
+        key: &[u8],
+        name: &str,
+    ) -> Result<usize, BootstrapError> {
+        let value = self.get(proc_, key, name)?;
         value.number().map(|n| n as usize).ok_or_else(|| {
-            BootstrapError::Protocol("the PMIx server gave PMIX_JOB_SIZE as a non-number".into())
+            BootstrapError::Protocol(format!("the PMIx server gave {name} as a non-number"))
         })
     }
 
@@ -214,6 +248,21 @@ impl Client {
             ptr: out,
         })
     }
+}
+
+/// The client [`crate::identify`] opened to learn who this process is, kept for the engine
+/// (which takes it rather than initialising PMIx again) or for the job's life: a process that
+/// initialised PMIx must finalise it before it exits, or Open MPI's launcher ends the job.
+static KEPT: Mutex<Option<Client>> = Mutex::new(None);
+
+/// Keeps `client` until [`take_kept`] (see [`KEPT`]).
+pub(crate) fn keep(client: Client) {
+    *KEPT.lock().unwrap_or_else(|e| e.into_inner()) = Some(client);
+}
+
+/// The client [`keep`] kept, if any.
+pub(crate) fn take_kept() -> Option<Client> {
+    KEPT.lock().unwrap_or_else(|e| e.into_inner()).take()
 }
 
 impl Drop for Client {
@@ -360,6 +409,7 @@ mod tests {
             crate::BootstrapError::PmixUnavailable {
                 cause: "not found".into(),
                 asked,
+                container: None,
             }
             .to_string()
         };
@@ -373,6 +423,24 @@ mod tests {
             text(false).ends_with("on every node of the job"),
             "{}",
             text(false)
+        );
+    }
+
+    /// Inside a container the library belongs in the image: the message says so, and names
+    /// the bind a site with its own PMIx would use instead.
+    #[test]
+    fn inside_a_container_the_image_is_named() {
+        let text = crate::BootstrapError::PmixUnavailable {
+            cause: "not found".into(),
+            asked: false,
+            container: Some("an Apptainer container"),
+        }
+        .to_string();
+        assert!(
+            text.contains("runs in an Apptainer container")
+                && text.contains("in the image")
+                && text.contains("bind the host's libpmix.so.2"),
+            "{text}"
         );
     }
 }

@@ -41,15 +41,35 @@ pub fn default_rendezvous(identity: &RankIdentity) -> Result<PathBuf, BootstrapE
     if let Some(dir) = settings::RENDEZVOUS.read_path() {
         return Ok(dir);
     }
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
-    let user = base.join(format!("symmem-{}", nix::unistd::getuid()));
+    let user = rendezvous_base().join(format!("symmem-{}", nix::unistd::getuid()));
     match (&identity.job_key, identity.world_size) {
         (Some(key), _) => Ok(user.join(key)),
         (None, 1) => Ok(user.join(format!("singleton-{}", std::process::id()))),
         (None, _) => Err(BootstrapError::NoRendezvous),
     }
+}
+
+/// The folder the ranks of a node meet below: [`RENDEZVOUS`](settings::RENDEZVOUS) where set,
+/// else `$XDG_RUNTIME_DIR`, else the temp folder (`/tmp`).
+pub(crate) fn rendezvous_base() -> PathBuf {
+    settings::RENDEZVOUS.read_path().unwrap_or_else(|| {
+        std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir)
+    })
+}
+
+/// Which folder [`rendezvous_base`] is, as the kernel tells folders apart (device and inode
+/// of it, or of its nearest existing parent): ranks of one host whose answers differ cannot
+/// meet there (each container has a /tmp of its own). The path, for messages.
+pub(crate) fn rendezvous_base_id() -> (PathBuf, Option<(u64, u64)>) {
+    use std::os::unix::fs::MetadataExt;
+    let base = rendezvous_base();
+    let id = base
+        .ancestors()
+        .find_map(|dir| std::fs::metadata(dir).ok())
+        .map(|m| (m.dev(), m.ino()));
+    (base, id)
 }
 
 /// This process's job evidence ([`symmem::job_evidence`]), read from its environment.

@@ -54,6 +54,8 @@ struct Results {
     fail: usize,
     /// `(check, rank)` of each pass.
     passed: Vec<(String, usize)>,
+    /// The world size of every result line.
+    worlds: Vec<usize>,
     log: String,
 }
 
@@ -65,12 +67,16 @@ fn results(out: &Output) -> Results {
         skip: 0,
         fail: 0,
         passed: Vec::new(),
+        worlds: Vec::new(),
         log,
     };
     for line in stdout.lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
+        if let Some(world) = v["world_size"].as_u64() {
+            r.worlds.push(world as usize);
+        }
         match v["status"].as_str() {
             Some("pass") => {
                 r.pass += 1;
@@ -203,6 +209,97 @@ fn a_job_across_nodes_without_an_engine_stops_at_once_naming_the_fix() {
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(log.contains("=unix but this job spans nodes"), "{log}");
+}
+
+/// Strips every Open MPI variable from the rank's environment, as a container that passes
+/// only `PMIX_*` does, then runs the binary.
+const PMIX_ONLY: &str = "for v in $(env | sed -n 's/^\\(OMPI_[A-Za-z0-9_]*\\)=.*/\\1/p'); do unset \"$v\"; done; exec \"$BIN\"";
+
+/// A rank that only PMIx's variables reached learns its rank and the job's size from the PMIx
+/// server: one job of 4, on the Unix star of one host (auto) or through the PMIx engine, also
+/// across emulated nodes; never 4 jobs of one rank.
+#[test]
+fn with_only_pmix_variables_the_ranks_meet_as_one_job() {
+    for (bootstrap, engine) in [(None, "Unix"), (Some("pmix"), "Pmix")] {
+        let env: Vec<(&str, &str)> = bootstrap.map(|b| (BOOTSTRAP.name, b)).into_iter().collect();
+        let r = assert_suite_passes(4, PMIX_ONLY, &env, engine);
+        if mpirun().is_some() {
+            assert!(
+                !r.worlds.is_empty() && r.worlds.iter().all(|&w| w == 4),
+                "world sizes {:?}\n{}",
+                r.worlds,
+                r.log
+            );
+            assert!(
+                r.log.contains("the PMIx server named this rank"),
+                "{}",
+                r.log
+            );
+        }
+    }
+    let nodes = format!("export {}=$((PMIX_RANK / 2)); {PMIX_ONLY}", NODE_ID.name);
+    let r = assert_suite_passes(4, &nodes, &[(BOOTSTRAP.name, "pmix")], "Pmix");
+    if mpirun().is_some() {
+        let inter_node = r.passed.iter().filter(|(c, _)| c == "9").count();
+        assert_eq!(inter_node, 4, "{}", r.log);
+    }
+}
+
+/// A rank that no launcher variable reached at all (`apptainer exec --cleanenv`) is refused,
+/// naming the launcher it descends from and the fix, rather than passing as a job of one.
+#[test]
+fn a_rank_whose_environment_was_dropped_is_refused() {
+    let Some(mpirun) = mpirun() else { return };
+    let script = "exec env -i PATH=\"$PATH\" \"$BIN\"";
+    let out = launch(&mpirun, 2, script, &[]);
+    let r = results(&out);
+    assert!(!out.status.success(), "{}", r.log);
+    assert_eq!(r.pass, 0, "{}", String::from_utf8_lossy(&out.stdout));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), r.log);
+    assert!(
+        text.contains("no launcher variables reached this process, yet it descends from mpirun")
+            && text.contains("--cleanenv"),
+        "{text}"
+    );
+}
+
+/// Two ranks of one host with a /tmp each (one container per rank with a private /tmp, here
+/// a mount namespace with a tmpfs on /tmp for rank 1) cannot meet on their node's star: every
+/// rank says so at once, naming the bind that fixes it, instead of waiting out the timeout.
+#[test]
+fn ranks_of_one_host_with_a_tmp_each_are_refused_naming_the_bind() {
+    let Some(mpirun) = mpirun() else { return };
+    let private_tmp = Command::new("unshare")
+        .args(["--mount", "sh", "-c", "mount -t tmpfs tmpfs /tmp"])
+        .status();
+    if !private_tmp.is_ok_and(|s| s.success()) {
+        let why = "`unshare --mount` + `mount -t tmpfs` needs root (CAP_SYS_ADMIN)";
+        assert!(std::env::var_os("CI").is_none(), "{why}; CI runs as root");
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let script = "unset XDG_RUNTIME_DIR; if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then \
+                  exec unshare --mount sh -c 'mount -t tmpfs tmpfs /tmp && exec \"$BIN\"'; \
+                  else exec \"$BIN\"; fi";
+    let out = launch(
+        &mpirun,
+        2,
+        script,
+        &[(BOOTSTRAP.name, "pmix"), ("TMPDIR", "/tmp")],
+    );
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("ranks 0 and 1 run on one host")
+            && text.contains("see different folders at /tmp")
+            && text.contains("--bind /tmp"),
+        "{text}"
+    );
+    assert!(!text.contains("could not reach rank 0"), "{text}");
 }
 
 #[test]

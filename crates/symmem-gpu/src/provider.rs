@@ -47,7 +47,7 @@ impl GpuConfig {
     /// The configuration `backend` starts with in this process's environment (see the
     /// crate docs for the settings it reads).
     pub fn from_env(backend: ProviderKind) -> Result<Self, GpuError> {
-        let identity = RankIdentity::from_env()?;
+        let identity = symmem_bootstrap::identify()?;
         let rendezvous = symmem_bootstrap::default_rendezvous(&identity)?;
         Self::for_rank(backend, identity, rendezvous)
     }

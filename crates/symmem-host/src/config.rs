@@ -39,13 +39,14 @@ impl HostConfig {
         }
     }
 
-    /// Reads the rank variables and the host provider's settings
+    /// Reads who this rank is ([`symmem_bootstrap::identify`]: the launcher's variables, else
+    /// its PMIx server) and the host provider's settings
     /// ([`HOST_HEAP_SIZE`](symmem::settings::HOST_HEAP_SIZE),
     /// [`NODE_ID`](symmem::settings::NODE_ID),
     /// [`COLLECTIVE_TIMEOUT`](symmem::settings::COLLECTIVE_TIMEOUT),
     /// [`RENDEZVOUS`](symmem::settings::RENDEZVOUS)) from the environment.
     pub fn from_env() -> Result<Self, HostError> {
-        let identity = RankIdentity::from_env()?;
+        let identity = symmem_bootstrap::identify()?;
         let rendezvous = symmem_bootstrap::default_rendezvous(&identity)?;
         Ok(Self {
             identity,

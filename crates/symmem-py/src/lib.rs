@@ -267,7 +267,7 @@ fn outstanding_dicts<'py>(
 /// environment; not collective, needs no session.
 #[pyfunction]
 fn identity() -> PyResult<(usize, usize, usize, usize, String)> {
-    let id = symmem::RankIdentity::from_env().map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let id = symmem_bootstrap::identify().map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok((
         id.rank,
         id.world_size,

@@ -13,6 +13,9 @@ pub enum Launcher {
     Slurm,
     /// PMI (MPICH/Hydra): `PMI_RANK`, `PMI_SIZE`.
     Pmi,
+    /// No launcher variables reached this process, but the PMIx server that started it
+    /// (`PMIX_NAMESPACE`, `PMIX_RANK`) said who it is: a container that passes only `PMIX_*`.
+    Pmix,
     /// No launcher variables: a single rank.
     Singleton,
     /// A `torch.distributed` process group named the rank (symmem's Python package meets the
@@ -27,6 +30,7 @@ impl fmt::Display for Launcher {
             Self::OpenMpi => "Open MPI",
             Self::Slurm => "Slurm",
             Self::Pmi => "PMI",
+            Self::Pmix => "PMIx",
             Self::Singleton => "singleton",
             Self::Group => "torch.distributed group",
         })
@@ -37,14 +41,15 @@ impl Launcher {
     /// The launchers `SYMMEM_RANK_FROM` can name, innermost first.
     pub const NAMED: [Self; 4] = [Self::Torchrun, Self::OpenMpi, Self::Slurm, Self::Pmi];
 
-    /// Its name for `SYMMEM_RANK_FROM`: `torchrun`, `openmpi`, `slurm`, `pmi` (`singleton`
-    /// and `group`, which that setting does not take).
+    /// Its name for `SYMMEM_RANK_FROM`: `torchrun`, `openmpi`, `slurm`, `pmi` (`pmix`,
+    /// `singleton` and `group`, which that setting does not take).
     pub const fn setting_name(self) -> &'static str {
         match self {
             Self::Torchrun => "torchrun",
             Self::OpenMpi => "openmpi",
             Self::Slurm => "slurm",
             Self::Pmi => "pmi",
+            Self::Pmix => "pmix",
             Self::Singleton => "singleton",
             Self::Group => "group",
         }

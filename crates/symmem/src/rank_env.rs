@@ -41,6 +41,19 @@ pub enum RankEnvError {
         .launcher.setting_name()
     )]
     BadRankFrom { launcher: Launcher },
+    #[error(
+        "no launcher variables reached this process, yet it descends from {ancestor} \
+         (pid {pid}), which starts a job's ranks: alone it would meet no other rank. A \
+         container that drops the environment does this (`apptainer exec --cleanenv` or \
+         `--containall`, `docker run` without `-e`): drop that flag, or pass the launcher's \
+         variables (SLURM_*, OMPI_*, PMIX_*) into the container"
+    )]
+    EnvironmentDropped { ancestor: String, pid: u32 },
+    #[error(
+        "the PMIx server says this process is {what}; a PMIx server gives every process of \
+         its job a rank below the job's size: the launcher or its PMIx library is broken"
+    )]
+    PmixNonsense { what: String },
     #[error(transparent)]
     InvalidSetting(#[from] InvalidSetting),
     #[error("{rank_var}={rank} but {size_var}={world_size}: the rank must be below the world size")]
@@ -157,9 +170,51 @@ const CONVENTIONS: [Convention; 4] = [
 ];
 
 impl RankIdentity {
-    /// Reads the process environment.
+    /// Reads the process environment. A process no launcher variable reached (not even a
+    /// PMIx server's) that descends from a launcher's rank starter (srun's job step, mpirun,
+    /// Open MPI's orted) is refused ([`RankEnvError::EnvironmentDropped`]): a container or
+    /// wrapper dropped its environment, and as a one-rank job it would "pass" alone.
     pub fn from_env() -> Result<Self, RankEnvError> {
-        Self::from_vars(|name| std::env::var(name).ok())
+        let get = |name: &str| std::env::var(name).ok();
+        let identity = Self::from_vars(get)?;
+        if identity.launcher == Launcher::Singleton
+            && !crate::pmix_present(&get)
+            && let Some((pid, ancestor)) = rank_starter(ancestors())
+        {
+            return Err(RankEnvError::EnvironmentDropped { ancestor, pid });
+        }
+        Ok(identity)
+    }
+
+    /// This process as the PMIx server that started it tells it (`PMIX_RANK`,
+    /// `PMIX_JOB_SIZE`, `PMIX_LOCAL_RANK`, `PMIX_LOCAL_SIZE` of `namespace`), for a process
+    /// no launcher variable reached; the namespace names its rendezvous folder.
+    pub fn from_pmix(
+        rank: usize,
+        world_size: usize,
+        local_rank: usize,
+        local_world_size: usize,
+        namespace: &str,
+    ) -> Result<Self, RankEnvError> {
+        let nonsense = |what: String| Err(RankEnvError::PmixNonsense { what });
+        if rank >= world_size {
+            return nonsense(format!("rank {rank} of a job of {world_size}"));
+        }
+        if local_rank >= local_world_size || local_world_size > world_size {
+            return nonsense(format!(
+                "local rank {local_rank} of {local_world_size} on its node, in a job of \
+                 {world_size}"
+            ));
+        }
+        Ok(Self {
+            rank,
+            world_size,
+            local_rank,
+            local_world_size,
+            launcher: Launcher::Pmix,
+            job_key: Some(path_component(&format!("pmix-{namespace}"))),
+            nodes: None,
+        })
     }
 
     /// Reads rank variables through `get`. When several launchers' variables are set, the
@@ -460,20 +515,76 @@ fn job_key(launcher: Launcher, get: &impl Fn(&str) -> Option<String>) -> Option<
         Launcher::Slurm => joined(&["SLURM_JOB_ID", "SLURM_STEP_ID"]),
         Launcher::OpenMpi => get("OMPI_MCA_ess_base_jobid").or_else(|| get("PMIX_NAMESPACE")),
         Launcher::Pmi => get("PMIX_NAMESPACE").or_else(|| get("PMI_KVSNAME")),
-        Launcher::Singleton | Launcher::Group => None,
+        Launcher::Pmix | Launcher::Singleton | Launcher::Group => None,
     }?;
-    // Keep it usable as one path component.
-    Some(
-        key.chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect(),
-    )
+    Some(path_component(&key))
+}
+
+/// `key` made usable as one path component.
+fn path_component(key: &str) -> String {
+    key.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// This process's ancestors, parent first: `(pid, comm, cmdline)` each, read from /proc
+/// (at most 64; none where /proc cannot be read).
+fn ancestors() -> impl Iterator<Item = (u32, String, String)> {
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
+        let after = &stat[stat.rfind(')')? + 1..];
+        after.split_whitespace().nth(1)?.parse().ok()
+    };
+    std::iter::successors(parent(std::process::id()), move |&pid| parent(pid))
+        .take_while(|&pid| pid > 1)
+        .take(64)
+        .map(|pid| {
+            let read = |file: &str| {
+                std::fs::read(format!("/proc/{pid}/{file}"))
+                    .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                    .unwrap_or_default()
+            };
+            (pid, read("comm").trim().to_string(), read("cmdline"))
+        })
+}
+
+/// The first of `ancestors` (`(pid, comm, cmdline)`, parent first) that starts a job's ranks
+/// and gives each its launcher variables: a Slurm job step's `slurmstepd` (not a batch
+/// script's, an allocation's shell or its extern step), `mpirun`/`mpiexec`/`orterun`/`prterun`,
+/// Open MPI's `orted`/`prted`, MPICH's `hydra_pmi_proxy`. Its pid and how to name it.
+fn rank_starter(
+    ancestors: impl IntoIterator<Item = (u32, String, String)>,
+) -> Option<(u32, String)> {
+    const STARTERS: [&str; 7] = [
+        "mpirun",
+        "mpiexec",
+        "orterun",
+        "prterun",
+        "orted",
+        "prted",
+        "hydra_pmi_proxy",
+    ];
+    ancestors.into_iter().find_map(|(pid, comm, cmdline)| {
+        if STARTERS.contains(&comm.as_str()) {
+            return Some((pid, comm));
+        }
+        // slurmstepd names itself `slurmstepd: [JOB.STEP]`; a numbered step is srun's.
+        let step = cmdline
+            .strip_prefix("slurmstepd: [")?
+            .split(']')
+            .next()?
+            .rsplit('.')
+            .next()?;
+        (comm == "slurmstepd" && step.bytes().all(|b| b.is_ascii_digit()) && !step.is_empty())
+            .then(|| (pid, format!("srun's job step ({})", cmdline.trim())))
+    })
 }
 
 #[cfg(test)]
@@ -487,6 +598,60 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         RankIdentity::from_vars(|k| map.get(k).cloned())
+    }
+
+    fn chain(entries: &[(u32, &str, &str)]) -> Vec<(u32, String, String)> {
+        entries
+            .iter()
+            .map(|(pid, comm, cmd)| (*pid, comm.to_string(), cmd.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn rank_starters_are_srun_steps_and_mpi_launchers_only() {
+        let step = chain(&[
+            (40, "apptainer", "Apptainer runtime parent"),
+            (30, "slurmstepd", "slurmstepd: [17.0] "),
+        ]);
+        let (pid, name) = rank_starter(step).expect("a job step starts ranks");
+        assert_eq!(pid, 30);
+        assert!(
+            name.contains("srun's job step") && name.contains("[17.0]"),
+            "{name}"
+        );
+        for not_a_step in [
+            "slurmstepd: [17.batch]",
+            "slurmstepd: [17.extern]",
+            "slurmstepd: [17.interactive]",
+        ] {
+            let chain = chain(&[(9, "bash", "bash job.sh"), (8, "slurmstepd", not_a_step)]);
+            assert_eq!(rank_starter(chain), None, "{not_a_step}");
+        }
+        let orted = chain(&[(5, "sh", "sh -c x"), (4, "orted", "orted -mca ess env")]);
+        assert_eq!(rank_starter(orted), Some((4, "orted".to_string())));
+        let shell = chain(&[
+            (5, "bash", "bash"),
+            (4, "sshd", "sshd: me"),
+            (3, "systemd", ""),
+        ]);
+        assert_eq!(rank_starter(shell), None);
+    }
+
+    #[test]
+    fn pmix_identity_is_checked_and_names_its_folder_by_the_namespace() {
+        let id = RankIdentity::from_pmix(2, 4, 0, 2, "slurm.pmix.17.0").unwrap();
+        assert_eq!(
+            (id.rank, id.world_size, id.local_rank, id.local_world_size),
+            (2, 4, 0, 2)
+        );
+        assert_eq!(id.launcher, Launcher::Pmix);
+        assert_eq!(id.job_key.as_deref(), Some("pmix-slurm.pmix.17.0"));
+        let odd = RankIdentity::from_pmix(0, 2, 0, 1, "prterun-a/b@1").unwrap();
+        assert_eq!(odd.job_key.as_deref(), Some("pmix-prterun-a_b_1"));
+        for (rank, size, local, local_size) in [(4, 4, 0, 1), (0, 4, 2, 2), (0, 2, 0, 3)] {
+            let err = RankIdentity::from_pmix(rank, size, local, local_size, "n").unwrap_err();
+            assert!(matches!(err, RankEnvError::PmixNonsense { .. }), "{err}");
+        }
     }
 
     #[test]
