@@ -10,6 +10,7 @@ mod layouts;
 mod programs;
 mod target;
 mod test;
+mod world;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

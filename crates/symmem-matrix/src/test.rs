@@ -3,6 +3,7 @@
 use crate::layouts::{RANKS_HELP, RankList, label, parse_ranks};
 use crate::programs::{RANK, shim_library};
 use crate::target::{Target, WhereArgs};
+use crate::world::{NotOneJob, Reported};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -85,7 +86,10 @@ pub struct TestArgs {
     #[arg(long, value_name = "PATH")]
     shim_lib: Option<PathBuf>,
     /// The symmem-conformance rank binary to run (default: the one next to symmem-matrix, where
-    /// `cargo build` and `cargo install` put it).
+    /// `cargo build` and `cargo install` put it), or a script that runs it with its arguments
+    /// (e.g. `apptainer exec IMAGE symmem-conformance "$@"`). A script must pass the launcher's
+    /// environment on: a layout whose ranks did not meet as one job of its ranks (a container
+    /// that drops the environment runs each rank as a job of 1) fails.
     #[arg(long, value_name = "PATH")]
     rank_binary: Option<PathBuf>,
     /// Run only these checks (ids as the matrix shows them: 1 .. 10b; repeat the flag or list
@@ -154,6 +158,8 @@ struct Run {
     ranks: usize,
     aggregate: Aggregate,
     report: RunReport,
+    /// Why the ranks' results say nothing: they did not meet as the job the layout asked for.
+    not_one_job: Option<NotOneJob>,
 }
 
 pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
@@ -227,7 +233,10 @@ fn run_matrix(
     let total = started.elapsed();
     print_matrix(&runs, &plan.checks);
     let count = |s| runs.iter().map(|r| r.aggregate.count(s)).sum::<usize>();
-    let runs_failed = runs.iter().filter(|r| !r.report.success()).count();
+    let runs_failed = runs
+        .iter()
+        .filter(|r| !r.report.success() || r.not_one_job.is_some())
+        .count();
     println!(
         "{} passed, {} failed, {} skipped",
         count(Status::Pass),
@@ -337,11 +346,13 @@ fn run_one(
     let ranks = spec.ranks;
     let mut results: Vec<CheckResult> = Vec::new();
     let mut arrived: BTreeMap<String, usize> = BTreeMap::new();
+    let mut reported = Reported::default();
     let launched = launcher.launch(spec, &mut |line: &OutputLine| {
-        if line.rank.is_some()
+        if let Some(launched) = line.rank
             && line.stream == Stream::Stdout
             && let Some(result) = CheckResult::parse(&line.text)
         {
+            reported.add(launched, &result);
             // Progress: a check is done once every rank reported it.
             let n = arrived.entry(result.check.clone()).or_default();
             *n += 1;
@@ -366,9 +377,24 @@ fn run_one(
             return Err(e.into());
         }
     };
-    let aggregate = Aggregate::of(ranks, checks, &results);
+    let mut aggregate = Aggregate::of(ranks, checks, &results);
+    let not_one_job = reported.check(ranks, launcher).err();
+    if not_one_job.is_some() {
+        // The checks ran in other worlds than this layout's: none of their verdicts holds, and
+        // the run's one note says why (print_matrix).
+        for v in &mut aggregate.verdicts {
+            v.status = Status::Fail;
+            v.detail = "the ranks did not meet as one job".to_string();
+        }
+    }
     let failed = aggregate.count(Status::Fail);
-    if report.success() && failed == 0 {
+    if not_one_job.is_some() {
+        progress.finish(&format!(
+            "FAILED ({:.2} s): the ranks did not meet as one {}-rank job (see below)",
+            report.elapsed.as_secs_f64(),
+            ranks
+        ));
+    } else if report.success() && failed == 0 {
         progress.finish(&format!("ok ({:.2} s)", report.elapsed.as_secs_f64()));
     } else {
         progress.finish(&format!(
@@ -381,6 +407,7 @@ fn run_one(
         ranks,
         aggregate,
         report,
+        not_one_job,
     })
 }
 
@@ -411,8 +438,15 @@ fn print_matrix(runs: &[Run], checks: &[&CheckInfo]) {
     out.push('\n');
     let mut notes = Vec::new();
     for run in runs {
+        if let Some(e) = &run.not_one_job {
+            // One note for the run, not one per check.
+            notes.push(format!("{}: {e}", run.label));
+        }
         if !run.report.success() {
             notes.push(format!("{}: run failed: {}", run.label, run.report));
+        }
+        if run.not_one_job.is_some() {
+            continue;
         }
         for v in &run.aggregate.verdicts {
             if v.status != Status::Pass {

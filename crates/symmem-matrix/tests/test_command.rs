@@ -2,7 +2,7 @@
 //! (tests/fixtures/fake-rank): what it prints, and how it exits.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -28,11 +28,16 @@ fn check_ids() -> String {
 /// `symmem-matrix test` over the fake rank, with SIGINT, SIGTERM and SIGHUP at their defaults whatever
 /// this test inherited (the launcher honours signals it inherited as ignored).
 fn matrix_test(args: &[&str]) -> Command {
+    matrix_test_through(&fake_rank(), args)
+}
+
+/// [`matrix_test`] with `--rank-binary RANK` (a wrapper around the fake rank).
+fn matrix_test_through(rank: &Path, args: &[&str]) -> Command {
     let mut command = with_default_signals(MATRIX);
     command
         .arg("test")
         .arg("--rank-binary")
-        .arg(fake_rank())
+        .arg(rank)
         .args(args)
         .env("FAKE_RANK_CHECKS", check_ids())
         .env_remove("FAKE_RANK_HANG")
@@ -270,6 +275,15 @@ fi
 /// `symmem-matrix test ARGS` with the stand-in launchers first on PATH; its output, and the
 /// argument lines the launcher was started with.
 fn under_fake_launchers(args: &str, env: &[(&str, &str)]) -> (Output, Vec<String>) {
+    under_fake_launchers_through(&fake_rank(), args, env)
+}
+
+/// [`under_fake_launchers`] with `--rank-binary RANK`.
+fn under_fake_launchers_through(
+    rank: &Path,
+    args: &str,
+    env: &[(&str, &str)],
+) -> (Output, Vec<String>) {
     let args: Vec<&str> = args.split_whitespace().collect();
     let dir = tempfile::tempdir().expect("tempdir");
     let bin = dir.path().join("bin");
@@ -283,7 +297,7 @@ fn under_fake_launchers(args: &str, env: &[(&str, &str)]) -> (Output, Vec<String
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let out = matrix_test(&args)
+    let out = matrix_test_through(rank, &args)
         .env("PATH", path)
         .env("FAKE_ARGV", &argv)
         .envs(env.iter().copied())
@@ -385,4 +399,115 @@ fn an_uneven_layout_goes_to_mpirun_as_host_slots_and_srun_refuses_it() {
         "{stdout}\n{stderr}"
     );
     assert!(stderr.contains("without --ntasks-per-node"), "{stderr}");
+}
+
+/// A `--rank-binary` wrapper around the fake rank, in `dir`: with `clean`, it runs the rank as
+/// `apptainer exec --cleanenv` (or `docker run` without `-e`) does, with none of the launcher's
+/// variables (`env -i`, keeping only PATH and the fake rank's own setting); otherwise it passes
+/// the environment on.
+fn rank_wrapper(dir: &Path, clean: bool) -> PathBuf {
+    let rank = fake_rank().display().to_string();
+    assert!(!rank.contains('\''), "{rank}");
+    let body = if clean {
+        format!(
+            "#!/bin/sh\nexec env -i PATH=\"$PATH\" FAKE_RANK_CHECKS=\"$FAKE_RANK_CHECKS\" \
+             '{rank}' \"$@\"\n"
+        )
+    } else {
+        format!("#!/bin/sh\nexec '{rank}' \"$@\"\n")
+    };
+    let path = dir.join(if clean { "cleanenv-rank" } else { "rank" });
+    symmem_test_support::command::write_script(&path, &body);
+    path
+}
+
+/// The matrix's message for ranks that each ran as a job of their own.
+const ALONE: &str = "every rank ran as rank 0 of a 1-rank job";
+
+#[test]
+fn ranks_that_did_not_get_the_launchers_variables_fail_the_layout_once_with_the_fix() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wrapper = rank_wrapper(dir.path(), true);
+    let out = matrix_test_through(&wrapper, &["--ranks", "4,1", "--timeout", "60s"])
+        .output()
+        .expect("run symmem-matrix");
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    // The ranks did run: each as rank 0 of its own job of 1.
+    assert_eq!(
+        stderr.matches("[rank 3] rank 0 of 1 starting").count(),
+        1,
+        "{stderr}"
+    );
+    // One message for the layout, naming what the ranks saw, the cause and the fix.
+    let notes: Vec<&str> = stdout.lines().filter(|l| l.contains(ALONE)).collect();
+    assert_eq!(notes.len(), 1, "{stdout}");
+    let note = notes[0];
+    assert!(
+        note.trim_start().starts_with(&format!(
+            "4 ranks: the layout asked for 4 ranks, but {ALONE}."
+        )),
+        "{note}"
+    );
+    for part in [
+        "--cleanenv",
+        "--containall",
+        "docker run",
+        "RANK, WORLD_SIZE",
+        "APPTAINERENV_",
+        "-e <NAME>",
+    ] {
+        assert!(note.contains(part), "no {part:?} in: {note}");
+    }
+    // Not a misdiagnosis per check.
+    assert!(!stdout.contains("no result from"), "{stdout}");
+    assert!(!stdout.contains("4 ranks, check"), "{stdout}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("[1/2] 4 ranks:")
+            && l.contains("FAILED")
+            && l.ends_with("the ranks did not meet as one 4-rank job (see below)")),
+        "{stderr}"
+    );
+    // A 1-rank job is what one rank should see: that layout passes.
+    let n = symmem_conformance::CHECKS.len();
+    assert!(
+        stdout.contains(&format!("{n} passed, {n} failed, 0 skipped")),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_wrapper_that_passes_the_environment_on_passes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wrapper = rank_wrapper(dir.path(), false);
+    let out = matrix_test_through(&wrapper, &["--ranks", "4,1", "--timeout", "60s"])
+        .output()
+        .expect("run symmem-matrix");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("[rank 3] rank 3 of 4 starting"), "{stderr}");
+    assert!(!stdout.contains("the layout asked for"), "{stdout}");
+    let n = 2 * symmem_conformance::CHECKS.len();
+    assert!(
+        stdout.contains(&format!("{n} passed, 0 failed, 0 skipped")),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn under_srun_the_fix_names_slurms_variables() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wrapper = rank_wrapper(dir.path(), true);
+    let (out, argv) =
+        under_fake_launchers_through(&wrapper, "--launcher srun -N 2 --ranks 1 --check 1", &[]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert_eq!(argv.len(), 1, "{argv:?}");
+    let notes: Vec<&str> = stdout.lines().filter(|l| l.contains(ALONE)).collect();
+    assert_eq!(notes.len(), 1, "{stdout}");
+    assert!(
+        notes[0].contains("the layout asked for 2 ranks") && notes[0].contains("SLURM_*"),
+        "{}",
+        notes[0]
+    );
 }
