@@ -5,6 +5,7 @@
 //! `cargo xtask test` and `cargo xtask bench` build it and run it.
 
 mod bench;
+mod container;
 mod kill_test;
 mod layouts;
 mod programs;

@@ -1,5 +1,6 @@
 //! `symmem-matrix test`: the conformance matrix, every check at every rank count.
 
+use crate::container::RankContainer;
 use crate::layouts::{RANKS_HELP, RankList, label, parse_ranks};
 use crate::programs::{RANK, shim_library};
 use crate::target::{Target, WhereArgs};
@@ -26,8 +27,14 @@ const HELP_AFTER_EXIT_CODES: &str = "\
 CONTAINERS
   From a checkout, `cargo xtask test --container docker|apptainer [--image-base
   amd|debian] ARGS` runs `symmem-matrix test ARGS` inside the image for the
-  checkout's tag; the exit code is that of the run inside the image, or the
-  engine's own when the engine fails.
+  checkout's tag (all ranks in one container); the exit code is that of the
+  run inside the image, or the engine's own when the engine fails.
+  Across nodes, the launcher runs on the host and starts one container per
+  rank, as HPC sites run images:
+    symmem-matrix test --launcher srun -N 2 --ranks 2,n3 --container apptainer symmem.sif
+    symmem-matrix test --launcher mpirun --hostfile hosts --ranks 2x2 --container docker IMAGE
+  A layout whose ranks did not meet as one job (a wrapper or container that
+  drops the launcher's variables) fails, naming the fix.
 
 ACROSS NODES
   --nodes N runs the matrix across N emulated nodes of this machine (root,
@@ -92,6 +99,18 @@ pub struct TestArgs {
     /// that drops the environment runs each rank as a job of 1) fails.
     #[arg(long, value_name = "PATH")]
     rank_binary: Option<PathBuf>,
+    /// Run each rank in a container of its own, on its node, from IMAGE's own
+    /// symmem-conformance: `apptainer exec IMAGE` (a SIF or reference the nodes see; the host's
+    /// environment, network and /tmp, as Apptainer gives by default) or `docker run` (host
+    /// network, IPC and /tmp, this user, the launcher's variables passed by name). The launcher
+    /// (srun, mpirun) runs here, on the host; ENGINE must be on the nodes' PATH.
+    #[arg(
+        long,
+        num_args = 2,
+        value_names = ["ENGINE", "IMAGE"],
+        conflicts_with_all = ["rank_binary", "shim_lib"]
+    )]
+    container: Option<Vec<String>>,
     /// Run only these checks (ids as the matrix shows them: 1 .. 10b; repeat the flag or list
     /// them with commas). Each runs alone with the allocations it needs; default: every check.
     #[arg(long = "check", value_name = "ID", value_delimiter = ',', value_parser = parse_check)]
@@ -115,8 +134,10 @@ fn selected(chosen: &[&'static CheckInfo]) -> Vec<&'static CheckInfo> {
 /// What every run of the matrix shares.
 pub struct Plan {
     pub provider: ProviderKind,
-    /// The rank binary, as the nodes see it.
+    /// The rank binary, as the nodes see it (with `--container`, the engine's program).
     pub binary: PathBuf,
+    /// Arguments before the rank binary's own (with `--container`, up to the image's binary).
+    pub lead: Vec<std::ffi::OsString>,
     /// The shim library for a GPU provider, as the nodes see it.
     pub shim: Option<PathBuf>,
     pub timeout: Duration,
@@ -141,6 +162,7 @@ impl Plan {
     pub fn bare(&self, ranks: usize, layout: Layout) -> LaunchSpec {
         let mut spec = LaunchSpec::new(&self.binary, ranks)
             .layout(layout)
+            .args(&self.lead)
             .args(["--provider", self.provider.name()])
             .timeout(self.timeout)
             .grace(self.grace);
@@ -164,11 +186,33 @@ struct Run {
 
 pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     let provider = args.provider.unwrap_or(ProviderKind::Host);
-    let binary = RANK.locate(args.rank_binary.as_deref())?;
-    let shim = if provider.is_gpu() {
-        Some(shim_library(args.shim_lib.as_deref(), provider, &binary)?)
-    } else {
-        None
+    let container = args
+        .container
+        .as_deref()
+        .map(RankContainer::parse)
+        .transpose()?;
+    if container.is_some() && args.place.kill_test {
+        anyhow::bail!(
+            "--kill-test does not run with --container yet: the kill test signals the rank \
+             processes it finds on the nodes, which a container hides behind its engine's; run \
+             it with the rank binary on the host"
+        );
+    }
+    let (binary, lead, shim) = match &container {
+        // The image's rank binary and the image's own shim.
+        Some(container) => {
+            let (program, lead) = container.command(provider);
+            (program, lead, None)
+        }
+        None => {
+            let binary = RANK.locate(args.rank_binary.as_deref())?;
+            let shim = if provider.is_gpu() {
+                Some(shim_library(args.shim_lib.as_deref(), provider, &binary)?)
+            } else {
+                None
+            };
+            (binary, Vec::new(), shim)
+        }
     };
     // Dropped in reverse order: the target, then Slurm's daemons, then the nodes.
     let cluster = args.place.nodes_up()?;
@@ -183,9 +227,19 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
             slurm.srun_version()
         );
     }
+    if let Some(container) = &container {
+        println!(
+            "ranks in containers: {} ({:?})",
+            container.image, container.engine
+        );
+    }
     let plan = Plan {
         provider,
-        binary: target.visible(&binary)?,
+        binary: match container {
+            Some(_) => binary,
+            None => target.visible(&binary)?,
+        },
+        lead,
         shim: shim.map(|s| target.visible(&s)).transpose()?,
         timeout: args.timeout,
         grace: args.grace,

@@ -33,11 +33,16 @@ fn matrix_test(args: &[&str]) -> Command {
 
 /// [`matrix_test`] with `--rank-binary RANK` (a wrapper around the fake rank).
 fn matrix_test_through(rank: &Path, args: &[&str]) -> Command {
+    let mut command = matrix_test_bare(&[]);
+    command.arg("--rank-binary").arg(rank).args(args);
+    command
+}
+
+/// `symmem-matrix test ARGS` with no rank binary given, for the fake rank's checks.
+fn matrix_test_bare(args: &[&str]) -> Command {
     let mut command = with_default_signals(MATRIX);
     command
         .arg("test")
-        .arg("--rank-binary")
-        .arg(rank)
         .args(args)
         .env("FAKE_RANK_CHECKS", check_ids())
         .env_remove("FAKE_RANK_HANG")
@@ -510,4 +515,115 @@ fn under_srun_the_fix_names_slurms_variables() {
         "{}",
         notes[0]
     );
+}
+
+/// Stand-ins for the container engines, on PATH: each logs its arguments, checks the words
+/// the matrix must give it, and runs the fake rank as the image's `symmem-conformance`. The
+/// Docker one, like Docker, passes the rank only the variables named with `--env`.
+fn fake_engines(dir: &Path) -> PathBuf {
+    let rank = fake_rank().display().to_string();
+    let bin = dir.join("bin");
+    std::fs::create_dir(&bin).expect("bin folder");
+    let apptainer = format!(
+        "#!/bin/sh\necho \"apptainer $*\" >>\"$ENGINE_LOG\"\n[ \"$1\" = exec ] || exit 90\n\
+         [ \"$2\" = \"$EXPECT_IMAGE\" ] && [ \"$3\" = symmem-conformance ] || exit 91\n\
+         shift 3\nexec '{rank}' \"$@\"\n"
+    );
+    symmem_test_support::command::write_script(&bin.join("apptainer"), &apptainer);
+    let docker = format!(
+        "#!/bin/sh\necho \"docker $*\" >>\"$ENGINE_LOG\"\n[ \"$1\" = run ] || exit 90\n\
+         passed=\"\"\nwhile [ $# -gt 0 ] && [ \"$1\" != \"$EXPECT_IMAGE\" ]; do\n\
+         case \"$1\" in --env=*) n=${{1#--env=}}; passed=\"$passed $n=$(printenv \"$n\")\";; esac\n\
+         shift\ndone\n[ \"$2\" = symmem-conformance ] || exit 91\nshift 2\n\
+         # shellcheck disable=SC2086\n\
+         exec env -i PATH=\"$PATH\" FAKE_RANK_CHECKS=\"$FAKE_RANK_CHECKS\" $passed '{rank}' \"$@\"\n"
+    );
+    symmem_test_support::command::write_script(&bin.join("docker"), &docker);
+    bin
+}
+
+fn in_containers(engine: &str, image: &str) -> (Output, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = fake_engines(dir.path());
+    let log = dir.path().join("engine.log");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = matrix_test_bare(&[
+        "--ranks",
+        "1,2",
+        "--timeout",
+        "60s",
+        "--container",
+        engine,
+        image,
+    ])
+    .env("PATH", path)
+    .env("ENGINE_LOG", &log)
+    .env("EXPECT_IMAGE", image)
+    .output()
+    .expect("run symmem-matrix");
+    (out, std::fs::read_to_string(&log).unwrap_or_default())
+}
+
+#[test]
+fn with_apptainer_each_rank_runs_the_images_binary() {
+    let (out, log) = in_containers("apptainer", "/images/symmem.sif");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}\n{log}");
+    let starts = log
+        .lines()
+        .filter(|l| *l == "apptainer exec /images/symmem.sif symmem-conformance --provider host")
+        .count();
+    assert_eq!(starts, 3, "one container per rank of 1 and 2 ranks\n{log}");
+}
+
+#[test]
+fn with_docker_the_launchers_variables_reach_the_rank_by_name() {
+    let (out, log) = in_containers("docker", "localhost/symmem:test");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}\n{log}");
+    assert_eq!(log.lines().count(), 3, "{log}");
+    for line in log.lines() {
+        for word in [
+            "--network=host",
+            "--volume=/tmp:/tmp",
+            "--env=RANK ",
+            "--env=WORLD_SIZE ",
+        ] {
+            assert!(line.contains(word), "{word} missing: {line}");
+        }
+        assert!(
+            line.ends_with("localhost/symmem:test symmem-conformance --provider host"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn the_kill_test_and_a_rank_binary_are_refused_with_a_container() {
+    let out = matrix_test_bare(&[
+        "--container",
+        "apptainer",
+        "x.sif",
+        "--kill-test",
+        "--ranks",
+        "2",
+    ])
+    .output()
+    .expect("run symmem-matrix");
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--kill-test does not run with --container"),
+        "{stderr}"
+    );
+    let out = matrix_test_bare(&["--container", "docker", "i", "--rank-binary", "/bin/true"])
+        .output()
+        .expect("run symmem-matrix");
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
 }
