@@ -10,7 +10,7 @@
 //! ranks meet through a socket there).
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use symmem::ProviderKind;
 
 /// The rank binary inside the images (on their PATH).
@@ -29,11 +29,12 @@ pub enum RankEngine {
 /// Docker passes nothing of the caller's environment: this script, run by `sh -c` on the
 /// rank's node, passes every variable a launcher or symmem sets (by name: `--env NAME` takes
 /// its value from the caller) and the rest of what a rank needs, then runs the image with the
-/// arguments that follow it (`$1` the image, `$2` the GPU flags, one word each).
-const DOCKER_RUN: &str = r#"image=$1 gpu=$2; shift 2
+/// arguments that follow it (`$1` the engine's program, `$2` the image, `$3` the GPU flags,
+/// one word each).
+const DOCKER_RUN: &str = r#"docker=$1 image=$2 gpu=$3; shift 3
 names=$(env | sed -n 's/^\(\(SLURM\|OMPI\|PMIX\|SYMMEM\)_[A-Za-z0-9_]*\|RANK\|WORLD_SIZE\|LOCAL_RANK\|LOCAL_WORLD_SIZE\|MASTER_ADDR\|MASTER_PORT\)=.*/--env=\1/p')
 # shellcheck disable=SC2086 # one word per variable name and per flag
-exec docker run --rm --init --network=host --ipc=host --pid=host --volume=/tmp:/tmp \
+exec "$docker" run --rm --init --network=host --ipc=host --pid=host --volume=/tmp:/tmp \
   --user="$(id -u):$(id -g)" $names $gpu "$image" "$@""#;
 
 /// A rank's container: the engine and the image (a SIF path or reference as the nodes see
@@ -41,6 +42,9 @@ exec docker run --rm --init --network=host --ipc=host --pid=host --volume=/tmp:/
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RankContainer {
     pub engine: RankEngine,
+    /// The engine's program where a path named it (a wrapper, an engine off the nodes' PATH);
+    /// else its name, looked up on the nodes.
+    pub program: Option<PathBuf>,
     pub image: String,
 }
 
@@ -50,11 +54,22 @@ impl RankContainer {
         let [engine, image] = values else {
             anyhow::bail!("--container takes two values: ENGINE (apptainer|docker) and IMAGE");
         };
-        let engine = <RankEngine as clap::ValueEnum>::from_str(engine, true).map_err(|_| {
-            anyhow::anyhow!("--container {engine}: the engine is apptainer or docker")
+        // A path names the program: its file name says which engine it is.
+        let path = Path::new(engine);
+        let program = engine.contains('/').then(|| path.to_path_buf());
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        let engine = <RankEngine as clap::ValueEnum>::from_str(name, true).map_err(|_| {
+            anyhow::anyhow!(
+                "--container {engine}: the engine is apptainer or docker, or the path of either's \
+                 program"
+            )
         })?;
         Ok(Self {
             engine,
+            program,
             image: image.clone(),
         })
     }
@@ -64,22 +79,37 @@ impl RankContainer {
     pub fn command(&self, provider: ProviderKind) -> (PathBuf, Vec<OsString>) {
         let gpu = gpu_flags(self.engine, provider);
         let mut args: Vec<OsString> = Vec::new();
+        let engine = self
+            .program
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(self.engine.name()));
         let program = match self.engine {
             RankEngine::Apptainer => {
                 args.push("exec".into());
                 args.extend(gpu.iter().map(OsString::from));
                 args.push(self.image.clone().into());
-                "apptainer"
+                engine
             }
             RankEngine::Docker => {
                 args.extend(["-c", DOCKER_RUN, "symmem-rank-in-docker"].map(OsString::from));
+                args.push(engine.into());
                 args.push(self.image.clone().into());
                 args.push(gpu.join(" ").into());
-                "sh"
+                PathBuf::from("sh")
             }
         };
         args.push(RANK_IN_IMAGE.into());
-        (PathBuf::from(program), args)
+        (program, args)
+    }
+}
+
+impl RankEngine {
+    /// Its program's name.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Apptainer => "apptainer",
+            Self::Docker => "docker",
+        }
     }
 }
 
@@ -139,12 +169,27 @@ mod tests {
             &w[3..],
             [
                 "symmem-rank-in-docker",
+                "docker",
                 "localhost/symmem:t",
                 "--gpus=all",
                 "symmem-conformance"
             ]
         );
         assert!(w[2].contains("--network=host") && w[2].contains("--volume=/tmp:/tmp"));
+    }
+
+    #[test]
+    fn a_path_names_the_engines_program() {
+        let c = RankContainer::parse(&["/ci/bin/apptainer".into(), "x.sif".into()]).unwrap();
+        assert_eq!(
+            words(&c, ProviderKind::Host)[..2],
+            ["/ci/bin/apptainer", "exec"]
+        );
+        let e = RankContainer::parse(&["/ci/bin/podman".into(), "x".into()]).unwrap_err();
+        assert!(
+            e.to_string().contains("the path of either's program"),
+            "{e}"
+        );
     }
 
     #[test]
