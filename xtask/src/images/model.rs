@@ -113,10 +113,11 @@ impl Base {
     }
 }
 
-/// Debian sid packages of the Debian base: Debian's ROCm (HIP 6.4, hipcc 7, clang 21) and what
-/// the workspace build needs. The only copy of the list: `.ci/real-hipcc` asks for it (`cargo
-/// xtask images base --packages`), so one sid root made in CI serves both (its
-/// `ROOT.packages` file says which list a root was made with).
+/// Debian sid packages of the Debian base: Debian's ROCm (HIP 6.4, hipcc 7, clang 21), what
+/// the workspace build needs, and the PMIx client ([`PMIX_PACKAGE`]). The only copy of the
+/// list: `.ci/real-hipcc` asks for it (`cargo xtask images base --packages`), so one sid root
+/// made in CI serves both (its `ROOT.packages` file says which list a root was made with); a
+/// change here remakes that root and changes the base's tag.
 pub const DEBIAN_PACKAGES: &[&str] = &[
     "hipcc",
     "libamdhip64-dev",
@@ -128,7 +129,17 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "git",
     "g++",
     "ca-certificates",
+    PMIX_PACKAGE,
 ];
+
+/// The PMIx client library the PMIx engine opens at run time (`symmem_pmix_sys::LIBRARY`): a
+/// job that `srun --mpi=pmix` or `mpirun` starts in the image needs it in every rank.
+pub const PMIX_LIBRARY: &str = "libpmix.so.2";
+/// Its package in both bases (Debian sid and Ubuntu 24.04 name it so since the 64-bit time_t
+/// transition; it Provides `libpmix2`). The client talks to older servers: sid's 7.0.0~rc1
+/// passed the conformance checks against PMIx 4.2.2's (Open MPI 4.1.4's mpirun, Slurm 22.05's
+/// srun), with the bindings made from 4.2.2's header.
+pub const PMIX_PACKAGE: &str = "libpmix2t64";
 /// The Debian suite and mirror of the base: those `.ci/sid-root` makes every root from (named
 /// here for the base's label and tag).
 pub const DEBIAN_SUITE: &str = "sid";
@@ -444,6 +455,39 @@ fn owned_env(env: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The build step that proves the image has a PMIx client symmem can use:
+/// [`pmix_check_command`] over [`PMIX_LIBRARY`] and every function the bindings resolve
+/// ([`crate::codegen::PMIX_FUNCTIONS`]), after the package's version for the build log.
+fn pmix_client_step() -> Step {
+    Step {
+        title: format!(
+            "The PMIx client ({PMIX_PACKAGE}), for jobs srun --mpi=pmix or mpirun start: \
+             {PMIX_LIBRARY} must load and have every function symmem calls"
+        ),
+        commands: vec![
+            format!("dpkg-query -W {PMIX_PACKAGE}"),
+            pmix_check_command(PMIX_LIBRARY, crate::codegen::PMIX_FUNCTIONS),
+        ],
+    }
+}
+
+/// A shell command that fails unless `library` opens, every symbol resolved as the dynamic
+/// loader would (`PERL_DL_NONLAZY`: a missing dependency fails here, not in a user's job), and
+/// exports each of `functions`, as the bindings' loader wants. Perl's DynaLoader does the
+/// dlopen: perl-base is essential in both bases, so the check needs nothing installed.
+fn pmix_check_command(library: &str, functions: &[&str]) -> String {
+    // DynaLoader's error ends with where the script failed ("at -e line 1."): cut off.
+    let code = "my $lib = shift; \
+                my $h = DynaLoader::dl_load_file($lib, 0) or die \"cannot load the PMIx client: \", \
+                DynaLoader::dl_error() =~ s/ at -e line.*//sr, \"\\n\"; \
+                for my $f (@ARGV) { DynaLoader::dl_find_symbol($h, $f) or die \"$lib lacks $f\\n\" } \
+                print \"$lib loads, with the \", scalar(@ARGV), \" functions symmem calls\\n\"";
+    format!(
+        "PERL_DL_NONLAZY=1 perl -MDynaLoader -e '{code}' {library} {}",
+        functions.join(" ")
+    )
+}
+
 /// The build step that proves the copied inputs hash to the tag build argument.
 fn tag_check() -> String {
     format!("cargo xtask images tag --expect-tag \"@{TAG_ARG}@\" > /etc/symmem-image-tag")
@@ -496,12 +540,13 @@ fn amd_system_steps(rust: &str) -> Vec<Step> {
             commands: vec![
                 "apt-get update".into(),
                 format!(
-                    "apt-get install -y --no-install-recommends {}",
+                    "apt-get install -y --no-install-recommends {} {PMIX_PACKAGE}",
                     PACKAGES.join(" ")
                 ),
                 "rm -rf /var/lib/apt/lists/*".into(),
             ],
         },
+        pmix_client_step(),
         Step {
             title: format!("Rust {rust}, as pinned in pins.toml and rust-toolchain.toml"),
             commands: vec![
@@ -687,18 +732,22 @@ impl Model {
             (CONTEXT_VENDOR.to_string(), format!("/opt/{CONTEXT_VENDOR}")),
         ];
         model.sources = CONTEXT_SOURCES.into();
-        model.system_steps = vec![Step {
-            title: format!(
-                "Rust {rust} (the builder's pinned toolchain, copied in) and the vendored \
+        model.system_steps = vec![
+            Step {
+                title: format!(
+                    "Rust {rust} (the builder's pinned toolchain, copied in) and the vendored \
                  crates: no network"
-            ),
-            commands: vec![
-                "mkdir -p \"$CARGO_HOME\"".into(),
-                offline_cargo_config(),
-                format!("rustc --version | grep -q '^rustc {rust} '"),
-                "cargo --version".into(),
-            ],
-        }];
+                ),
+                commands: vec![
+                    "mkdir -p \"$CARGO_HOME\"".into(),
+                    offline_cargo_config(),
+                    format!("rustc --version | grep -q '^rustc {rust} '"),
+                    "cargo --version".into(),
+                ],
+            },
+            // The PMIx client is in the base (DEBIAN_PACKAGES).
+            pmix_client_step(),
+        ];
         model.build_steps = vec![
             Step {
                 title: format!("The image tag: the copied inputs must hash to {TAG_ARG}"),
@@ -815,6 +864,80 @@ mod tests {
                  in xtask/src/images/model.rs (Apptainer's %files would fail on it)"
             );
         }
+    }
+
+    /// Both images get the PMIx client and check at build time that it loads with every
+    /// function the bindings resolve, before anything is built.
+    #[test]
+    fn both_images_install_the_pmix_client_and_check_that_it_loads() {
+        use crate::images::{render, tests};
+        assert!(DEBIAN_PACKAGES.contains(&PMIX_PACKAGE));
+        let check = pmix_check_command(PMIX_LIBRARY, crate::codegen::PMIX_FUNCTIONS);
+        for model in [tests::model(), tests::debian()] {
+            for text in [render::dockerfile(&model), render::apptainer_def(&model)] {
+                let at = text.find(&check).expect("the PMIx check");
+                assert!(text.contains(&format!("dpkg-query -W {PMIX_PACKAGE}")));
+                assert!(at < text.find("images tag --expect-tag").unwrap());
+            }
+        }
+        for function in crate::codegen::PMIX_FUNCTIONS {
+            assert!(check.contains(&format!(" {function}")), "{function}");
+        }
+        // The AMD image installs it from Ubuntu's archive; the Debian one has it in its base.
+        let amd = render::dockerfile(&tests::model());
+        let install = amd.lines().find(|l| l.contains("apt-get install")).unwrap();
+        assert!(
+            install.ends_with(&format!(" {PMIX_PACKAGE} \\")),
+            "{install}"
+        );
+        let debian = render::dockerfile(&tests::debian());
+        assert!(!debian.contains("apt-get"), "{debian}");
+    }
+
+    /// The check itself, run on this machine against the C library: it passes where every
+    /// function is there and names what fails. Perl is essential on Debian and Ubuntu (CI's
+    /// machine and both bases); where there is none (a Nix build's sandbox), this is skipped.
+    #[test]
+    fn the_pmix_check_names_a_missing_library_or_function() {
+        let sh = Shell::new().unwrap();
+        if cmd!(sh, "perl -e 1")
+            .quiet()
+            .ignore_status()
+            .output()
+            .is_err()
+        {
+            eprintln!("SKIPPED: no perl on PATH");
+            return;
+        }
+        let run = |library: &str, functions: &[&str]| {
+            let script = pmix_check_command(library, functions);
+            let out = cmd!(sh, "sh -c {script}")
+                .quiet()
+                .ignore_status()
+                .output()
+                .unwrap();
+            let text = |b: Vec<u8>| String::from_utf8(b).unwrap().trim().to_string();
+            (out.status.success(), text(out.stdout), text(out.stderr))
+        };
+        assert_eq!(
+            run("libc.so.6", &["malloc", "free"]),
+            (
+                true,
+                "libc.so.6 loads, with the 2 functions symmem calls".into(),
+                String::new()
+            )
+        );
+        assert_eq!(
+            run("libc.so.6", &["malloc", "PMIx_Init"]),
+            (false, String::new(), "libc.so.6 lacks PMIx_Init".into())
+        );
+        let (ok, _, err) = run("libsymmem-none.so.2", &["PMIx_Init"]);
+        assert!(!ok);
+        assert_eq!(
+            err,
+            "cannot load the PMIx client: libsymmem-none.so.2: cannot open shared object file: \
+             No such file or directory"
+        );
     }
 
     #[test]
