@@ -24,5 +24,5 @@ pub use bindings::*;
 pub const LIBRARY: &str = "libpmix.so.2";
 
 /// The packages that provide [`LIBRARY`], for messages that say how to get it.
-pub const PACKAGES: &str =
-    "libpmix2 (Debian/Ubuntu; it comes with libpmix-dev, openmpi-bin or slurm-wlm)";
+pub const PACKAGES: &str = "libpmix2 (Debian 12, Ubuntu 22.04; libpmix2t64 from Debian 13 and \
+     Ubuntu 24.04 on; it comes with libpmix-dev, openmpi-bin or slurm-wlm)";
