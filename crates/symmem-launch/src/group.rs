@@ -13,9 +13,11 @@ use crate::procfs;
 pub(crate) use crate::procfs::gone;
 
 /// Puts the command in the run's process group (a new one led by the
-/// command itself when `pgid` is 0) and makes it die with the launcher.
+/// command itself when `pgid` is 0), with default signal actions
+/// ([`default_signals`]), and makes it die with the launcher.
 pub(crate) fn join_group(cmd: &mut Command, pgid: i32) {
     cmd.process_group(pgid);
+    default_signals(cmd);
     let launcher = std::process::id();
     let die_with_launcher = move || -> io::Result<()> {
         // SAFETY: prctl(PR_SET_PDEATHSIG) only changes an attribute of the
@@ -49,6 +51,26 @@ pub(crate) fn join_group(cmd: &mut Command, pgid: i32) {
     // forks: the thread running `launch`, which outlives the ranks.
     unsafe {
         cmd.pre_exec(die_with_launcher);
+    }
+}
+
+/// Gives the command's process the default action of every signal a launcher or a shell may
+/// have left ignored in this one (a background job of a non-interactive shell starts with
+/// SIGINT and SIGQUIT ignored, `nohup` ignores SIGHUP): srun stops its tasks on two SIGINTs,
+/// and ranks and launchers end on the SIGTERM this launcher sends, only if they can see them.
+/// This launcher itself keeps what it inherited.
+pub(crate) fn default_signals(cmd: &mut Command) {
+    // SAFETY: between fork and exec only `signal`, which is async-signal-safe, is called, and
+    // nothing is allocated.
+    unsafe {
+        cmd.pre_exec(|| {
+            for signal in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP, libc::SIGTERM] {
+                if libc::signal(signal, libc::SIG_DFL) == libc::SIG_ERR {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
     }
 }
 

@@ -42,7 +42,8 @@ FAILURE POLICY (in full: ARCHITECTURE.md, \"Failure policy\")
   second Ctrl-C). Processes that left the group are found by
   {run_id}, by the output pipes they hold, or as orphans symmem-run adopted
   (it is a child subreaper); if symmem-run itself dies, a watchdog ends the run. A signal
-  symmem-run inherited as ignored stays ignored. --grace 0 is allowed:
+  symmem-run inherited as ignored stays ignored by it; its ranks get each signal's
+  default action (run in the background, they still stop). --grace 0 is allowed:
   SIGKILL follows SIGTERM at once, with no 200 ms wait."
     )
 }

@@ -522,3 +522,41 @@ fn a_closed_output_pipe_changes_neither_the_job_nor_its_status() {
         );
     }
 }
+
+/// A background job of a shell starts with SIGINT and SIGQUIT ignored, `nohup` ignores
+/// SIGHUP: symmem-run keeps what it inherited, but its ranks get the default action of each,
+/// so that they end when it (or a user's Ctrl-C on them) says.
+#[test]
+fn ranks_get_default_signal_actions_whatever_symmem_run_inherited() {
+    let out = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "trap '' INT QUIT HUP TERM; exec \"$0\" -q -n 2 sh -c 'grep ^SigIgn: /proc/$$/status'",
+            BIN,
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run symmem-run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let masks: Vec<u64> = stdout
+        .lines()
+        .filter_map(|l| l.split("SigIgn:").nth(1))
+        .map(|hex| u64::from_str_radix(hex.trim(), 16).expect("hex mask"))
+        .collect();
+    assert_eq!(masks.len(), 2, "{stdout}");
+    for mask in masks {
+        for (name, number) in [
+            ("SIGHUP", 1),
+            ("SIGINT", 2),
+            ("SIGQUIT", 3),
+            ("SIGTERM", 15),
+        ] {
+            assert_eq!(
+                mask & (1 << (number - 1)),
+                0,
+                "a rank ignores {name}: {stdout}"
+            );
+        }
+    }
+}

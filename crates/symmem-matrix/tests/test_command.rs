@@ -246,6 +246,7 @@ fn help_lists_the_exit_codes() {
 /// `--tag-output` (`[1,N]<stdout>:`) does; with `$FAKE_SRUN_FAIL` set it then reports that
 /// task failure (and three witnesses) as srun does and exits 1.
 const FAKE_LAUNCHER: &str = r#"#!/bin/sh
+grep '^SigIgn:' /proc/$$/status >>"$FAKE_ARGV.sigign"
 printf '%s\n' "$*" >> "$FAKE_ARGV"
 n=1
 while [ $# -gt 0 ]; do
@@ -626,4 +627,67 @@ fn the_kill_test_and_a_rank_binary_are_refused_with_a_container() {
     let (_, stderr) = text(&out);
     assert!(!out.status.success());
     assert!(stderr.contains("cannot be used with"), "{stderr}");
+}
+
+/// The signals ignored in a `SigIgn:` line of /proc/PID/status, by number.
+fn ignored(line: &str) -> Vec<u32> {
+    let mask = u64::from_str_radix(line.trim_start_matches("SigIgn:").trim(), 16).expect("hex");
+    (1..=64).filter(|n| mask & (1 << (n - 1)) != 0).collect()
+}
+
+/// A background job of a shell starts with SIGINT and SIGQUIT ignored, `nohup` ignores
+/// SIGHUP: the launcher the matrix starts (srun, mpirun) must still see each (srun stops its
+/// tasks on two SIGINTs), whatever the matrix inherited.
+#[test]
+fn the_launcher_gets_default_signal_actions_whatever_the_matrix_inherited() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("mkdir");
+    symmem_test_support::command::write_script(&bin.join("srun"), FAKE_LAUNCHER);
+    let argv = dir.path().join("argv");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            "trap '' INT QUIT HUP TERM; exec \"$0\" \"$@\"",
+            MATRIX,
+            "test",
+        ])
+        .args([
+            "--launcher",
+            "srun",
+            "-N",
+            "2",
+            "--ranks",
+            "1",
+            "--check",
+            "1",
+        ])
+        .arg("--rank-binary")
+        .arg(fake_rank())
+        .env("FAKE_RANK_CHECKS", check_ids())
+        .env("PATH", path)
+        .env("FAKE_ARGV", &argv)
+        .env_remove("SLURM_JOB_NUM_NODES")
+        .env_remove("SLURM_NNODES")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run symmem-matrix");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let lines = std::fs::read_to_string(argv.with_extension("sigign")).expect("srun ran");
+    let line = lines.lines().next().expect("one line");
+    let ignored = ignored(line);
+    for (name, number) in [
+        ("SIGHUP", 1),
+        ("SIGINT", 2),
+        ("SIGQUIT", 3),
+        ("SIGTERM", 15),
+    ] {
+        assert!(!ignored.contains(&number), "srun ignores {name}: {line}");
+    }
 }

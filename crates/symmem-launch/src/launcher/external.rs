@@ -194,6 +194,7 @@ fn command(job: &Job<'_>, spec: &LaunchSpec, run_id: &str) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    crate::group::default_signals(&mut command);
     command
 }
 
