@@ -4,6 +4,7 @@
 //! flag), so it needs no cargo: it is what the images and the GPU bundle ship.
 //! `cargo xtask test` and `cargo xtask bench` build it and run it.
 
+mod allocation;
 mod bench;
 mod container;
 mod kill_test;

@@ -1,5 +1,6 @@
 //! `symmem-matrix test`: the conformance matrix, every check at every rank count.
 
+use crate::allocation::{Allocation, salloc_hint};
 use crate::container::RankContainer;
 use crate::layouts::{RANKS_HELP, RankList, label, parse_ranks};
 use crate::programs::{RANK, shim_library};
@@ -41,7 +42,7 @@ ACROSS NODES
   Open MPI). On a real cluster, without root, the same matrix runs through
   the cluster's launcher, which is how to validate new nodes:
     symmem-matrix test --launcher mpirun --hostfile hosts --ranks 2x1,2x4,3+1
-    salloc -N 2 symmem-matrix test --launcher srun --ranks 1,4,n4,n3
+    salloc -N 2 --ntasks-per-node=4 symmem-matrix test --launcher srun --ranks 1,4,n4,n3
     symmem-matrix test --launcher srun -N 2 --ranks 2 -- --partition gpu
   --ranks K is K ranks on each node (srun -N N --ntasks-per-node K), NxK
   the same on N nodes, A+B uneven counts (mpirun --host a:A,b:B; srun cannot
@@ -182,6 +183,8 @@ struct Run {
     report: RunReport,
     /// Why the ranks' results say nothing: they did not meet as the job the layout asked for.
     not_one_job: Option<NotOneJob>,
+    /// Whether any rank reported any check (else the job never started).
+    started: bool,
 }
 
 pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
@@ -253,10 +256,47 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         .map(|entry| entry.layout(target.nodes()))
         .collect::<Result<Vec<_>, String>>()
         .map_err(anyhow::Error::msg)?;
+    if let Target::Cluster(Launcher::Srun(srun), _) = &target {
+        check_allocation(&layouts, &srun.args)?;
+    }
     if args.place.kill_test {
         return crate::kill_test::run(&target, &plan, layouts[0].clone());
     }
     run_matrix(&target, &plan, layouts)
+}
+
+/// Inside a Slurm allocation, every layout must fit its task slots: refused at once, all in
+/// one message with the `salloc` options that fit them, rather than one failed job per layout.
+/// `srun --overcommit` (in `launcher_args`) places more tasks than CPUs: nothing to check.
+fn check_allocation(
+    layouts: &[(usize, Layout)],
+    launcher_args: &[std::ffi::OsString],
+) -> anyhow::Result<()> {
+    if launcher_args
+        .iter()
+        .any(|a| a == "--overcommit" || a == "-O")
+    {
+        return Ok(());
+    }
+    let Some(allocation) = Allocation::from_vars(|name| std::env::var(name).ok()) else {
+        return Ok(());
+    };
+    let refused: Vec<String> = layouts
+        .iter()
+        .filter_map(|(ranks, layout)| {
+            let why = allocation.refuses(*ranks, layout)?;
+            Some(format!("{}: {why}", label(*ranks, layout)))
+        })
+        .collect();
+    if refused.is_empty() {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "this allocation cannot run every layout asked for:\n  {}\nAllocate for all of them \
+         with {}, drop those layouts from --ranks, or pass `-- --overcommit` to srun",
+        refused.join("\n  "),
+        salloc_hint(layouts)
+    )
 }
 
 fn run_matrix(
@@ -462,6 +502,7 @@ fn run_one(
         aggregate,
         report,
         not_one_job,
+        started: !results.is_empty(),
     })
 }
 
@@ -495,6 +536,14 @@ fn print_matrix(runs: &[Run], checks: &[&CheckInfo]) {
         if let Some(e) = &run.not_one_job {
             // One note for the run, not one per check.
             notes.push(format!("{}: {e}", run.label));
+        }
+        if !run.report.success() && !run.started {
+            // One line: no rank reported anything, so no check has a verdict of its own.
+            notes.push(format!(
+                "{}: the job did not start (no rank reported a check): {}",
+                run.label, run.report
+            ));
+            continue;
         }
         if !run.report.success() {
             notes.push(format!("{}: run failed: {}", run.label, run.report));

@@ -247,6 +247,10 @@ fn help_lists_the_exit_codes() {
 /// task failure (and three witnesses) as srun does and exits 1.
 const FAKE_LAUNCHER: &str = r#"#!/bin/sh
 grep '^SigIgn:' /proc/$$/status >>"$FAKE_ARGV.sigign"
+if [ -n "$FAKE_NO_START" ]; then
+  echo "srun: error: Unable to create step for job 7: More processors requested than permitted" >&2
+  exit 1
+fi
 printf '%s\n' "$*" >> "$FAKE_ARGV"
 n=1
 while [ $# -gt 0 ]; do
@@ -690,4 +694,46 @@ fn the_launcher_gets_default_signal_actions_whatever_the_matrix_inherited() {
     ] {
         assert!(!ignored.contains(&number), "srun ignores {name}: {line}");
     }
+}
+
+/// README's `salloc -N 2 symmem-matrix test --launcher srun ...` on a `select/cons_tres`
+/// cluster: the allocation holds one task slot a node. Layouts that cannot fit are refused
+/// before any job starts, in one message with the `salloc` options that fit them all.
+#[test]
+fn layouts_that_do_not_fit_the_allocation_are_refused_before_any_job() {
+    let cons_tres = [("SLURM_JOB_CPUS_PER_NODE", "1(x2)"), ("SLURM_JOB_ID", "7")];
+    let (out, argv) = under_fake_launchers("--launcher srun -N 2 --ranks 1,4,n3", &cons_tres);
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(argv.is_empty(), "no job may start: {argv:?}");
+    assert!(
+        stderr.contains("this allocation cannot run every layout asked for")
+            && stderr.contains("2x4: 8 ranks on 2 nodes")
+            && stderr.contains("3 on 2: 3 ranks on 2 nodes")
+            && stderr
+                .contains("with `salloc -N 2 --ntasks-per-node=4` (or `salloc -N 2 --exclusive`)")
+            && !stderr.contains("2x1:"),
+        "{stderr}"
+    );
+    // srun --overcommit places more tasks than CPUs: then the layouts run.
+    let (out, argv) =
+        under_fake_launchers("--launcher srun -N 2 --ranks 4 -- --overcommit", &cons_tres);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(argv.len(), 1, "{argv:?}");
+}
+
+/// A job srun refuses to start gives one note, not one "no result" per check.
+#[test]
+fn a_job_that_did_not_start_is_one_note() {
+    let (out, _) =
+        under_fake_launchers("--launcher srun -N 2 --ranks 2", &[("FAKE_NO_START", "1")]);
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout.matches("the job did not start").count(),
+        1,
+        "{stdout}"
+    );
+    assert!(!stdout.contains("no result from"), "{stdout}");
 }
