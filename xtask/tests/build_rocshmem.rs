@@ -583,3 +583,56 @@ fn a_term_to_the_xtask_stops_its_compilers() {
         "compilers {left:?} outlived the xtask: {stderr}"
     );
 }
+
+/// A run into an out folder whose lock another run holds is refused before anything is written
+/// there (no fetch, no CMake, no ninja), naming the holder (pid, command, how long) and the
+/// fix; `--print-prefix`, `--dry-run` and an install already there need no lock. Once the lock
+/// is released, its file (still naming the holder) blocks no one.
+#[test]
+fn a_second_build_into_one_out_folder_is_refused_naming_the_first() {
+    let Some(f) = fixture() else { return };
+    let out_dir = f.root.join("out");
+    let lock = symmem_build::lock::OutLock::take(&out_dir, "build-rocshmem").unwrap();
+    let (out, _) = xtask(&f, &["--arch", "gfx942"], &[]);
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    let errors: Vec<&str> = t.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{t}");
+    for part in [
+        format!(
+            "another build-rocshmem is building in {}",
+            out_dir.display()
+        ),
+        format!("pid {}, `", std::process::id()),
+        "`, for ".into(),
+        "wait for it to finish, or pass another --out-dir".into(),
+    ] {
+        assert!(errors[0].contains(&part), "`{part}` not in {t}");
+    }
+    let written: Vec<String> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(written, ["symmem-build-rocshmem.lock"], "{t}");
+    let (out, _) = xtask(&f, &["--arch", "gfx942", "--clean-stale"], &[]);
+    assert!(
+        !out.status.success() && text(&out).contains("another build-rocshmem is building in"),
+        "{}",
+        text(&out)
+    );
+    for read_only in ["--print-prefix", "--dry-run"] {
+        let (out, _) = xtask(&f, &["--arch", "gfx942", read_only], &[]);
+        assert!(out.status.success(), "{read_only}: {}", text(&out));
+    }
+
+    drop(lock);
+    let (out, _) = xtask(&f, &["--arch", "gfx942"], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let _lock = symmem_build::lock::OutLock::take(&out_dir, "build-rocshmem").unwrap();
+    let (out, _) = xtask(&f, &["--arch", "gfx942"], &[]);
+    assert!(
+        out.status.success() && text(&out).contains("is up to date"),
+        "{}",
+        text(&out)
+    );
+}

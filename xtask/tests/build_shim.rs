@@ -10,10 +10,16 @@ mod common;
 use common::which;
 use symmem_test_support::command::write_script;
 
+/// build-shim with `args`, into a fresh out folder unless they name one: never the checkout's
+/// target/shim/, whose library a run removes before it checks its inputs.
 fn xtask(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .arg("build-shim")
-        .args(args)
+    let fresh = tempfile::tempdir().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    command.arg("build-shim").args(args);
+    if !args.contains(&"--out-dir") {
+        command.arg("--out-dir").arg(fresh.path());
+    }
+    command
         .env_remove("ROCM_PATH")
         .env_remove("ROCSHMEM_HOME")
         .output()
@@ -102,7 +108,8 @@ fn missing_inputs_are_clean_errors_before_cmake() {
     assert_clean_failure(&out, "--rocshmem-home");
     // An empty ROCSHMEM_HOME (a failed `$(...)`) is named, with the README's form.
     let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["build-shim", "--backend", "rocshmem"])
+        .args(["build-shim", "--backend", "rocshmem", "--out-dir"])
+        .arg(dir.path().join("out"))
         .env("ROCSHMEM_HOME", "")
         .output()
         .unwrap();
@@ -503,4 +510,35 @@ fn a_second_build_into_one_out_folder_names_the_first() {
     assert!(first_out.status.success(), "{}", both(&first_out));
     let linked = std::fs::read_to_string(stand.library()).unwrap();
     assert!(linked.contains("rocshmem-a"), "{linked}");
+}
+
+/// A run refused by its input checks (here an install whose header lacks the unique-id API)
+/// removes the previous library and stamp too, and says so: the next `cargo xtask test` must
+/// not load the previous inputs' library as if this run had built it.
+#[test]
+fn a_refused_build_leaves_no_previous_library() {
+    let Some(stand) = Stand::new() else { return };
+    let out = stand.command("a", &[]).output().unwrap();
+    assert!(out.status.success(), "{}", both(&out));
+    assert!(stand.library().is_file() && stand.at("out/symmem-shim-stamp.toml").is_file());
+    let without = stand.at("rocshmem-n");
+    common::copy_dir(&stand.at("rocshmem-a"), &without);
+    std::fs::write(
+        without.join("include/rocshmem/rocshmem.hpp"),
+        "namespace rocshmem { void rocshmem_init(); }\n",
+    )
+    .unwrap();
+    let out = stand.command("n", &[]).output().unwrap();
+    let t = both(&out);
+    assert_clean_failure(&out, "is not a 3.x install");
+    assert!(
+        !stand.library().exists(),
+        "the refused build left the previous library: {t}"
+    );
+    assert!(!stand.at("out/symmem-shim-stamp.toml").exists(), "{t}");
+    let note = format!(
+        "note: the previous {} and its stamp were removed",
+        stand.library().display()
+    );
+    assert!(t.contains(&note), "`{note}` not in {t}");
 }

@@ -4,11 +4,12 @@
 //! build-rocshmem` and `cargo xtask build-shim` are these commands.
 //!
 //! Floors, from the ground: [`runner`] (the one place that runs programs through
-//! `std::process`), [`tools`] (finding git, CMake, Ninja, nvcc), [`targets`] (GPU targets);
-//! [`rocm`] (finding ROCm), [`pins`], [`cmake`] (the CMake driver); then the commands
-//! [`rocshmem`] and [`shim`].
+//! `std::process`), [`tools`] (finding git, CMake, Ninja, nvcc), [`targets`] (GPU targets),
+//! [`lock`] (one run at a time in an out folder); [`rocm`] (finding ROCm), [`pins`], [`cmake`]
+//! (the CMake driver); then the commands [`rocshmem`] and [`shim`].
 
 pub mod cmake;
+pub mod lock;
 pub mod pins;
 pub mod rocm;
 pub mod rocshmem;

@@ -4,6 +4,7 @@
 
 use crate::Workspace;
 use crate::cmake::{self, Step};
+use crate::lock::OutLock;
 use crate::rocshmem::install::{InstallStamp, read_stamp};
 use crate::runner::StepError;
 use crate::targets::{GpuTargets, TargetId};
@@ -32,6 +33,8 @@ use xshell::Shell;
 /// target/shim/<backend>/lib/ where `cargo xtask test --provider <backend>` finds it; its path
 /// is the only line on stdout. CMake's output goes to stderr and to
 /// target/shim/<backend>/build/symmem-build.log (build-rocshmem's CMake driver and log).
+/// A run that fails, its input checks included, leaves no library in lib/ (the previous one is
+/// removed first). One run at a time per out folder: a second is refused, naming the first.
 ///
 /// Examples:
 ///   NVSHMEM_HOME=.../nvidia/nvshmem cargo xtask build-shim --backend nvshmem --nvcc .../bin/nvcc
@@ -635,15 +638,22 @@ pub fn default_out(target: &Path, backend: ProviderKind) -> PathBuf {
     target.join("shim").join(backend.name())
 }
 
+/// The out folder of a run: `--out-dir`, else the backend's default.
+fn out_dir(ws: &Workspace, args: &Args) -> anyhow::Result<PathBuf> {
+    if !args.backend.is_gpu() {
+        bail!("the host provider has no shim: build-shim takes a GPU provider");
+    }
+    let out = args
+        .out_dir
+        .clone()
+        .unwrap_or_else(|| default_out(&ws.target, args.backend));
+    std::path::absolute(&out).with_context(|| format!("resolving {}", out.display()))
+}
+
 /// Checks the inputs and decides the defines; no tool runs yet.
-fn setup(sh: &Shell, ws: &Workspace, args: &Args) -> anyhow::Result<Setup> {
+fn setup(sh: &Shell, ws: &Workspace, args: &Args, out: PathBuf) -> anyhow::Result<Setup> {
     let backend = args.backend;
     let source = ws.shim_source.clone();
-    let out = std::path::absolute(
-        args.out_dir
-            .clone()
-            .unwrap_or_else(|| default_out(&ws.target, backend)),
-    )?;
     let mut defines: Vec<(String, String)> = vec![
         ("CMAKE_BUILD_TYPE".into(), "Release".into()),
         (cmake::SHIM_BACKEND_DEFINE.into(), backend.name().into()),
@@ -671,77 +681,6 @@ fn setup(sh: &Shell, ws: &Workspace, args: &Args) -> anyhow::Result<Setup> {
         library,
         rocm_path_exported,
     })
-}
-
-/// The lock file of an out folder: held (flock) by the build-shim that builds there, and
-/// naming it.
-const OUT_LOCK: &str = "symmem-build-shim.lock";
-
-/// Takes `out`'s lock for this build, or says which build holds it: two builds in one out
-/// folder would remove each other's build folders and replace each other's library.
-fn lock_out(out: &Path) -> anyhow::Result<std::fs::File> {
-    use std::io::Write;
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let path = out.join(OUT_LOCK);
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let holder = std::fs::read_to_string(&path).unwrap_or_default();
-            bail!(
-                "another build-shim is building in {} ({}): wait for it to finish, or pass \
-                 another --out-dir",
-                out.display(),
-                describe_holder(&holder)
-            );
-        }
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(e).with_context(|| format!("locking {}", path.display()));
-        }
-    }
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let command: Vec<String> = std::env::args().collect();
-    file.set_len(0)
-        .and_then(|()| {
-            write!(
-                file,
-                "pid = {}\ncommand = {}\nsince = {since}\n",
-                std::process::id(),
-                crate::runner::shell_words(&command).replace('\n', " ")
-            )
-        })
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(file)
-}
-
-/// "pid 123, `xtask build-shim ...`, for 42s" from a lock file's text.
-fn describe_holder(text: &str) -> String {
-    let field = |name: &str| {
-        text.lines().find_map(|l| {
-            let (k, v) = l.split_once(" = ")?;
-            (k == name).then(|| v.trim().to_string())
-        })
-    };
-    let (Some(pid), Some(command), Some(since)) = (field("pid"), field("command"), field("since"))
-    else {
-        return "its lock file does not say which".into();
-    };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let held = now.saturating_sub(since.parse().unwrap_or(now));
-    format!(
-        "pid {pid}, `{command}`, for {}",
-        format_elapsed(std::time::Duration::from_secs(held))
-    )
 }
 
 /// Removes the build folders of other inputs under `out/build` (each serves only its own
@@ -893,7 +832,59 @@ pub fn run(sh: &Shell, ws: &Workspace, args: Args) -> anyhow::Result<()> {
 /// Builds the shim library as `args` say and returns its path.
 pub fn build_library(sh: &Shell, ws: &Workspace, args: &Args) -> anyhow::Result<PathBuf> {
     let started = Instant::now();
-    let setup = setup(sh, ws, args)?;
+    let out = out_dir(ws, args)?;
+    // Before anything is checked or written there: a second run is refused at once.
+    let _lock = OutLock::take(&out, "build-shim")?;
+    let library = out
+        .join("lib")
+        .join(args.backend.shim_library().unwrap_or_default());
+    let stamp = out.join(SHIM_STAMP);
+    // The library and stamp of a previous install are what this run replaces: removed before
+    // anything can fail (a refused input included), so that a failed run never leaves them for
+    // `cargo xtask test` to load as if they were its result.
+    let removed = remove_previous(&[&stamp, &library])?;
+    let built = build_locked(sh, ws, args, out, &library, &stamp);
+    if built.is_err() && removed {
+        eprintln!(
+            "note: the previous {} and its stamp were removed: a failed build-shim leaves no \
+             library to load",
+            library.display()
+        );
+    }
+    let setup = built?;
+    eprintln!(
+        "built {} against {} in {}",
+        library.display(),
+        setup.library.describe,
+        format_elapsed(started.elapsed())
+    );
+    Ok(library)
+}
+
+/// Removes the files of `paths` that exist; whether there were any.
+fn remove_previous(paths: &[&Path]) -> anyhow::Result<bool> {
+    let mut removed = false;
+    for previous in paths {
+        if previous.exists() {
+            std::fs::remove_file(previous)
+                .with_context(|| format!("removing {}", previous.display()))?;
+            removed = true;
+        }
+    }
+    Ok(removed)
+}
+
+/// [`build_library`] once the out folder is locked and rid of the previous install: checks the
+/// inputs, builds, installs `library` and writes `stamp`.
+fn build_locked(
+    sh: &Shell,
+    ws: &Workspace,
+    args: &Args,
+    out: PathBuf,
+    library: &Path,
+    stamp: &Path,
+) -> anyhow::Result<Setup> {
+    let setup = setup(sh, ws, args, out)?;
     // The inputs are checked first: their errors are the likelier ones, and need no tools.
     let cmake = tools::cmake(sh)?;
     let generator = tools::generator()?;
@@ -915,20 +906,6 @@ pub fn build_library(sh: &Shell, ws: &Workspace, args: &Args) -> anyhow::Result<
         &setup.defines,
     )
     .steps();
-    let _lock = lock_out(&setup.out)?;
-    let library = setup
-        .out
-        .join("lib")
-        .join(setup.backend.shim_library().unwrap_or_default());
-    // The library and stamp of a previous install are what this build replaces: a failed
-    // build must not leave them for `cargo xtask test` to load as if they were its result.
-    let stamp = setup.out.join(SHIM_STAMP);
-    for previous in [&stamp, &library] {
-        if previous.exists() {
-            std::fs::remove_file(previous)
-                .with_context(|| format!("removing {}", previous.display()))?;
-        }
-    }
     build(sh, &setup, &key, &steps)?;
     if !library.is_file() {
         bail!(
@@ -937,16 +914,10 @@ pub fn build_library(sh: &Shell, ws: &Workspace, args: &Args) -> anyhow::Result<
             build_dir.display()
         );
     }
-    std::fs::write(&stamp, key.stamp(&setup.library))
+    std::fs::write(stamp, key.stamp(&setup.library))
         .with_context(|| format!("writing {}", stamp.display()))?;
     remove_other_builds(&setup.out, &build_dir);
-    eprintln!(
-        "built {} against {} in {}",
-        library.display(),
-        setup.library.describe,
-        format_elapsed(started.elapsed())
-    );
-    Ok(library)
+    Ok(setup)
 }
 
 /// Builds the `backend` shim from the CMake project `source` into `out` (`out/lib` holds the

@@ -14,6 +14,7 @@ use plan::{CmakeDefine, Plan, PlanInputs, Source, Toolchain};
 
 use crate::Workspace;
 use crate::cmake::{self, Step};
+use crate::lock::OutLock;
 use crate::pins::{Pins, RocshmemPin};
 use crate::{rocm, tools};
 use anyhow::{Context, bail};
@@ -26,7 +27,8 @@ use xshell::Shell;
 ///
 /// The install goes to a content-addressed prefix under target/rocshmem/prefix/, named after
 /// the version, commit, targets and a hash of every input; a second identical run does nothing.
-/// At the end it prints what to export (ROCSHMEM_HOME, CMAKE_PREFIX_PATH).
+/// At the end it prints what to export (ROCSHMEM_HOME, CMAKE_PREFIX_PATH). One build at a time
+/// per out folder: a second is refused at once, naming the first.
 ///
 /// Needs: git (unless --source), CMake >= 3.20, Ninja (or Make), and ROCm with hipcc. ROCm is
 /// --rocm-path, else $ROCM_PATH, else what `hipconfig --rocmpath` says (the hipconfig next to
@@ -78,8 +80,8 @@ pub struct Args {
     )]
     pub cmake_args: Vec<CmakeDefine>,
     /// Remove the build trees and prefixes of other inputs under the out folder (other
-    /// targets, ROCm, defines or pins), keeping this plan's; build nothing. Not while another
-    /// build-rocshmem runs in the same out folder.
+    /// targets, ROCm, defines or pins), keeping this plan's; build nothing. Refused while
+    /// another build-rocshmem runs in the same out folder.
     #[arg(long, conflicts_with = "print_prefix")]
     pub clean_stale: bool,
     /// The ROCm install (default: $ROCM_PATH, else the ROCm `hipconfig --rocmpath` reports,
@@ -159,6 +161,10 @@ pub fn run(sh: &Shell, ws: &Workspace, args: Args) -> anyhow::Result<()> {
     });
 
     if args.clean_stale {
+        // Not while a build uses the trees it would remove.
+        let _lock = (!args.dry_run)
+            .then(|| OutLock::take(&out_dir, "build-rocshmem"))
+            .transpose()?;
         return clean_stale(&out_dir, &plan, args.dry_run);
     }
     if args.print_prefix {
@@ -170,15 +176,29 @@ pub fn run(sh: &Shell, ws: &Workspace, args: Args) -> anyhow::Result<()> {
         print!("{}", plan.render(&pin, &fetch));
         return Ok(());
     }
-    if install::up_to_date(&plan) {
-        eprintln!(
-            "{} for {} is up to date in {} (nothing to do, {})",
-            plan.built,
-            GpuTargets::Hip(plan.targets.clone()),
-            plan.prefix.display(),
-            format_elapsed(started.elapsed())
-        );
-        print_exports(&plan.prefix);
+    let up_to_date = || {
+        let fresh = install::up_to_date(&plan);
+        if fresh {
+            eprintln!(
+                "{} for {} is up to date in {} (nothing to do, {})",
+                plan.built,
+                GpuTargets::Hip(plan.targets.clone()),
+                plan.prefix.display(),
+                format_elapsed(started.elapsed())
+            );
+            print_exports(&plan.prefix);
+        }
+        fresh
+    };
+    // An install that is there needs nothing written: no lock, whatever else runs.
+    if up_to_date() {
+        return Ok(());
+    }
+    // Taken before anything is written under the out folder (the fetch, CMake, ninja): a
+    // second run there is refused at once, naming the first.
+    let _lock = OutLock::take(&out_dir, "build-rocshmem")?;
+    // The run that held it may have just installed these very inputs.
+    if up_to_date() {
         return Ok(());
     }
     build(sh, &plan, &pin, &git, jobs)?;
