@@ -22,7 +22,7 @@
 
 use crate::bootstrap::StarEnd;
 use crate::exchange::root_exchange;
-use crate::nodes::{self, Call, LEAF_MARGIN, Leader, Node, Uplink};
+use crate::nodes::{self, Call, LEAF_MARGIN, Leader, NODE_MARGIN, Node, Uplink};
 use crate::pmix::{Client, peer_lost};
 use crate::tcp::{self, Secret};
 use crate::wire::deadline_in;
@@ -488,7 +488,8 @@ impl NodeLinks {
             local_ranks.len(),
             &dir.join(format!("node-{host_number}")),
             timeout,
-        )?
+        )
+        .map_err(|e| e.on_node(&local_ranks))?
         .into_star_end();
         let spans_hosts = (0..world_size).any(|r| !topology.same_host(r, 0));
         let up = match (local_rank, listener) {
@@ -631,7 +632,10 @@ fn accept_nodes(
     topology: &Topology,
     timeout: Duration,
 ) -> Result<Up, BootstrapError> {
-    let deadline = deadline_in(timeout);
+    // The leaders wait on their own nodes' ranks first: when one of those never comes, the
+    // leader's report (naming it) is out before rank 0 gives up on the leader.
+    let waited = timeout.saturating_add(NODE_MARGIN);
+    let deadline = deadline_in(waited);
     let contact = places[0]
         .root
         .as_ref()
@@ -651,7 +655,7 @@ fn accept_nodes(
             return Err(BootstrapError::LeadersMissing {
                 missing,
                 addr: contact.addr,
-                waited: timeout,
+                waited,
             });
         }
     };

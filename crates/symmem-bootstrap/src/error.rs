@@ -189,20 +189,25 @@ pub enum BootstrapError {
     )]
     RendezvousInUse { path: PathBuf },
     #[error(
-        "rank {rank} could not reach rank 0 at {path} within {}; is rank 0 running, with \
-         the same {}?", format_duration(*.waited), RENDEZVOUS.name
+        "rank {rank} could not reach rank {centre} at {path} within {}; is rank {centre} \
+         running, with the same {}?", format_duration(*.waited), RENDEZVOUS.name
     )]
     ConnectTimeout {
         rank: usize,
+        /// The rank the star meets around: rank 0, or its node's leader across nodes.
+        centre: usize,
         path: PathBuf,
         waited: Duration,
     },
     #[error(
-        "{} never connected to rank 0 at {path} within {}; did every rank start, with the \
-         same {} and world size?", describe_ranks(.missing), format_duration(*.waited), RENDEZVOUS.name
+        "{} never connected to rank {centre} at {path} within {}; did every rank start, with \
+         the same {} and world size?", describe_ranks(.missing), format_duration(*.waited),
+         RENDEZVOUS.name
     )]
     AcceptTimeout {
         missing: Vec<usize>,
+        /// The rank the star meets around: rank 0, or its node's leader across nodes.
+        centre: usize,
         path: PathBuf,
         waited: Duration,
     },
@@ -212,6 +217,16 @@ pub enum BootstrapError {
         RENDEZVOUS.name
     )]
     ForeignUid { uid: u32, pid: i32, expected: u32 },
+    #[error(
+        "rank {centre} never answered the rendezvous within {}: it accepted this rank's \
+         connection but sent no welcome (stopped, or hung); see its output",
+        format_duration(*.waited)
+    )]
+    NoWelcome {
+        /// The rank the star meets around: rank 0, or its node's leader across nodes.
+        centre: usize,
+        waited: Duration,
+    },
     #[error("rendezvous handshake refused: {0}")]
     Handshake(String),
     #[error(
@@ -381,11 +396,7 @@ fn install_hint(container: Option<&str>) -> String {
 /// The container engine this process runs in, told by the file or variable each leaves
 /// inside its containers; `None` outside one (or in an engine that leaves neither).
 pub(crate) fn container_engine() -> Option<&'static str> {
-    let apptainer = ["APPTAINER_CONTAINER", "SINGULARITY_CONTAINER"]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some())
-        || std::path::Path::new("/.singularity.d").is_dir();
-    if apptainer {
+    if in_apptainer() {
         Some("an Apptainer container")
     } else if std::path::Path::new("/run/.containerenv").exists() {
         Some("a Podman container")
@@ -394,6 +405,15 @@ pub(crate) fn container_engine() -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// Whether this process runs in an Apptainer (or Singularity) container: the engine HPC
+/// sites start once per rank, each container with the host's /tmp unless `--contain`.
+pub(crate) fn in_apptainer() -> bool {
+    ["APPTAINER_CONTAINER", "SINGULARITY_CONTAINER"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+        || std::path::Path::new("/.singularity.d").is_dir()
 }
 
 fn unset_hint(asked: bool) -> String {
@@ -408,6 +428,38 @@ fn unset_hint(asked: bool) -> String {
 }
 
 impl BootstrapError {
+    /// This error of a node's own star, whose rank `i` is job rank `local_ranks[i]`, in job
+    /// ranks: the ranks it names and the centre it waited on (the node's leader).
+    pub(crate) fn on_node(self, local_ranks: &[usize]) -> Self {
+        let job = |local: usize| local_ranks.get(local).copied().unwrap_or(local);
+        match self {
+            Self::AcceptTimeout {
+                missing,
+                path,
+                waited,
+                ..
+            } => Self::AcceptTimeout {
+                missing: missing.into_iter().map(job).collect(),
+                centre: job(0),
+                path,
+                waited,
+            },
+            Self::ConnectTimeout {
+                rank, path, waited, ..
+            } => Self::ConnectTimeout {
+                rank: job(rank),
+                centre: job(0),
+                path,
+                waited,
+            },
+            Self::NoWelcome { waited, .. } => Self::NoWelcome {
+                centre: job(0),
+                waited,
+            },
+            other => other,
+        }
+    }
+
     pub(crate) fn io(what: impl Into<String>, source: impl Into<std::io::Error>) -> Self {
         Self::Io {
             what: what.into(),
@@ -427,6 +479,10 @@ impl ProviderError for BootstrapError {
             | Self::LeaderGone { .. }
             | Self::LeaderSilent { .. }
             | Self::LeadersMissing { .. }
+            // Start-up: a rank never came to the rendezvous, or its centre never opened it.
+            | Self::AcceptTimeout { .. }
+            | Self::ConnectTimeout { .. }
+            | Self::NoWelcome { .. }
             | Self::EngineTimeout { .. }
             | Self::EnginePeerLost { .. } => Blame::AnotherRank,
             _ => Blame::ThisRank,

@@ -22,7 +22,7 @@ use symmem::{CollectiveMismatch, CollectiveOp};
 
 /// Rank 0's wait for the other nodes beyond the collective timeout: their leaders' own
 /// verdicts (which name the late rank) reach it first.
-const NODE_MARGIN: Duration = Duration::from_secs(2);
+pub(crate) const NODE_MARGIN: Duration = Duration::from_secs(2);
 /// A node leader's wait for rank 0's answer beyond the collective timeout.
 const LEADER_MARGIN: Duration = Duration::from_secs(6);
 /// The other ranks' wait for their leader's answer beyond the collective timeout.

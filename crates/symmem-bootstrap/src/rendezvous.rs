@@ -207,6 +207,7 @@ fn accept_on(
             let missing = (1..world_size).filter(|r| slots[r - 1].is_none()).collect();
             return Err(BootstrapError::AcceptTimeout {
                 missing,
+                centre: 0,
                 path,
                 waited: timeout,
             });
@@ -373,6 +374,7 @@ pub(crate) fn connect_root(
                 if Instant::now() >= deadline {
                     return Err(BootstrapError::ConnectTimeout {
                         rank,
+                        centre: 0,
                         path,
                         waited: timeout,
                     });
@@ -425,10 +427,10 @@ pub(crate) fn connect_root(
             symmem::count_ranks(world_size)
         ))),
         Received::Closed => Err(BootstrapError::RootGaveUp),
-        Received::TimedOut => Err(BootstrapError::Handshake(format!(
-            "rank 0 accepted the connection but sent no welcome within {}; is it hung?",
-            symmem::format_duration(timeout)
-        ))),
+        Received::TimedOut => Err(BootstrapError::NoWelcome {
+            centre: 0,
+            waited: timeout.saturating_add(Duration::from_secs(1)),
+        }),
     }
 }
 

@@ -145,6 +145,9 @@ pub enum Unavailable {
     Unsupported(String),
     /// It should have worked but failed (the check fails).
     Failed(String),
+    /// It failed because another rank did (its opening is collective: a rank never came,
+    /// or left): the check fails and the suite stops, this rank a witness.
+    PeerFailed(String),
 }
 
 impl Unavailable {
@@ -152,6 +155,7 @@ impl Unavailable {
         match self {
             Self::Unsupported(reason) => Outcome::Skip(reason),
             Self::Failed(why) => Outcome::Fail(why),
+            Self::PeerFailed(why) => Outcome::PeerFailed(why),
         }
     }
 }
@@ -161,6 +165,8 @@ enum Outcome {
     Pass,
     Fail(String),
     Skip(String),
+    /// Another rank failed; the suite stops.
+    PeerFailed(String),
 }
 
 /// Collects verification failures without interrupting the collective sequence.
@@ -642,6 +648,9 @@ impl<P: TranslatedOps> Checks for Suite<'_, P> {
             fresh.barrier()
         };
         match result {
+            // Another rank failed (stopped, gone) before the mismatch could show: a witness,
+            // not a check that failed.
+            Err(e) if e.is_peer_failure() => return Err(e),
             Err(Error::CollectiveMismatch(m)) => {
                 v.eq(
                     "ranks named by the mismatch",
@@ -711,6 +720,14 @@ pub fn run_checks<P: TranslatedOps>(
             Ok(Outcome::Pass) => (Status::Pass, String::new(), false),
             Ok(Outcome::Skip(reason)) => (Status::Skip, reason, false),
             Ok(Outcome::Fail(why)) => (Status::Fail, why, false),
+            Ok(Outcome::PeerFailed(why)) => {
+                outcome.peer_failed = true;
+                (
+                    Status::Fail,
+                    format!("another rank failed, suite stopped: {why}"),
+                    true,
+                )
+            }
             Err(e) => {
                 outcome.peer_failed = e.is_peer_failure();
                 (

@@ -8,15 +8,20 @@ use crate::report::{EXIT_PEER_FAILED, Ended, Lost, Outcome};
 /// a rank (its node's leader, rank 0) missing, gone or silent. A rank whose output holds one of
 /// these is a witness, not the culprit. symmem-bootstrap's `EngineTimeout`, `EnginePeerLost`,
 /// `CollectiveFailure::{NeverArrived, PeerGone, GoneFromNode}`, `RootGone`, `RootSilent`,
-/// `LeaderGone` and `LeaderSilent` messages; a test of symmem-launch checks that each still
-/// says one.
-pub const WITNESS_REPORTS: [&str; 6] = [
+/// `LeaderGone` and `LeaderSilent` messages, and at start-up `AcceptTimeout`,
+/// `ConnectTimeout`, `NoWelcome` and `LeadersMissing`; a test of symmem-launch checks that each still says
+/// one.
+pub const WITNESS_REPORTS: [&str; 10] = [
     "not every rank reached collective",
     "was lost during collective",
     "never arrived at collective",
     "disconnected before collective",
     "disconnected during collective",
     "did not answer collective",
+    "never connected to rank",
+    "could not reach rank",
+    "never reached rank 0",
+    "never answered the rendezvous",
 ];
 
 /// Whether a rank's line is a witness's report ([`WITNESS_REPORTS`]).
@@ -28,8 +33,62 @@ pub(crate) fn is_witness_report(text: &str) -> bool {
 /// arrived at collective ...`, `ranks 2, 3 never arrived ...`, `ranks 0-3, 7 never arrived
 /// ...` (symmem's `describe_ranks`). `None` for any other line.
 pub(crate) fn never_arrived(text: &str) -> Option<Vec<usize>> {
-    let before = &text[..text.find(" never arrived at collective")?];
-    let list = &before[before.rfind("rank")? + "rank".len()..];
+    ranks_before(text, " never arrived at collective")
+}
+
+/// The ranks a witness's report names as the ones it waited for in vain: those that never
+/// arrived at a collective, never connected to their star's centre, or, at start-up, the
+/// centre a rank could not reach and the node leaders that never reached rank 0.
+pub(crate) fn accused(text: &str) -> Option<Vec<usize>> {
+    if let Some(ranks) = never_arrived(text) {
+        return Some(ranks);
+    }
+    if let Some((rank, _)) = gone(text) {
+        return Some(vec![rank]);
+    }
+    if let Some(ranks) = ranks_before(text, " never connected to rank ") {
+        return Some(ranks);
+    }
+    if let Some(ranks) = ranks_before(text, " never answered the rendezvous") {
+        return Some(ranks);
+    }
+    if let Some((_, after)) = text.split_once("could not reach rank ") {
+        let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+        return Some(vec![digits.parse().ok()?]);
+    }
+    let (_, after) = text.split_once("the leaders of other nodes (")?;
+    rank_list(after.split(')').next()?)
+}
+
+/// The rank a witness's report says went away (its process ended: it exited or crashed, or
+/// its node was cut off), with its node where the report names it: `rank 3 on node node-b was
+/// lost during collective ...`, `rank 3 disconnected before collective ...`.
+pub(crate) fn gone(text: &str) -> Option<(usize, Option<String>)> {
+    if let Some(at) = text.find(" was lost during collective") {
+        let before = &text[..at];
+        let (head, node) = before.rsplit_once(" on node ")?;
+        let rank = ranks_before(&format!("{head} X"), " X")?;
+        return match rank.as_slice() {
+            [rank] => Some((*rank, Some(node.to_string()))),
+            _ => None,
+        };
+    }
+    match ranks_before(text, " disconnected before collective")?.as_slice() {
+        [rank] => Some((*rank, None)),
+        _ => None,
+    }
+}
+
+/// The ranks (`rank 5`, `ranks 2, 3`, `ranks 0-3, 7`: symmem's `describe_ranks`) just before
+/// `phrase` in `text`.
+fn ranks_before(text: &str, phrase: &str) -> Option<Vec<usize>> {
+    let before = &text[..text.find(phrase)?];
+    rank_list(&before[before.rfind("rank")?..])
+}
+
+/// `rank 5`, `ranks 2, 3` or `ranks 0-3, 7` as ranks.
+fn rank_list(text: &str) -> Option<Vec<usize>> {
+    let list = text.strip_prefix("rank")?;
     let list = list.strip_prefix("s ").or_else(|| list.strip_prefix(' '))?;
     let mut ranks = Vec::new();
     for part in list.split(", ") {
@@ -120,6 +179,58 @@ mod tests {
 
     const OK: Ended = Ended::Exited(0);
     const PEER: Ended = Ended::Exited(EXIT_PEER_FAILED);
+
+    #[test]
+    fn a_rank_that_went_away_is_read_with_its_node() {
+        assert_eq!(
+            gone(
+                "host: rank 3 on node node-b was lost during collective #6 barrier (it exited, \
+                 crashed, or its node or the network to it failed)"
+            ),
+            Some((3, Some("node-b".to_string())))
+        );
+        assert_eq!(
+            gone("host: rank 1 disconnected before collective #2 malloc(8 B) (it exited)"),
+            Some((1, None))
+        );
+        assert_eq!(gone("rank 3 never arrived at collective #2"), None);
+        assert_eq!(
+            accused("rank 3 on node node-b was lost during collective #6 barrier"),
+            Some(vec![3])
+        );
+    }
+
+    #[test]
+    fn the_ranks_a_start_up_report_waited_for_are_read() {
+        assert_eq!(
+            accused("rank 3 never connected to rank 2 at /tmp/x/node-1/rank0.sock within 10s"),
+            Some(vec![3])
+        );
+        assert_eq!(
+            accused("ranks 1, 3 never connected to rank 0 at /tmp/r/rank0.sock within 10s"),
+            Some(vec![1, 3])
+        );
+        assert_eq!(
+            accused("rank 3 could not reach rank 2 at /tmp/x/node-1/rank0.sock within 10s"),
+            Some(vec![2])
+        );
+        assert_eq!(
+            accused(
+                "the leaders of other nodes (ranks 2, 4) never reached rank 0 at 127.0.0.2:5 \
+                 within 12s; let TCP ..."
+            ),
+            Some(vec![2, 4])
+        );
+        assert_eq!(
+            accused("lost: ranks 2-3 never arrived at collective #4 barrier"),
+            Some(vec![2, 3])
+        );
+        assert_eq!(
+            accused("rank 2 never answered the rendezvous within 11s: it accepted ..."),
+            Some(vec![2])
+        );
+        assert_eq!(accused("check 5 passed"), None);
+    }
 
     #[test]
     fn the_ranks_that_never_arrived_are_read() {

@@ -301,6 +301,27 @@ fn witness_phrases_are_the_control_plane_s() {
             op,
             waited,
         },
+        BootstrapError::AcceptTimeout {
+            missing: vec![3],
+            centre: 2,
+            path: "/tmp/r/node-1/rank0.sock".into(),
+            waited,
+        },
+        BootstrapError::ConnectTimeout {
+            rank: 3,
+            centre: 2,
+            path: "/tmp/r/node-1/rank0.sock".into(),
+            waited,
+        },
+        BootstrapError::NoWelcome {
+            centre: 2,
+            waited,
+        },
+        BootstrapError::LeadersMissing {
+            missing: vec![2],
+            addr: "127.0.0.2:5000".parse().expect("an address"),
+            waited,
+        },
     ];
     for report in reports.iter().map(ToString::to_string) {
         assert!(

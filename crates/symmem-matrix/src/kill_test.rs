@@ -222,9 +222,9 @@ fn stopped_rank(
             culprits,
             reason: Lost::StillRunning,
             ..
-        } if culprits.contains(&victim) => {}
+        } if culprits == &[victim] => {}
         _ => problems.push(format!(
-            "the stopped rank {victim} was not named among the hung: {report}"
+            "the stopped rank {victim} was not named alone as the hung rank: {report}"
         )),
     }
     if report

@@ -62,7 +62,13 @@ impl Extras<GpuProvider> for GpuExtras {
         self.siblings
             .open(label, node_ids[self.rank])
             .map(Context::new)
-            .map_err(|e| Unavailable::Failed(format!("opening a sibling GPU context: {e}")))
+            .map_err(|e| {
+                let why = format!("opening a sibling GPU context: {e}");
+                match symmem::ProviderError::blame(&e) {
+                    symmem::Blame::AnotherRank => Unavailable::PeerFailed(why),
+                    _ => Unavailable::Failed(why),
+                }
+            })
     }
 }
 
@@ -87,16 +93,50 @@ fn main() -> std::process::ExitCode {
         )
         .init();
     match run() {
-        Ok(outcome) if outcome.peer_failed => {
-            std::process::ExitCode::from(symmem::EXIT_PEER_FAILED as u8)
-        }
+        Ok(outcome) if outcome.peer_failed => witness_exit(),
         Ok(outcome) if outcome.failed == 0 => std::process::ExitCode::SUCCESS,
         Ok(_) => std::process::ExitCode::from(1),
+        // A provider that could not start because another rank did not (it never came, or
+        // left): a witness, as a collective's failure is.
+        Err(e) if witnessed(&e) => {
+            eprintln!("symmem-conformance: {e:#}");
+            witness_exit()
+        }
         Err(e) => {
             eprintln!("symmem-conformance: {e:#}");
             std::process::ExitCode::from(2)
         }
     }
+}
+
+/// How long a witness waits, its report written, before it exits: ranks that gave up at the
+/// same moment (a PMIx fence's timeout, which names no rank) each write their report before
+/// the launcher, seeing the first of them exit, ends the others. The launcher names the rank
+/// that wrote none (issue 42, R1: a rank killed before its report was named beside the
+/// stopped one).
+const WITNESS_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn witness_exit() -> std::process::ExitCode {
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    std::thread::sleep(WITNESS_SETTLE);
+    std::process::ExitCode::from(symmem::EXIT_PEER_FAILED as u8)
+}
+
+/// Whether `e` is a provider's failure to start that blames another rank.
+fn witnessed(e: &anyhow::Error) -> bool {
+    use symmem::{Blame, ProviderError};
+    e.chain().any(|cause| {
+        let blame = cause
+            .downcast_ref::<symmem_host::HostError>()
+            .map(ProviderError::blame)
+            .or_else(|| {
+                cause
+                    .downcast_ref::<symmem_gpu::GpuError>()
+                    .map(ProviderError::blame)
+            });
+        blame == Some(Blame::AnotherRank)
+    })
 }
 
 fn run() -> anyhow::Result<SuiteOutcome> {

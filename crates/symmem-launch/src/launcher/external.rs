@@ -7,7 +7,7 @@
 //! [`Mpirun`]: super::Mpirun
 //! [`Srun`]: super::Srun
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -20,7 +20,7 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
 use super::Sweep;
-use crate::culprit::{is_witness_report, never_arrived};
+use crate::culprit::{accused, gone, is_witness_report, never_arrived};
 use crate::error::LaunchError;
 use crate::group::{command_name, exiting, live_members, signal_group};
 use crate::report::{
@@ -125,6 +125,8 @@ pub(crate) fn run(
         log: Vec::new(),
         witnesses: BTreeSet::new(),
         late: BTreeSet::new(),
+        accused: BTreeSet::new(),
+        gone: BTreeMap::new(),
         aborting_since: None,
         aborting: job.aborting,
         quiet: job.quiet,
@@ -155,6 +157,8 @@ pub(crate) fn run(
         reported: &reported,
         witnesses: &watch.witnesses,
         late: &watch.late,
+        accused: &watch.accused,
+        gone: &watch.gone,
         ranks: spec.ranks,
         placed: &job.placed,
     };
@@ -220,9 +224,15 @@ struct Told<'a> {
     reported: &'a [RankEnd],
     /// The ranks that wrote a witness's report.
     witnesses: &'a BTreeSet<usize>,
-    /// The ranks whose report says that they themselves never arrived: they were late (a
-    /// stopped rank, resumed by the launcher to end it, reads its own verdict), not witnesses.
+    /// The ranks whose report says that they themselves never arrived, or came after another
+    /// rank's report had waited for them: they were late (a stopped rank, resumed by the
+    /// launcher to end it, reads its own verdict or finds the others gone), not witnesses.
     late: &'a BTreeSet<usize>,
+    /// The ranks some witness's report says it waited for in vain ([`accused`]).
+    accused: &'a BTreeSet<usize>,
+    /// Of those, the ones a report says went away (their process ended), with their node
+    /// where it says ([`gone`]).
+    gone: &'a BTreeMap<usize, Option<String>>,
     /// The world size.
     ranks: usize,
     /// Ranks per node in rank order ([`Job::placed`]); empty when unknown.
@@ -310,12 +320,72 @@ fn blame(told: &Told<'_>) -> Option<(Outcome, Option<String>)> {
     if silent.is_empty() {
         return None;
     }
+    // The launcher ends every rank once the first witness exits: ranks it ended before they
+    // could write their own report are silent too. The ones the reports waited for are.
+    let waited_for: Vec<usize> = silent
+        .iter()
+        .copied()
+        .filter(|r| told.accused.contains(r))
+        .collect();
+    let silent = if waited_for.is_empty() {
+        silent
+    } else {
+        waited_for
+    };
+    // Gone, by the reports, and not failed, by the launcher (which reports a failed exit or a
+    // signal): they exited with status 0 before the others were done (srun says nothing of
+    // a task that exits 0).
+    if silent.iter().all(|r| told.gone.contains_key(r)) {
+        let node = match silent.as_slice() {
+            [one] => told.gone[one].clone(),
+            _ => None,
+        };
+        let outcome = Outcome::PeerLost {
+            culprits: silent,
+            reason: Lost::ExitedEarly,
+            reporters,
+        };
+        return Some((outcome, node));
+    }
     let outcome = Outcome::PeerLost {
         culprits: silent,
         reason: Lost::StillRunning,
         reporters,
     };
     Some((outcome, None))
+}
+
+/// What a rank's line tells the culprit rules.
+#[derive(Debug, PartialEq, Eq)]
+enum Said {
+    /// It was late: its report names itself as the one that never arrived, or came after
+    /// another rank's report had waited for it (stopped, then resumed by the launcher to end
+    /// it, it finds the others gone).
+    Late,
+    /// A witness's report, and the other ranks it waited for in vain.
+    Witness(Vec<usize>),
+    Other,
+}
+
+/// What `rank`'s line `text` says, given the ranks that reported as witnesses so far and those
+/// their reports waited for.
+fn said(
+    rank: usize,
+    text: &str,
+    witnesses: &BTreeSet<usize>,
+    waited_for: &BTreeSet<usize>,
+) -> Said {
+    let names_itself = never_arrived(text).is_some_and(|missing| missing.contains(&rank));
+    let witness = is_witness_report(text);
+    let came_late = witness && waited_for.contains(&rank) && !witnesses.contains(&rank);
+    if names_itself || came_late {
+        Said::Late
+    } else if witness {
+        let others = accused(text).into_iter().flatten().filter(|&r| r != rank);
+        Said::Witness(others.collect())
+    } else {
+        Said::Other
+    }
 }
 
 /// The leader (lowest rank) of `rank`'s node, when the placement is known.
@@ -394,6 +464,10 @@ struct Watch<'s> {
     witnesses: BTreeSet<usize>,
     /// The ranks whose report says they themselves never arrived ([`Told::late`]).
     late: BTreeSet<usize>,
+    /// The ranks the witnesses' reports waited for ([`Told::accused`]).
+    accused: BTreeSet<usize>,
+    /// The ranks the witnesses' reports say went away ([`Told::gone`]).
+    gone: BTreeMap<usize, Option<String>>,
     /// When the launcher first said it was aborting the job ([`Job::aborting`]).
     aborting_since: Option<Instant>,
     aborting: fn(&str) -> bool,
@@ -413,10 +487,23 @@ impl Watch<'_> {
             }
             Some(rank) => {
                 (self.sink)(&line);
-                if never_arrived(&line.text).is_some_and(|missing| missing.contains(&rank)) {
-                    self.late.insert(rank);
-                } else if is_witness_report(&line.text) {
-                    self.witnesses.insert(rank);
+                match said(rank, &line.text, &self.witnesses, &self.accused) {
+                    Said::Late => {
+                        self.late.insert(rank);
+                    }
+                    Said::Witness(waited_for) => {
+                        self.witnesses.insert(rank);
+                        self.accused.extend(waited_for);
+                        if let Some((lost, node)) = gone(&line.text)
+                            && lost != rank
+                        {
+                            let known = self.gone.entry(lost).or_default();
+                            if known.is_none() {
+                                *known = node;
+                            }
+                        }
+                    }
+                    Said::Other => {}
                 }
             }
         }
@@ -571,6 +658,8 @@ mod tests {
             reported,
             witnesses: &witnesses,
             late: &BTreeSet::new(),
+            accused: &BTreeSet::new(),
+            gone: &BTreeMap::new(),
             ranks,
             placed: &[],
         };
@@ -592,6 +681,8 @@ mod tests {
                 reported: &reported,
                 witnesses: &witnesses,
                 late: &late,
+                accused: &BTreeSet::new(),
+                gone: &BTreeMap::new(),
                 ranks: 4,
                 placed,
             };
@@ -685,6 +776,8 @@ mod tests {
             reported: &[end(3, Ended::Exited(0))],
             witnesses: &witnesses,
             late: &BTreeSet::new(),
+            accused: &BTreeSet::new(),
+            gone: &BTreeMap::new(),
             ranks: 4,
             placed: &[2, 2],
         };
@@ -697,6 +790,95 @@ mod tests {
                     reporters: vec![0, 1],
                 },
                 Some("n3".into())
+            ))
+        );
+    }
+
+    /// R1: rank 3 (a leaf of node-b) stopped at start-up. Its leader, rank 2, wrote that rank
+    /// 3 never connected to it and exited 75; the launcher then ended ranks 0 and 1 before
+    /// they wrote a word, silent as rank 3. Only rank 3, whom the report waited for, is named.
+    #[test]
+    fn of_the_silent_ranks_the_ones_a_report_waited_for_are_named() {
+        let witnesses = BTreeSet::from([2]);
+        let accused = BTreeSet::from([3]);
+        // What mpirun reports: the first process that failed.
+        let reported = [end(2, Ended::Exited(EXIT_PEER_FAILED))];
+        let told = Told {
+            reported: &reported,
+            witnesses: &witnesses,
+            late: &BTreeSet::new(),
+            accused: &accused,
+            gone: &BTreeMap::new(),
+            ranks: 4,
+            placed: &[2, 2],
+        };
+        assert_eq!(
+            blame(&told).map(|(outcome, _)| outcome),
+            Some(Outcome::PeerLost {
+                culprits: vec![3],
+                reason: Lost::StillRunning,
+                reporters: vec![2],
+            })
+        );
+    }
+
+    /// R1, mid-run: rank 3 stopped in a barrier; ranks 0-2 reported that it never arrived.
+    /// Resumed by mpirun to end it, rank 3 finds its leader gone and says so: late, not a
+    /// witness, so it stays the one the reports waited for.
+    #[test]
+    fn a_rank_reporting_after_others_waited_for_it_was_late() {
+        let mut witnesses = BTreeSet::new();
+        let mut waited_for = BTreeSet::new();
+        let lost = "host: rank 3 never arrived at collective #7 barrier within 10s";
+        for rank in [0, 1, 2] {
+            match said(rank, lost, &witnesses, &waited_for) {
+                Said::Witness(others) => {
+                    assert_eq!(others, [3]);
+                    witnesses.insert(rank);
+                    waited_for.extend(others);
+                }
+                other => panic!("rank {rank}: {other:?}"),
+            }
+        }
+        let gone = "host: leader rank 2 on node node-b disconnected during collective #7 barrier";
+        assert_eq!(said(3, gone, &witnesses, &waited_for), Said::Late);
+        // The same line from a rank nobody waited for is a witness's.
+        assert_eq!(
+            said(3, gone, &BTreeSet::new(), &BTreeSet::new()),
+            Said::Witness(vec![])
+        );
+        assert_eq!(
+            said(3, lost, &BTreeSet::new(), &BTreeSet::new()),
+            Said::Late
+        );
+    }
+
+    /// R5: under srun rank 3 exited 0 at check 5 (srun says nothing of that); every witness
+    /// said it was lost, on node-b. It exited early, on node-b: not "still running (hung?)".
+    #[test]
+    fn a_rank_the_reports_say_went_away_exited_early_with_its_node() {
+        let witnesses = BTreeSet::from([0, 1, 2]);
+        let accused = BTreeSet::from([3]);
+        let gone = BTreeMap::from([(3, Some("node-b".to_string()))]);
+        let reported = [end(0, Ended::Exited(EXIT_PEER_FAILED))];
+        let told = Told {
+            reported: &reported,
+            witnesses: &witnesses,
+            late: &BTreeSet::new(),
+            accused: &accused,
+            gone: &gone,
+            ranks: 4,
+            placed: &[2, 2],
+        };
+        assert_eq!(
+            blame(&told),
+            Some((
+                Outcome::PeerLost {
+                    culprits: vec![3],
+                    reason: Lost::ExitedEarly,
+                    reporters: vec![0, 1, 2],
+                },
+                Some("node-b".into())
             ))
         );
     }
