@@ -264,7 +264,7 @@ fn format_duration_ref(d: &Duration) -> String {
 pub const BOOTSTRAP: Defaulted<BootstrapChoice> = Defaulted::new(
     Setting {
         name: "SYMMEM_BOOTSTRAP",
-        doc: "engine the ranks meet through: `unix` (symmem's socket star, one host), `pmix` (the launcher's PMIx server, any hosts), `auto` (unix on one host, pmix when the job spans nodes)",
+        doc: "engine the ranks meet through: `unix` (symmem's socket star, one host), `pmix` (the launcher's PMIx server, any hosts), `auto` (unix on one host, pmix when the job spans nodes or runs in Apptainer containers under a PMIx launcher)",
         default: "",
         expected: "auto, unix or pmix",
         audience: Audience::User,
