@@ -221,6 +221,9 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     let cluster = args.place.nodes_up()?;
     let slurm = args.place.slurm_up(cluster.as_ref())?;
     let target = args.place.target(cluster.as_ref(), slurm.as_ref())?;
+    if matches!(target, Target::Local) {
+        refuse_being_a_rank()?;
+    }
     if let Some(text) = target.describe() {
         println!("{text}");
     }
@@ -263,6 +266,32 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         return crate::kill_test::run(&target, &plan, layouts[0].clone());
     }
     run_matrix(&target, &plan, layouts)
+}
+
+/// The matrix on one host starts its own ranks; started itself as one of many tasks (`srun
+/// -n 4 apptainer run IMAGE`, whose default command is this), each task would run a whole
+/// matrix of its own on its own host and "pass", nothing crossing nodes. Refused, naming the
+/// way to run the matrix across nodes.
+fn refuse_being_a_rank() -> anyhow::Result<()> {
+    let across = "run symmem-matrix once, on the host, with --launcher srun|mpirun (and \
+                  --container ENGINE IMAGE to run each rank in the image)";
+    match symmem::RankIdentity::from_env() {
+        Ok(me)
+            if me.world_size > 1
+                && let Some(starter) = symmem::rank_starter_ancestor() =>
+        {
+            anyhow::bail!(
+                "symmem-matrix was started as rank {} of {} by {starter}: every task would run a \
+                 matrix of its own, on its own host; {across}",
+                me.rank,
+                me.world_size,
+            )
+        }
+        Err(e @ symmem::RankEnvError::EnvironmentDropped { .. }) => {
+            anyhow::bail!("symmem-matrix runs as a task of a launcher ({e}); {across}")
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Inside a Slurm allocation, every layout must fit its task slots: refused at once, all in

@@ -737,3 +737,49 @@ fn a_job_that_did_not_start_is_one_note() {
     );
     assert!(!stdout.contains("no result from"), "{stdout}");
 }
+
+/// `srun -n 4 apptainer run IMAGE` runs the image's default command, this matrix, once per
+/// task: each would run a matrix of its own on its own host and pass. Started as one of many
+/// ranks by a rank starter (here a stand-in `orted`), the local matrix refuses, naming the way
+/// across nodes; with the launcher's variables dropped too.
+#[test]
+fn the_matrix_started_as_one_of_many_tasks_refuses() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let orted = dir.path().join("orted");
+    std::fs::copy("/bin/sh", &orted).expect("a copy of sh named orted");
+    // Not `exec`: orted must stay the matrix's parent.
+    let script = "\"$0\" test --ranks 1 --rank-binary \"$1\"; status=$?; exit $status";
+    let run = |env: &[(&str, &str)], clear: bool| {
+        let mut command = Command::new(&orted);
+        command.args(["-c", script, MATRIX]).arg(fake_rank());
+        if clear {
+            command
+                .env_clear()
+                .env("PATH", std::env::var("PATH").unwrap_or_default());
+        }
+        let out = command
+            .envs(env.iter().copied())
+            .env("FAKE_RANK_CHECKS", check_ids())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run symmem-matrix under the stand-in orted");
+        let (stdout, stderr) = text(&out);
+        assert!(!out.status.success(), "{stdout}\n{stderr}");
+        stderr
+    };
+    let stderr = run(
+        &[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "4")],
+        false,
+    );
+    assert!(
+        stderr.contains("symmem-matrix was started as rank 1 of 4 by orted")
+            && stderr.contains("--launcher srun|mpirun"),
+        "{stderr}"
+    );
+    let stderr = run(&[], true);
+    assert!(
+        stderr.contains("no launcher variables reached this process")
+            && stderr.contains("--container ENGINE IMAGE"),
+        "{stderr}"
+    );
+}

@@ -35,7 +35,9 @@ pub use error::{Blame, Error, ProviderError, TranslateError};
 pub use launcher::Launcher;
 pub use provider::{SymmetricProvider, TranslatedOps};
 pub use provider_kind::{ProviderKind, UnknownProvider};
-pub use rank_env::{Found, NodeCount, RankEnvError, RankIdentity, job_evidence};
+pub use rank_env::{
+    Found, NodeCount, RankEnvError, RankIdentity, job_evidence, rank_starter_ancestor,
+};
 pub use ranks::{count_ranks, describe_ranks, rank_list};
 pub use settings::InvalidSetting;
 pub use table::{AddressMap, PeerTable};

@@ -533,6 +533,13 @@ fn path_component(key: &str) -> String {
         .collect()
 }
 
+/// The launcher process this one descends from that starts a job's ranks (srun's numbered
+/// job step, mpirun, Open MPI's orted, MPICH's proxy), named with its pid: `None` for a
+/// process a user, a batch script or an allocation's shell started.
+pub fn rank_starter_ancestor() -> Option<String> {
+    rank_starter(ancestors()).map(|(pid, name)| format!("{name} (pid {pid})"))
+}
+
 /// This process's ancestors, parent first: `(pid, comm, cmdline)` each, read from /proc
 /// (at most 64; none where /proc cannot be read).
 fn ancestors() -> impl Iterator<Item = (u32, String, String)> {
