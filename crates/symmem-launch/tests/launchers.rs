@@ -313,10 +313,7 @@ fn witness_phrases_are_the_control_plane_s() {
             path: "/tmp/r/node-1/rank0.sock".into(),
             waited,
         },
-        BootstrapError::NoWelcome {
-            centre: 2,
-            waited,
-        },
+        BootstrapError::NoWelcome { centre: 2, waited },
         BootstrapError::LeadersMissing {
             missing: vec![2],
             addr: "127.0.0.2:5000".parse().expect("an address"),
