@@ -732,7 +732,14 @@ fn rendezvous(
     (0..world_size)
         .map(|peer| match peer == client.rank() {
             true => Ok(card.to_vec()),
-            false => client.get_bytes(peer, &key),
+            false => client.get_bytes(peer, &key).map_err(|e| match e {
+                BootstrapError::Pmix { status, .. }
+                    if status == symmem_pmix_sys::PMIX_ERR_NOT_FOUND =>
+                {
+                    BootstrapError::PmixStoreHidden { rank: peer }
+                }
+                other => other,
+            }),
         })
         .collect()
 }

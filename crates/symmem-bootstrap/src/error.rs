@@ -331,6 +331,14 @@ pub enum BootstrapError {
     #[error(transparent)]
     RankEnv(#[from] symmem::RankEnvError),
     #[error(
+        "the PMIx fence completed but rank {rank}'s data is not found here: this process most \
+         likely cannot see the launcher's PMIx data store, which lies in the node's /tmp (a \
+         container with a /tmp of its own: `apptainer --contain`/`--containall`, Docker). Give \
+         it the node's /tmp (`--bind /tmp`, `-v /tmp:/tmp`), or set PMIX_MCA_gds=hash for the \
+         ranks"
+    )]
+    PmixStoreHidden { rank: usize },
+    #[error(
         "ranks {} and {} run on one host ({host}) but see different folders at {at}, where a \
          node's ranks meet: each has a /tmp of its own (one container per rank: `apptainer \
          --contain`/`--containall`, Docker). Give the containers the host's /tmp \
