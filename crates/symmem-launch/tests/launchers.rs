@@ -173,6 +173,29 @@ fn what_the_launcher_leaves_in_its_group_is_killed_and_reported() {
     assert!(group_empty(report.pgid), "the sleep is gone");
 }
 
+/// R4: srun's helper process may still be ending when srun itself has exited; one that ends
+/// by itself within moments is not left behind, and the run passes.
+#[test]
+fn a_helper_of_the_launcher_that_ends_by_itself_is_not_left_behind() {
+    let (_dir, srun) = stand_in(
+        "srun",
+        "sleep 0.2 &
+         n=0
+         while [ $n -lt 1000 ] && [ \"$(cat /proc/$!/comm)\" != sleep ]; do n=$((n + 1)); done
+         echo '0: done'
+exit 0
+",
+    );
+    let launcher = Launcher::Srun(Srun {
+        program: srun,
+        ..Srun::default()
+    });
+    let report = launch(&launcher, Duration::from_secs(30), Duration::from_secs(1));
+    assert_eq!(report.outcome, Outcome::Success, "{report}");
+    assert_eq!(report.left_behind, [], "{report}");
+    assert!(report.success(), "{report}");
+}
+
 /// Runs a stand-in mpirun of 4 ranks (2 x 2) printing `body`'s output.
 fn mpirun_says(body: &str) -> RunReport {
     let (_dir, mpirun) = stand_in("mpirun", body);

@@ -590,12 +590,22 @@ impl Watch<'_> {
     }
 }
 
+/// How long what the launcher leaves in its group may take to end by itself ([`end_group`]).
+const SETTLE: Duration = Duration::from_millis(500);
+
 /// After the launcher exited: what is still alive in its process group (here, on this host)
 /// outlived it; it gets SIGKILL, and is waited for (within [`DRAIN_LIMIT`]) until it is gone
 /// or a zombie. Returned as left behind unless the group had SIGKILL already (`killed`: then
 /// what is there is only late to die).
 fn end_group(pgid: i32, killed: bool) -> Vec<LeftBehind> {
     let mut found: Vec<LeftBehind> = Vec::new();
+    // A launcher's own helpers (srun forks one) may still be on their way out when it has
+    // exited: they get a moment to end by themselves before anything is called left behind
+    // (issue 42, R4: a passing run failed on `srun` "left behind", 1 of 7).
+    let settle = Instant::now() + SETTLE;
+    while !killed && !live_members(pgid).is_empty() && Instant::now() < settle {
+        std::thread::sleep(POLL);
+    }
     let until = Instant::now() + DRAIN_LIMIT;
     loop {
         let live = live_members(pgid);
