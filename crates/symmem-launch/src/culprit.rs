@@ -67,8 +67,7 @@ pub(crate) fn gone(text: &str) -> Option<(usize, Option<String>)> {
     if let Some(at) = text.find(" was lost during collective") {
         let before = &text[..at];
         let (head, node) = before.rsplit_once(" on node ")?;
-        let rank = ranks_before(&format!("{head} X"), " X")?;
-        return match rank.as_slice() {
+        return match rank_list(&head[head.rfind("rank")?..])?.as_slice() {
             [rank] => Some((*rank, Some(node.to_string()))),
             _ => None,
         };
