@@ -151,6 +151,17 @@ pub enum Unavailable {
 }
 
 impl Unavailable {
+    /// A second context that failed to open (`what` says which) with the provider's error
+    /// `e`: [`PeerFailed`](Self::PeerFailed) where `e` blames another rank, else
+    /// [`Failed`](Self::Failed).
+    pub fn opening<E: symmem::ProviderError>(what: &str, e: &E) -> Self {
+        let why = format!("opening {what}: {e}");
+        match e.blame() {
+            symmem::Blame::AnotherRank => Self::PeerFailed(why),
+            _ => Self::Failed(why),
+        }
+    }
+
     fn outcome(self) -> Outcome {
         match self {
             Self::Unsupported(reason) => Outcome::Skip(reason),

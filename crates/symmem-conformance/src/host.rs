@@ -22,13 +22,7 @@ impl HostExtras {
         let mut config = self.base.clone();
         config.rendezvous = config.rendezvous.join(label);
         config.node_id = node_ids[config.identity.rank];
-        HostProvider::new(config).map_err(|e| {
-            let why = format!("opening a second host context: {e}");
-            match symmem::ProviderError::blame(&e) {
-                symmem::Blame::AnotherRank => Unavailable::PeerFailed(why),
-                _ => Unavailable::Failed(why),
-            }
-        })
+        HostProvider::new(config).map_err(|e| Unavailable::opening("a second host context", &e))
     }
 }
 

@@ -62,13 +62,7 @@ impl Extras<GpuProvider> for GpuExtras {
         self.siblings
             .open(label, node_ids[self.rank])
             .map(Context::new)
-            .map_err(|e| {
-                let why = format!("opening a sibling GPU context: {e}");
-                match symmem::ProviderError::blame(&e) {
-                    symmem::Blame::AnotherRank => Unavailable::PeerFailed(why),
-                    _ => Unavailable::Failed(why),
-                }
-            })
+            .map_err(|e| Unavailable::opening("a sibling GPU context", &e))
     }
 }
 
