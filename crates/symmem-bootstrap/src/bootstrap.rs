@@ -106,19 +106,7 @@ impl Bootstrap {
     ) -> Result<Self, BootstrapError> {
         let get = |name: &str| std::env::var(name).ok();
         let choice = symmem::settings::BOOTSTRAP.get_from(get)?;
-        let mut engine = symmem::choose_engine(choice, identity, get)?;
-        // Apptainer starts a container per rank, which need not share the node's /tmp where
-        // the Unix star meets (`--contain`): the PMIx engine's exchange checks that they do and
-        // says so at once, where the star would wait out its timeout.
-        if engine == Engine::Unix
-            && choice == symmem::BootstrapChoice::Auto
-            && identity.world_size > 1
-            && symmem::pmix_present(&get)
-            && crate::error::in_apptainer()
-        {
-            tracing::debug!("in an Apptainer container: the PMIx engine, which checks /tmp");
-            engine = Engine::Pmix;
-        }
+        let engine = symmem::choose_engine(choice, identity, get)?;
         tracing::debug!(?engine, %choice, rank = identity.rank, "control plane engine");
         Self::open(
             engine,

@@ -404,7 +404,9 @@ fn install_hint(container: Option<&str>) -> String {
 /// The container engine this process runs in, told by the file or variable each leaves
 /// inside its containers; `None` outside one (or in an engine that leaves neither).
 pub(crate) fn container_engine() -> Option<&'static str> {
-    if in_apptainer() {
+    if symmem::in_apptainer(&|name: &str| std::env::var(name).ok())
+        || std::path::Path::new("/.singularity.d").is_dir()
+    {
         Some("an Apptainer container")
     } else if std::path::Path::new("/run/.containerenv").exists() {
         Some("a Podman container")
@@ -413,15 +415,6 @@ pub(crate) fn container_engine() -> Option<&'static str> {
     } else {
         None
     }
-}
-
-/// Whether this process runs in an Apptainer (or Singularity) container: the engine HPC
-/// sites start once per rank, each container with the host's /tmp unless `--contain`.
-pub(crate) fn in_apptainer() -> bool {
-    ["APPTAINER_CONTAINER", "SINGULARITY_CONTAINER"]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some())
-        || std::path::Path::new("/.singularity.d").is_dir()
 }
 
 fn unset_hint(asked: bool) -> String {

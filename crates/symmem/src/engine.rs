@@ -61,6 +61,14 @@ pub fn pmix_present(get: &impl Fn(&str) -> Option<String>) -> bool {
         .all(|v| get(v).is_some_and(|s| !s.trim().is_empty()))
 }
 
+/// Whether this process runs in an Apptainer (or Singularity) container, whose runtime sets
+/// `APPTAINER_CONTAINER` (`SINGULARITY_CONTAINER`) in every container it starts.
+pub fn in_apptainer(get: &impl Fn(&str) -> Option<String>) -> bool {
+    ["APPTAINER_CONTAINER", "SINGULARITY_CONTAINER"]
+        .iter()
+        .any(|v| get(v).is_some())
+}
+
 /// What says this job has ranks on more than one node, or `None` when nothing does. Only the
 /// launcher that named this rank counts (its local size below its world size, or Slurm's
 /// node count of the step): a Slurm allocation around a one-host symmem-run or torchrun job
@@ -80,7 +88,8 @@ pub fn spans_nodes(identity: &RankIdentity) -> Option<String> {
 
 /// The engine for this rank: `unix` and `pmix` as set (refused where they cannot work);
 /// `auto` keeps the Unix star whenever the job fits on one host (PMIx present or not: the
-/// single-host path is the same as without PMIx) and takes PMIx when it spans nodes. A job
+/// single-host path is the same as without PMIx; in an Apptainer container under PMIx, PMIx)
+/// and takes PMIx when it spans nodes. A job
 /// that spans nodes with no engine is an error at once, never a rendezvous that waits out its
 /// timeout for ranks that cannot reach it.
 pub fn choose_engine(
@@ -97,6 +106,12 @@ pub fn choose_engine(
             Err(EngineError::UnixAcrossNodes { evidence })
         }
         (BootstrapChoice::Unix, None, _) => Ok(Engine::Unix),
+        // Apptainer starts a container per rank, which need not share the node's /tmp where
+        // the Unix star meets (`--contain`): PMIx's exchange checks that they do and says so
+        // at once, where the star would wait out its timeout.
+        (BootstrapChoice::Auto, None, true) if identity.world_size > 1 && in_apptainer(&get) => {
+            Ok(Engine::Pmix)
+        }
         (BootstrapChoice::Auto, None, _) => Ok(Engine::Unix),
         (BootstrapChoice::Auto, Some(_), true) => Ok(Engine::Pmix),
         // Only Slurm's layout gives a node count: srun started these ranks.
@@ -179,6 +194,27 @@ mod tests {
             ("LOCAL_WORLD_SIZE", "2"),
         ];
         assert_eq!(choose(Auto, torch_one_host), Ok(Engine::Unix));
+    }
+
+    /// In Apptainer under a PMIx launcher, one host or not, PMIx: its exchange checks that the
+    /// containers share the node's /tmp. Alone, or without PMIx, nothing changes.
+    #[test]
+    fn auto_takes_pmix_on_one_host_in_apptainer() {
+        use BootstrapChoice::Auto;
+        let in_apptainer: Vec<(&str, &str)> = OMPI_ONE_HOST_PMIX
+            .iter()
+            .copied()
+            .chain([("APPTAINER_CONTAINER", "/images/x.sif")])
+            .collect();
+        assert_eq!(choose(Auto, &in_apptainer), Ok(Engine::Pmix));
+        assert_eq!(
+            choose(BootstrapChoice::Unix, &in_apptainer),
+            Ok(Engine::Unix)
+        );
+        assert_eq!(
+            choose(Auto, &[("SINGULARITY_CONTAINER", "/x.sif")]),
+            Ok(Engine::Unix)
+        );
     }
 
     #[test]

@@ -30,7 +30,9 @@ mod units;
 
 pub use collective::{CollectiveKind, CollectiveMismatch, CollectiveOp};
 pub use context::{AllocationRecord, Context, ContextId, FinalizeReport, Plain, SymmetricBuffer};
-pub use engine::{BootstrapChoice, Engine, EngineError, choose_engine, pmix_present, spans_nodes};
+pub use engine::{
+    BootstrapChoice, Engine, EngineError, choose_engine, in_apptainer, pmix_present, spans_nodes,
+};
 pub use error::{Blame, Error, ProviderError, TranslateError};
 pub use launcher::Launcher;
 pub use provider::{SymmetricProvider, TranslatedOps};
