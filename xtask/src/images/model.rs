@@ -132,9 +132,9 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     PMIX_PACKAGE,
 ];
 
-/// The PMIx client library the PMIx engine opens at run time (`symmem_pmix_sys::LIBRARY`): a
-/// job that `srun --mpi=pmix` or `mpirun` starts in the image needs it in every rank.
-pub const PMIX_LIBRARY: &str = "libpmix.so.2";
+/// The PMIx client library the PMIx engine opens at run time: a job that `srun --mpi=pmix` or
+/// `mpirun` starts in the image needs it in every rank.
+pub const PMIX_LIBRARY: &str = symmem_pmix_sys::LIBRARY;
 /// Its package in both bases (Debian sid and Ubuntu 24.04 name it so since the 64-bit time_t
 /// transition; it Provides `libpmix2`). The client talks to older servers: sid's 7.0.0~rc1
 /// passed the conformance checks against PMIx 4.2.2's (Open MPI 4.1.4's mpirun, Slurm 22.05's
