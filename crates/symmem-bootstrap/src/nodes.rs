@@ -125,7 +125,9 @@ pub(crate) fn root_collective(
     leaders: &[Leader],
     call: Call<'_>,
 ) -> Result<Gathered, BootstrapError> {
-    let remote_deadline = deadline_in(node.timeout.saturating_add(NODE_MARGIN));
+    // Counted from the start: the leaders' own deadlines run meanwhile.
+    let waited = node.timeout.saturating_add(NODE_MARGIN);
+    let remote_deadline = deadline_in(waited);
     let (arrivals, mut calls) = match gather_node(node, &call) {
         Ok(gathered) => gathered,
         Err(BootstrapError::Collective(failure)) => {
@@ -133,7 +135,7 @@ pub(crate) fn root_collective(
         }
         Err(e) => return Err(e),
     };
-    let verdict = gather_leaders(leaders, remote_deadline, node.timeout, call.op)
+    let verdict = gather_leaders(leaders, remote_deadline, waited, call.op)
         .and_then(|remote| {
             calls.extend(remote);
             in_rank_order(calls, node.world_size, call.op)
@@ -223,11 +225,12 @@ fn in_rank_order(
     Ok(slots.into_iter().flatten().collect())
 }
 
-/// Waits for every leader's `NodeArrive` until `deadline`: their calls, or the first failure.
+/// Waits for every leader's `NodeArrive` until `deadline` (`waited` from the start): their
+/// calls, or the first failure.
 fn gather_leaders(
     leaders: &[Leader],
     deadline: Instant,
-    timeout: Duration,
+    waited: Duration,
     op: &CollectiveOp,
 ) -> Result<Vec<NodeCall>, CollectiveFailure> {
     let mut pending: Vec<usize> = (0..leaders.len()).collect();
@@ -235,11 +238,13 @@ fn gather_leaders(
     while !pending.is_empty() {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            let missing = pending.iter().flat_map(|&i| leaders[i].ranks.clone());
+            // A leader that waited in vain for a rank of its own node said so before this
+            // deadline (it waits only the timeout): the silent one is the leader itself. The
+            // other ranks of its node may have arrived; they are not named.
             return Err(CollectiveFailure::NeverArrived {
                 op: op.clone(),
-                missing: missing.collect(),
-                waited_ms: timeout.as_millis() as u64,
+                missing: pending.iter().map(|&i| leaders[i].rank).collect(),
+                waited_ms: waited.as_millis() as u64,
             });
         }
         let fds: Vec<BorrowedFd<'_>> = pending.iter().map(|&i| leaders[i].stream.as_fd()).collect();
@@ -382,6 +387,17 @@ mod tests {
     /// links).
     struct Plan {
         ops: [Option<CollectiveOp>; 4],
+        /// Rank 2, node-b's leader, stops this long (holding its links) before its call.
+        leader_stopped: Duration,
+    }
+
+    impl Plan {
+        fn calls(ops: [Option<CollectiveOp>; 4]) -> Self {
+            Self {
+                ops,
+                leader_stopped: Duration::ZERO,
+            }
+        }
     }
 
     fn run(plan: Plan) -> Vec<Outcome> {
@@ -410,7 +426,9 @@ mod tests {
         };
         let rank1 = leaf(a_leaf, 1, op1);
         let rank3 = leaf(b_leaf, 3, op3);
+        let stopped = plan.leader_stopped;
         let rank2 = std::thread::spawn(move || -> Outcome {
+            std::thread::sleep(stopped);
             let op = op2.ok_or(BootstrapError::WorldSizeZero)?;
             let leaves = [b_centre];
             let node = Node {
@@ -464,9 +482,7 @@ mod tests {
     #[test]
     fn every_rank_gets_every_payload_in_rank_order() {
         let all = Some(op(1));
-        let outcomes = run(Plan {
-            ops: [all.clone(), all.clone(), all.clone(), all],
-        });
+        let outcomes = run(Plan::calls([all.clone(), all.clone(), all.clone(), all]));
         let want: Vec<Vec<u8>> = (0..4u8).map(|r| vec![r; 3]).collect();
         for (rank, outcome) in outcomes.into_iter().enumerate() {
             assert_eq!(outcome.unwrap(), want, "rank {rank}");
@@ -476,9 +492,7 @@ mod tests {
     #[test]
     fn a_mismatch_on_another_node_is_named_on_every_rank() {
         let (same, other) = (Some(op(1)), Some(op(2)));
-        let outcomes = run(Plan {
-            ops: [same.clone(), same.clone(), same, other],
-        });
+        let outcomes = run(Plan::calls([same.clone(), same.clone(), same, other]));
         for (rank, outcome) in outcomes.into_iter().enumerate() {
             match outcome {
                 Err(BootstrapError::Collective(CollectiveFailure::Mismatch(m))) => {
@@ -495,9 +509,7 @@ mod tests {
     #[test]
     fn a_rank_that_leaves_on_another_node_is_named_with_its_node() {
         let all = Some(op(1));
-        let outcomes = run(Plan {
-            ops: [all.clone(), all.clone(), all, None],
-        });
+        let outcomes = run(Plan::calls([all.clone(), all.clone(), all, None]));
         for (rank, outcome) in outcomes.into_iter().enumerate().take(3) {
             match outcome {
                 Err(BootstrapError::Collective(CollectiveFailure::GoneFromNode {
@@ -515,9 +527,7 @@ mod tests {
     #[test]
     fn a_lost_node_leader_is_named_with_its_node() {
         let all = Some(op(1));
-        let outcomes = run(Plan {
-            ops: [all.clone(), all.clone(), None, all],
-        });
+        let outcomes = run(Plan::calls([all.clone(), all.clone(), None, all]));
         for (rank, outcome) in outcomes.into_iter().enumerate().take(2) {
             match outcome {
                 Err(BootstrapError::Collective(CollectiveFailure::GoneFromNode {
@@ -526,6 +536,36 @@ mod tests {
                     ..
                 })) => {
                     assert_eq!(node, "node-b", "rank {rank}");
+                }
+                other => panic!("rank {rank}: {other:?}"),
+            }
+        }
+    }
+
+    /// R8: a leader stopped past rank 0's wait is named alone, with the time rank 0 really
+    /// waited; rank 3, which arrived at it, is not.
+    #[test]
+    fn a_stopped_leader_is_named_alone_not_the_rank_behind_it() {
+        let all = Some(op(1));
+        let outcomes = run(Plan {
+            ops: [all.clone(), all.clone(), all.clone(), all],
+            leader_stopped: TIMEOUT + NODE_MARGIN + Duration::from_millis(500),
+        });
+        for (rank, outcome) in outcomes.into_iter().enumerate().take(2) {
+            match outcome {
+                Err(BootstrapError::Collective(
+                    failure @ CollectiveFailure::NeverArrived { .. },
+                )) => {
+                    let CollectiveFailure::NeverArrived {
+                        missing, waited_ms, ..
+                    } = &failure
+                    else {
+                        unreachable!()
+                    };
+                    assert_eq!(missing, &[2], "rank {rank}: {failure}");
+                    let waited = (TIMEOUT + NODE_MARGIN).as_millis() as u64;
+                    assert_eq!(*waited_ms, waited, "rank {rank}: {failure}");
+                    assert!(failure.to_string().contains("within 7s"), "{failure}");
                 }
                 other => panic!("rank {rank}: {other:?}"),
             }
