@@ -20,15 +20,16 @@
 //! links ([`nodes`](crate::nodes)): a star of node leaders around rank 0, each at the centre
 //! of its node's star.
 
+use crate::address;
 use crate::bootstrap::StarEnd;
 use crate::exchange::root_exchange;
 use crate::nodes::{self, Call, LEAF_MARGIN, Leader, NODE_MARGIN, Node, Uplink};
 use crate::pmix::{Client, peer_lost};
-use crate::tcp::{self, Secret};
+use crate::tcp::{self, Acceptor, Secret};
 use crate::wire::deadline_in;
 use crate::{Bootstrap, BootstrapError, Gathered};
 use serde::{Deserialize, Serialize};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -80,6 +81,10 @@ struct Place {
     /// ranks of one host that see different ones (a private /tmp per container) cannot meet.
     #[serde(default)]
     base: Option<(PathBuf, (u64, u64))>,
+    /// Which loopback it reaches ([`address::loopback_domain`]): a leader dials rank 0's
+    /// loopback address only from rank 0's own.
+    #[serde(default)]
+    loopback: Option<String>,
 }
 
 impl Place {
@@ -100,6 +105,7 @@ impl Place {
                 (path, Some(id)) => Some((path, id)),
                 (_, None) => None,
             },
+            loopback: address::loopback_domain(),
         }
     }
 }
@@ -107,6 +113,10 @@ impl Place {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct RootContact {
     addr: SocketAddr,
+    /// Where `addr` is a loopback address: the address rank 0 also listens on (same port) for
+    /// leaders that do not share its loopback ([`address::dial`]).
+    #[serde(default)]
+    fallback: Option<IpAddr>,
     secret: Secret,
 }
 
@@ -146,7 +156,7 @@ impl Host {
 /// leaders will reach. Made before the all-gather, kept until the links open
 /// ([`Bootstrap::meet`]).
 pub struct Arrival {
-    listener: Option<TcpListener>,
+    acceptor: Option<Acceptor>,
     place: Place,
 }
 
@@ -175,7 +185,7 @@ impl Arrival {
                 let mut place = Place::bare(rank, world_size, node, Host::named());
                 place.refusal = Some(other.to_string());
                 Self {
-                    listener: None,
+                    acceptor: None,
                     place,
                 }
             }
@@ -209,17 +219,17 @@ impl Arrival {
             return Err(BootstrapError::RankOutOfRange { rank, world_size });
         }
         let mut place = Place::bare(rank, world_size, node, host);
-        let mut listener = None;
+        let mut acceptor = None;
         if rank == 0 {
             place.job = Some(job_name()?);
             if world_size > 1 {
                 match open_root()? {
-                    Ok((open, contact)) => (listener, place.root) = (Some(open), Some(contact)),
+                    Ok((open, contact)) => (acceptor, place.root) = (Some(open), Some(contact)),
                     Err(why) => place.no_root = Some(why),
                 }
             }
         }
-        Ok(Self { listener, place })
+        Ok(Self { acceptor, place })
     }
 
     /// What this rank contributes to the all-gather: every rank's cards, in rank order, go to
@@ -464,7 +474,7 @@ impl NodeLinks {
         timeout: Duration,
         client: Option<Client>,
     ) -> Result<(Self, Topology), BootstrapError> {
-        let Arrival { listener, place } = arrival;
+        let Arrival { acceptor, place } = arrival;
         let (rank, world_size) = (place.rank, place.world_size);
         let engine = match client {
             Some(_) => Engine::Pmix,
@@ -492,8 +502,8 @@ impl NodeLinks {
         .map_err(|e| e.on_node(&local_ranks))?
         .into_star_end();
         let spans_hosts = (0..world_size).any(|r| !topology.same_host(r, 0));
-        let up = match (local_rank, listener) {
-            (0, Some(listener)) => accept_nodes(&listener, &places, &topology, timeout)?,
+        let up = match (local_rank, acceptor) {
+            (0, Some(acceptor)) => accept_nodes(acceptor, &places, &topology, timeout)?,
             // Rank 0 found no address to listen on, and other hosts need it: say why.
             (0, None) if rank == 0 && spans_hosts => return Err(no_root(&places)),
             (0, None) if !topology.same_host(rank, 0) => connect_up(rank, &places, deadline)?,
@@ -586,12 +596,18 @@ impl NodeLinks {
     }
 }
 
-/// Rank 0's listener on its node's address, and what it publishes: that address and a new
-/// job secret. Where it cannot listen (the host name does not resolve, or its address cannot
-/// be bound), why: an error only if the job turns out to span hosts.
+/// Rank 0's listener on its node's address ([`address::listen_plan`]), served from now on, and
+/// what it publishes: that address (and the fallback beside it) and a new job secret. Where it
+/// cannot listen (no address, or it cannot be bound), why: an error only if the job turns out
+/// to span hosts.
 #[allow(clippy::type_complexity)]
-fn open_root() -> Result<Result<(TcpListener, RootContact), String>, BootstrapError> {
-    let listener = match tcp::node_address().and_then(tcp::listen) {
+fn open_root() -> Result<Result<(Acceptor, RootContact), String>, BootstrapError> {
+    let plan = match address::listen_plan() {
+        Ok(plan) => plan,
+        Err(e @ BootstrapError::Setting(_)) => return Err(e),
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let listener = match tcp::listen(plan.primary, 0) {
         Ok(listener) => listener,
         Err(e) => {
             tracing::debug!(error = %e, "rank 0 cannot listen: the job must stay on one host");
@@ -601,11 +617,13 @@ fn open_root() -> Result<Result<(TcpListener, RootContact), String>, BootstrapEr
     let addr = listener
         .local_addr()
         .map_err(|e| BootstrapError::io("reading the leaders' listener's address", e))?;
+    let secret = Secret::generate()?;
     let contact = RootContact {
         addr,
-        secret: Secret::generate()?,
+        fallback: plan.fallback,
+        secret: secret.clone(),
     };
-    Ok(Ok((listener, contact)))
+    Ok(Ok((Acceptor::start(listener, secret)?, contact)))
 }
 
 /// Why rank 0 has no listener, as its card says.
@@ -619,7 +637,7 @@ fn no_root(places: &[Place]) -> BootstrapError {
     }
 }
 
-fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     nix::unistd::gethostname()
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "?".into())
@@ -627,7 +645,7 @@ fn host_name() -> String {
 
 /// Rank 0: the leaders of every other host, each proven to hold the secret.
 fn accept_nodes(
-    listener: &TcpListener,
+    acceptor: Acceptor,
     places: &[Place],
     topology: &Topology,
     timeout: Duration,
@@ -649,12 +667,20 @@ fn accept_nodes(
     }
     groups.retain(|g| !topology.same_host(g[0], 0));
     let expected: Vec<usize> = groups.iter().map(|g| g[0]).collect();
-    let streams = match tcp::accept_leaders(listener, &contact.secret, &expected, deadline)? {
+    // Leaders that cannot reach rank 0's loopback address dial the fallback: listen there too.
+    let dialled: Vec<SocketAddr> = expected
+        .iter()
+        .map(|&leader| leader_dials(places, leader))
+        .collect::<Result<_, _>>()?;
+    if let Some(&other) = dialled.iter().find(|a| **a != contact.addr) {
+        acceptor.add(tcp::listen(other.ip(), other.port())?)?;
+    }
+    let streams = match acceptor.leaders(&expected, deadline) {
         Ok(streams) => streams,
         Err(missing) => {
             return Err(BootstrapError::LeadersMissing {
                 missing,
-                addr: contact.addr,
+                addr: dialled.first().copied().unwrap_or(contact.addr),
                 waited,
             });
         }
@@ -672,20 +698,39 @@ fn accept_nodes(
     Ok(Up::Root(leaders))
 }
 
+/// The address node leader `leader` dials for rank 0 ([`address::dial`]); where it has none,
+/// the error rank 0 and that leader both give at once.
+fn leader_dials(places: &[Place], leader: usize) -> Result<SocketAddr, BootstrapError> {
+    let Some(contact) = places[0].root.as_ref() else {
+        return Err(no_root(places));
+    };
+    let (root, theirs) = (&places[0].loopback, &places[leader].loopback);
+    address::dial(
+        contact.addr,
+        contact.fallback,
+        root.as_deref(),
+        theirs.as_deref(),
+    )
+    .ok_or_else(|| BootstrapError::LoopbackOnly {
+        root_host: places[0].name.clone(),
+        addr: contact.addr.ip(),
+    })
+}
+
 /// A node leader of another host than rank 0's: its proven link to rank 0.
 fn connect_up(
     rank: usize,
     places: &[Place],
     deadline: std::time::Instant,
 ) -> Result<Up, BootstrapError> {
-    let Some(contact) = places[0].root.as_ref() else {
-        return Err(no_root(places));
-    };
-    // Another host's leader reaching an address of its own: rank 0's name resolved to a
-    // loopback alias that every host has (Debian's and Ubuntu's 127.0.1.1). It would retry
+    let addr = leader_dials(places, rank)?;
+    let contact = places[0].root.as_ref().expect("leader_dials checked it");
+    // Another host's leader reaching an address of its own: rank 0's name resolved to an
+    // address that every host claims (a hosts file copied to every host). It would retry
     // until the timeout; say why at once.
-    if let Ok(own) = tcp::node_address()
-        && own == contact.addr.ip()
+    if let Ok(own) = address::node_address()
+        && own == addr.ip()
+        && !own.is_loopback()
     {
         return Err(BootstrapError::SharedAddress {
             root_host: places[0].name.clone(),
@@ -693,7 +738,7 @@ fn connect_up(
             host: host_name(),
         });
     }
-    let stream = tcp::connect_root(contact.addr, &contact.secret, rank, deadline)?;
+    let stream = tcp::connect_root(addr, &contact.secret, rank, deadline)?;
     Ok(Up::Leader(Uplink {
         stream,
         root_node: places[0].name.clone(),
@@ -747,7 +792,9 @@ fn rendezvous(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
     use symmem::CollectiveKind;
+    use symmem::settings::SOCKET_IFNAME;
 
     fn alone() -> Result<RankIdentity, String> {
         RankIdentity::from_vars(|_| None).map_err(|e| e.to_string())
@@ -906,37 +953,80 @@ mod tests {
         assert_eq!(Arrival::new(1, 2, 0, outer).unwrap().place.refusal, None);
     }
 
-    /// Two hosts whose names resolve to the same address (Debian's and Ubuntu's 127.0.1.1, here
-    /// two host keys on one machine): the other host's leader fails at once, naming the cause,
-    /// instead of retrying rank 0's address (its own) until the timeout. (A leader with another
-    /// secret than rank 0's is refused: tcp.rs's tests.)
-    #[test]
-    fn a_leader_whose_host_resolves_to_rank_0s_address_fails_at_once() {
-        if let Err(e) = tcp::node_address() {
-            eprintln!("SKIPPED: rank 0 cannot listen: {e}");
-            return;
-        }
-        let dir = tempfile::tempdir().unwrap();
+    /// Rank 0 of two hosts "a" and "b" on this machine, listening on `root` (a loopback
+    /// address) with `fallback` beside it, and rank 1 made to look as if it ran on another
+    /// loopback (another host, or an isolated network namespace).
+    fn loopback_root(root: Ipv4Addr, fallback: Option<Ipv4Addr>) -> [Arrival; 2] {
         let host = |name: &str| Host::Name(name.as_bytes().to_vec());
-        let root = Arrival::at(0, 2, 0, host("a")).unwrap();
-        let leaf = Arrival::at(1, 2, 0, host("b")).unwrap();
-        let cards = vec![root.card(), leaf.card()];
-        let timeout = Duration::from_secs(2);
+        let listener = tcp::listen(IpAddr::V4(root), 0).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let secret = Secret::from_bytes([4; 32]);
+        let mut rank0 = Arrival::at(0, 2, 0, host("a")).unwrap();
+        rank0.place.root = Some(RootContact {
+            addr,
+            fallback: fallback.map(IpAddr::V4),
+            secret: secret.clone(),
+        });
+        rank0.acceptor = Some(Acceptor::start(listener, secret).unwrap());
+        let mut rank1 = Arrival::at(1, 2, 0, host("b")).unwrap();
+        rank1.place.loopback = Some("another host".into());
+        [rank0, rank1]
+    }
+
+    /// Opens both ranks' links at once: their results.
+    fn meet_both(arrivals: [Arrival; 2]) -> [Result<(), BootstrapError>; 2] {
+        let cards: Vec<Vec<u8>> = arrivals.iter().map(Arrival::card).collect();
+        let timeout = Duration::from_secs(3);
+        let ends = arrivals.map(|arrival| {
+            let cards = cards.clone();
+            std::thread::spawn(move || {
+                let dir = tempfile::tempdir().unwrap();
+                let meeting = Meeting::new(arrival, &cards)?;
+                NodeLinks::meet(meeting, dir.path(), timeout).map(drop)
+            })
+        });
+        ends.map(|end| end.join().unwrap())
+    }
+
+    /// R2: rank 0's host name resolves to a loopback address (Debian's and Ubuntu's
+    /// 127.0.1.1) and its host has no other interface: rank 0 and the other host's leader both
+    /// fail at once naming /etc/hosts and the setting, instead of the leader dialling its own
+    /// loopback until the timeout.
+    #[test]
+    fn a_loopback_rank_0_with_no_other_interface_fails_at_once_on_both_sides() {
         let started = std::time::Instant::now();
-        let leaf_err = NodeLinks::meet(Meeting::new(leaf, &cards).unwrap(), dir.path(), timeout)
-            .map(drop)
-            .expect_err("rank 0's address is this host's own");
+        let ends = meet_both(loopback_root(Ipv4Addr::new(127, 0, 1, 1), None));
         assert!(
-            started.elapsed() < timeout,
-            "failed at once, not at the timeout"
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
         );
-        let text = leaf_err.to_string();
-        assert!(
-            matches!(leaf_err, BootstrapError::SharedAddress { .. }),
-            "{text}"
-        );
-        assert!(text.contains("/etc/hosts"), "{text}");
-        drop(root);
+        for (rank, end) in ends.into_iter().enumerate() {
+            let err = end.expect_err("no address the leader reaches");
+            let text = err.to_string();
+            assert!(
+                matches!(err, BootstrapError::LoopbackOnly { .. }),
+                "rank {rank}: {text}"
+            );
+            assert!(
+                text.contains("/etc/hosts") && text.contains("127.0.1.1"),
+                "{text}"
+            );
+            assert!(text.contains(SOCKET_IFNAME.name), "{text}");
+        }
+    }
+
+    /// R2: the same with an interface beside the loopback: rank 0 listens there too, on the
+    /// same port, and the other host's leader joins through it.
+    #[test]
+    fn a_loopback_rank_0_is_reached_through_its_interface() {
+        let ends = meet_both(loopback_root(
+            Ipv4Addr::new(127, 0, 1, 1),
+            Some(Ipv4Addr::new(127, 0, 0, 6)),
+        ));
+        for (rank, end) in ends.into_iter().enumerate() {
+            end.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        }
     }
 
     /// M11: a fence that timed out after 15 s (a 10 s timeout and the margin) says 15 s, not

@@ -1,7 +1,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
-use symmem::settings::{BOOTSTRAP, COLLECTIVE_TIMEOUT, RENDEZVOUS};
+use symmem::settings::{BOOTSTRAP, COLLECTIVE_TIMEOUT, RENDEZVOUS, SOCKET_IFNAME};
 use symmem::{
     Blame, CollectiveMismatch, CollectiveOp, ProviderError, count_ranks, describe_ranks,
     format_duration,
@@ -292,6 +292,27 @@ pub enum BootstrapError {
         root_host: String,
         addr: std::net::IpAddr,
         host: String,
+    },
+    #[error(
+        "rank 0 ({root_host}) listens for the other nodes on {addr}, a loopback address no other \
+         host reaches (its host name resolves to it and no other interface is up, or {0} names \
+         a loopback interface): map {root_host} to an address the other hosts reach in \
+         /etc/hosts or DNS (Debian and Ubuntu write `127.0.1.1 <host name>` there), or set {0} \
+         to the interface they reach (such as eth0)",
+        SOCKET_IFNAME.name
+    )]
+    LoopbackOnly {
+        root_host: String,
+        addr: std::net::IpAddr,
+    },
+    #[error(
+        "{}={filter} allows none of this host's interfaces with an address ({}); name one of \
+         them, or unset it",
+        SOCKET_IFNAME.name, .present.join(", ")
+    )]
+    NoInterface {
+        filter: String,
+        present: Vec<String>,
     },
     #[error("rank {rank} cannot join this job: {reason}")]
     RankRefused { rank: usize, reason: String },

@@ -18,8 +18,8 @@
 //! the client of `pmix.rs`): one all-gather at start publishes every rank's place and rank 0's
 //! TCP address and job secret. Collectives then run over the same wire protocol: each host's
 //! ranks over their own Unix star around the host's lowest rank (its node leader), the leaders
-//! over TCP to rank 0, each connection proving it holds the secret (`tcp.rs`); rank 0 compares
-//! every call (`nodes.rs`). [`Bootstrap::join`] picks the engine ([`symmem::choose_engine`]).
+//! over TCP to rank 0 (at the address `address.rs` chooses), each connection proving it holds
+//! the secret (`tcp.rs`); rank 0 compares every call (`nodes.rs`). [`Bootstrap::join`] picks the engine ([`symmem::choose_engine`]).
 //!
 //! A program that already runs an all-gather of its own (symmem's Python package over a
 //! `torch.distributed` process group, whatever launcher started the ranks) replaces PMIx's:
@@ -30,6 +30,7 @@
 //! [`Topology`](symmem::Topology) ([`Bootstrap::topology`]), the engine's host of each rank with
 //! the emulated node it joined with. Providers take "same node" and "one host" from it alone.
 
+mod address;
 mod bootstrap;
 mod engine;
 mod error;

@@ -23,9 +23,12 @@ use crate::wire::{self, Message, Received};
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
+use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::mpsc;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 /// Opens every handshake (both directions), so that a stray client of another protocol is told
@@ -33,10 +36,15 @@ use std::time::{Duration, Instant};
 const MAGIC: &[u8; 8] = b"symmem\x01\x00";
 const NONCE: usize = 32;
 const MAC: usize = 32;
-/// The longest a client may take over its handshake before rank 0 drops it.
-pub(crate) const HANDSHAKE_WAIT: Duration = Duration::from_secs(2);
+/// The longest a client may take over its handshake before rank 0 drops it: a real leader
+/// answers within a round trip, and one that misses it connects again.
+pub(crate) const HANDSHAKE_WAIT: Duration = Duration::from_millis(500);
 /// Handshakes rank 0 runs at once; connections beyond are closed at once.
 const MAX_HANDSHAKES: usize = 64;
+/// Handshakes rank 0 runs at once for one client address.
+const MAX_PER_ADDRESS: usize = 8;
+/// How often the accepting thread looks for listeners added and for its end.
+const ACCEPT_TICK: Duration = Duration::from_millis(20);
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -79,81 +87,163 @@ fn nonce() -> Result<[u8; NONCE], BootstrapError> {
     Ok(bytes)
 }
 
-/// This node's address: its host name as the resolver gives it (`/etc/hosts`, DNS), the first
-/// IPv4 address, else the first one. Listeners bind to it alone, never to every interface.
-pub(crate) fn node_address() -> Result<IpAddr, BootstrapError> {
-    let host = nix::unistd::gethostname()
-        .map_err(|e| BootstrapError::io("reading the host name", e))?
-        .to_string_lossy()
-        .into_owned();
-    let fail = |cause: String| BootstrapError::NodeAddress {
-        host: host.clone(),
-        cause,
-    };
-    let addrs: Vec<SocketAddr> = (host.as_str(), 0)
-        .to_socket_addrs()
-        .map_err(|e| fail(e.to_string()))?
-        .filter(|a| !a.ip().is_unspecified())
-        .collect();
-    addrs
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or(addrs.first())
-        .map(SocketAddr::ip)
-        .ok_or_else(|| fail("it resolves to no address".into()))
-}
-
-/// A listener on `addr` alone, on a port the kernel picks.
-pub(crate) fn listen(addr: IpAddr) -> Result<TcpListener, BootstrapError> {
-    TcpListener::bind((addr, 0))
+/// A listener on `addr` alone (never every interface), on `port` (0: the kernel picks).
+pub(crate) fn listen(addr: IpAddr, port: u16) -> Result<TcpListener, BootstrapError> {
+    TcpListener::bind((addr, port))
         .map_err(|e| BootstrapError::io(format!("listening on this node's address {addr}"), e))
 }
 
-/// Rank 0's side: accepts on `listener` until every rank of `expected` has proven it holds
-/// `secret`, or `deadline`. Streams in the order of `expected`; the missing ranks otherwise.
-pub(crate) fn accept_leaders(
-    listener: &TcpListener,
-    secret: &Secret,
-    expected: &[usize],
-    deadline: Instant,
-) -> Result<Result<Vec<TcpStream>, Vec<usize>>, BootstrapError> {
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| BootstrapError::io("configuring the leaders' listener", e))?;
-    let (tx, rx) = mpsc::channel::<(usize, TcpStream)>();
-    let mut slots: Vec<Option<TcpStream>> = expected.iter().map(|_| None).collect();
-    let running = std::sync::Arc::new(());
-    while slots.iter().any(Option::is_none) {
-        while let Ok((rank, stream)) = rx.try_recv() {
-            match expected.iter().position(|&r| r == rank) {
-                Some(i) if slots[i].is_none() => slots[i] = Some(stream),
-                _ => tracing::warn!(rank, "refused a node leader that is not expected"),
+/// Rank 0's listeners, served from the moment the first opens (before the rendezvous) until
+/// every leader has proven itself: a thread accepts, and each handshake runs on a thread of
+/// its own, at most [`MAX_HANDSHAKES`] at once and [`MAX_PER_ADDRESS`] from one address (a
+/// flood from one host leaves room for the others' leaders). Dropping it closes them.
+pub(crate) struct Acceptor {
+    add: mpsc::Sender<TcpListener>,
+    /// In a mutex only to be `Sync` (a Python object holds the arrival).
+    proven: Mutex<mpsc::Receiver<(usize, TcpStream)>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Handshakes under way, in all and by the client's address.
+#[derive(Default)]
+struct InFlight {
+    total: usize,
+    by_address: HashMap<IpAddr, usize>,
+}
+
+impl InFlight {
+    /// Takes a slot for a handshake from `addr`, unless the caps are reached.
+    fn admit(&mut self, addr: IpAddr) -> bool {
+        let from = self.by_address.entry(addr).or_default();
+        if self.total >= MAX_HANDSHAKES || *from >= MAX_PER_ADDRESS {
+            return false;
+        }
+        *from += 1;
+        self.total += 1;
+        true
+    }
+
+    fn release(&mut self, addr: IpAddr) {
+        self.total -= 1;
+        if let Some(from) = self.by_address.get_mut(&addr) {
+            *from -= 1;
+            if *from == 0 {
+                self.by_address.remove(&addr);
             }
         }
-        if Instant::now() >= deadline {
-            let missing = (0..expected.len()).filter(|&i| slots[i].is_none());
-            return Ok(Err(missing.map(|i| expected[i]).collect()));
+    }
+}
+
+impl Acceptor {
+    /// Serves handshakes on `listener` for `secret` from now on.
+    pub(crate) fn start(listener: TcpListener, secret: Secret) -> Result<Self, BootstrapError> {
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| BootstrapError::io("configuring the leaders' listener", e))?;
+        let (add, added) = mpsc::channel();
+        let (prove, proven) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("symmem-accept".into())
+            .spawn(move || serve(vec![listener], &added, &prove, &secret, &stopping))
+            .map_err(|e| BootstrapError::io("starting the leaders' listener", e))?;
+        Ok(Self {
+            add,
+            proven: Mutex::new(proven),
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Serves `listener` too (the same secret).
+    pub(crate) fn add(&self, listener: TcpListener) -> Result<(), BootstrapError> {
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| BootstrapError::io("configuring the leaders' listener", e))?;
+        // The thread runs until `self` is dropped.
+        let _ = self.add.send(listener);
+        Ok(())
+    }
+
+    /// Waits until every rank of `expected` has proven it holds the secret, or `deadline`.
+    /// Streams in the order of `expected`; the missing ranks otherwise. The listeners close.
+    pub(crate) fn leaders(
+        self,
+        expected: &[usize],
+        deadline: Instant,
+    ) -> Result<Vec<TcpStream>, Vec<usize>> {
+        let mut slots: Vec<Option<TcpStream>> = expected.iter().map(|_| None).collect();
+        let proven = self.proven.lock().expect("no panics under it");
+        while slots.iter().any(Option::is_none) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok((rank, stream)) = proven.recv_timeout(left) else {
+                let missing = (0..expected.len()).filter(|&i| slots[i].is_none());
+                return Err(missing.map(|i| expected[i]).collect());
+            };
+            match expected.iter().position(|&r| r == rank) {
+                Some(i) => slots[i] = Some(stream),
+                None => tracing::warn!(rank, "refused a node leader that is not expected"),
+            }
         }
-        match listener.accept() {
-            // Too many handshakes under way: someone floods us; the real leaders retry.
-            Ok(_) if std::sync::Arc::strong_count(&running) > MAX_HANDSHAKES => {}
-            Ok((stream, peer)) => {
-                let (tx, secret, token) = (tx.clone(), secret.clone(), running.clone());
+        Ok(slots.into_iter().flatten().collect())
+    }
+}
+
+impl Drop for Acceptor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The accepting thread: `listeners` (and those `added`) until `stop`.
+fn serve(
+    mut listeners: Vec<TcpListener>,
+    added: &mpsc::Receiver<TcpListener>,
+    prove: &mpsc::Sender<(usize, TcpStream)>,
+    secret: &Secret,
+    stop: &AtomicBool,
+) {
+    let in_flight = Arc::new(Mutex::new(InFlight::default()));
+    while !stop.load(Ordering::Relaxed) {
+        listeners.extend(added.try_iter());
+        let fds: Vec<_> = listeners.iter().map(AsFd::as_fd).collect();
+        let ready = match crate::exchange::poll_readable(&fds, ACCEPT_TICK) {
+            Ok(ready) => ready,
+            Err(e) => {
+                tracing::warn!(error = %e, "the leaders' listener failed");
+                return;
+            }
+        };
+        for listener in ready.into_iter().map(|i| &listeners[i]) {
+            while let Ok((stream, peer)) = listener.accept() {
+                if !in_flight
+                    .lock()
+                    .expect("no panics under it")
+                    .admit(peer.ip())
+                {
+                    // A flood from one address, or from many: the real leaders retry.
+                    continue;
+                }
+                let (prove, secret, in_flight) = (prove.clone(), secret.clone(), in_flight.clone());
                 std::thread::spawn(move || {
-                    let _token = token;
-                    match serve_handshake(&stream, &secret) {
-                        Ok(rank) => drop(tx.send((rank, stream))),
+                    let proven = serve_handshake(&stream, &secret);
+                    in_flight
+                        .lock()
+                        .expect("no panics under it")
+                        .release(peer.ip());
+                    match proven {
+                        Ok(rank) => drop(prove.send((rank, stream))),
                         Err(why) => tracing::warn!(%peer, %why, "refused a TCP peer"),
                     }
                 });
             }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
-                std::thread::sleep(Duration::from_micros(500));
-            }
-            Err(e) => return Err(BootstrapError::io("accepting a node leader", e)),
         }
     }
-    Ok(Ok(slots.into_iter().flatten().collect()))
 }
 
 /// Rank 0's half of one handshake: the client's rank once it proved it holds `secret`.
@@ -330,6 +420,7 @@ pub(crate) fn recv(stream: &TcpStream, deadline: Instant) -> Result<Received, Bo
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
+    use std::os::fd::AsRawFd;
 
     const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
@@ -345,11 +436,10 @@ mod tests {
 
     /// Rank 0 accepting `expected` on loopback, in a thread: its address and its result.
     fn rank0(secret: Secret, expected: Vec<usize>, deadline: Instant) -> (SocketAddr, Accepted) {
-        let listener = listen(LOOPBACK).unwrap();
+        let listener = listen(LOOPBACK, 0).unwrap();
         let addr = listener.local_addr().unwrap();
-        let handle = std::thread::spawn(move || {
-            accept_leaders(&listener, &secret, &expected, deadline).unwrap()
-        });
+        let acceptor = Acceptor::start(listener, secret).unwrap();
+        let handle = std::thread::spawn(move || acceptor.leaders(&expected, deadline));
         (addr, handle)
     }
 
@@ -390,7 +480,7 @@ mod tests {
 
     #[test]
     fn the_listener_binds_the_given_address_only() {
-        let listener = listen(LOOPBACK).unwrap();
+        let listener = listen(LOOPBACK, 0).unwrap();
         assert_eq!(listener.local_addr().unwrap().ip(), LOOPBACK);
     }
 
@@ -415,7 +505,7 @@ mod tests {
 
     #[test]
     fn the_secret_never_crosses_and_a_false_rank_0_is_refused() {
-        let listener = listen(LOOPBACK).unwrap();
+        let listener = listen(LOOPBACK, 0).unwrap();
         let addr = listener.local_addr().unwrap();
         let the_secret = secret(9);
         let client = std::thread::spawn(move || connect_root(addr, &secret(9), 2, soon(10)));
@@ -502,15 +592,95 @@ mod tests {
     }
 
     #[test]
-    fn a_flood_of_silent_connections_only_delays_the_leader() {
+    fn a_flood_from_the_leader_s_own_address_only_delays_it() {
         let (addr, rank0) = rank0(secret(1), vec![2], soon(20));
         let flood: Vec<TcpStream> = (0..MAX_HANDSHAKES + 8)
             .map(|_| TcpStream::connect(addr).unwrap())
             .collect();
-        // Rank 0 turns the leader away while the flood holds every handshake; the leader
-        // tries again until they time out.
+        // Rank 0 turns the leader away while the flood holds its address's handshakes; the
+        // leader tries again until they time out.
         connect_root(addr, &secret(1), 2, soon(20)).unwrap();
         assert_eq!(rank0.join().unwrap().expect("the leader joined").len(), 1);
         drop(flood);
+    }
+
+    /// A TCP connection to `addr` from the loopback address `from` (another "host").
+    fn connect_from(from: Ipv4Addr, addr: SocketAddr) -> TcpStream {
+        use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrIn, socket};
+        let fd = socket(
+            AddressFamily::Inet,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let local = SockaddrIn::from(std::net::SocketAddrV4::new(from, 0));
+        nix::sys::socket::bind(fd.as_raw_fd(), &local).unwrap();
+        let SocketAddr::V4(to) = addr else {
+            panic!("a loopback IPv4 address")
+        };
+        nix::sys::socket::connect(fd.as_raw_fd(), &SockaddrIn::from(to)).unwrap();
+        TcpStream::from(fd)
+    }
+
+    /// R6: a flood of silent connections from one address takes only that address's slots:
+    /// the leader, from another, is served at once (rank 0 gives it less time than one
+    /// handshake may take, so it would miss it were it turned away even once).
+    #[test]
+    fn a_flood_from_one_address_leaves_the_leaders_room() {
+        let deadline = Instant::now() + HANDSHAKE_WAIT / 2;
+        let (addr, rank0) = rank0(secret(1), vec![2], deadline);
+        let flood: Vec<TcpStream> = (0..MAX_HANDSHAKES + 8)
+            .map(|_| connect_from(Ipv4Addr::new(127, 0, 0, 3), addr))
+            .collect();
+        std::thread::sleep(ACCEPT_TICK * 2);
+        connect_root(addr, &secret(1), 2, soon(10)).unwrap();
+        assert_eq!(rank0.join().unwrap().expect("the leader joined").len(), 1);
+        // Beyond the cap the flood's connections were closed unanswered.
+        let unanswered = flood.iter().filter(|s| read_to_close(s).is_empty()).count();
+        assert!(
+            unanswered >= MAX_HANDSHAKES,
+            "{unanswered} closed unanswered"
+        );
+    }
+
+    /// R6: silent clients are closed within the handshake's wait, well under 2 s.
+    #[test]
+    fn a_silent_client_is_closed_within_the_handshake_wait() {
+        assert!(HANDSHAKE_WAIT <= Duration::from_millis(500));
+        let (addr, rank0) = rank0(secret(1), vec![2], soon(10));
+        let silent = TcpStream::connect(addr).unwrap();
+        let started = Instant::now();
+        assert_eq!(read_to_close(&silent).len(), 8 + NONCE);
+        let took = started.elapsed();
+        assert!(took < Duration::from_millis(1500), "closed after {took:?}");
+        connect_root(addr, &secret(1), 2, soon(10)).unwrap();
+        rank0.join().unwrap().unwrap();
+    }
+
+    /// R6: rank 0 serves handshakes from the moment its listener opens (before the
+    /// rendezvous is over): a leader is proven before rank 0 starts waiting for it.
+    #[test]
+    fn handshakes_are_served_before_rank_0_waits_for_the_leaders() {
+        let listener = listen(LOOPBACK, 0).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = Acceptor::start(listener, secret(1)).unwrap();
+        // connect_root returns only once rank 0 answered the proof: nothing waited for it.
+        connect_root(addr, &secret(1), 3, soon(10)).unwrap();
+        let streams = acceptor.leaders(&[3], soon(5)).expect("proven");
+        assert_eq!(streams.len(), 1);
+    }
+
+    /// The listener added after the rendezvous (the fallback address) is served too.
+    #[test]
+    fn a_listener_added_later_is_served() {
+        let first = listen(LOOPBACK, 0).unwrap();
+        let port = first.local_addr().unwrap().port();
+        let acceptor = Acceptor::start(first, secret(1)).unwrap();
+        let other = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 4));
+        acceptor.add(listen(other, port).unwrap()).unwrap();
+        let addr = SocketAddr::new(other, port);
+        connect_root(addr, &secret(1), 5, soon(10)).unwrap();
+        assert_eq!(acceptor.leaders(&[5], soon(5)).unwrap().len(), 1);
     }
 }

@@ -17,7 +17,7 @@ use nix::sys::signal::Signal;
 use std::time::{Duration, Instant};
 use symmem::{CollectiveKind, CollectiveOp, RankIdentity};
 use symmem_bootstrap::{Bootstrap, default_rendezvous};
-use symmem_cluster::{Cluster, ClusterError, Network};
+use symmem_cluster::{Cluster, ClusterError, HostNames, Network};
 use symmem_launch::{
     EXIT_PEER_FAILED, Ended, LaunchSpec, Launcher, Layout, Lost, Outcome, OutputLine, RunReport,
 };
@@ -32,17 +32,30 @@ const LAST_B: usize = 3;
 const FAULT: &str = "ACROSS_NODES_FAULT";
 /// The barrier at which it strikes (every rank said `ready` after the first).
 const FAULT_AT: u64 = 50;
+/// Set: each rank returns after this many barriers (a job that passes).
+const BARRIERS: &str = "ACROSS_NODES_BARRIERS";
 
 #[test]
 #[ignore = "a rank of the tests below, which run it"]
 fn rank_loop() {
     let identity = RankIdentity::from_env().expect("started by a launcher");
     let dir = default_rendezvous(&identity).unwrap();
-    let mut bootstrap = Bootstrap::join(&identity, 0, &dir, TIMEOUT).unwrap();
+    let started = Instant::now();
+    let mut bootstrap = match Bootstrap::join(&identity, 0, &dir, TIMEOUT) {
+        Ok(bootstrap) => bootstrap,
+        Err(e) => {
+            println!(
+                "join failed after {} ms: {e}",
+                started.elapsed().as_millis()
+            );
+            std::process::exit(1);
+        }
+    };
     let fault = std::env::var(FAULT).unwrap_or_default();
     let me = format!("@{}", identity.rank);
     // Bounded: the tests end the job long before this many barriers.
-    for seq in 0..1_000_000u64 {
+    let barriers = std::env::var(BARRIERS).map_or(1_000_000, |n| n.parse().unwrap());
+    for seq in 0..barriers {
         if seq == FAULT_AT && fault.ends_with(&me) {
             match fault.split('@').next() {
                 Some("panic") => panic!("rank {} panics at barrier {seq}", identity.rank),
@@ -80,7 +93,11 @@ fn skip(why: impl std::fmt::Display) {
 }
 
 fn cluster(network: Network) -> Option<Cluster> {
-    match Cluster::up_with(2, network) {
+    named_cluster(network, HostNames::Addresses)
+}
+
+fn named_cluster(network: Network, host_names: HostNames) -> Option<Cluster> {
+    match Cluster::up_named(2, network, host_names) {
         Ok(cluster) => Some(cluster),
         Err(e @ (ClusterError::NotRoot | ClusterError::ToolMissing { .. })) => {
             skip(e);
@@ -98,6 +115,18 @@ fn run_job(
     env: &[(&str, &str)],
     fault: &mut dyn FnMut(),
 ) -> (RunReport, Vec<OutputLine>) {
+    let (report, lines, ready) = launch(cluster, limit, env, fault);
+    assert_eq!(ready, 4, "{report}\n{}", show(&lines));
+    (report, lines)
+}
+
+/// [`run_job`], also when the ranks never get ready: how many did.
+fn launch(
+    cluster: &Cluster,
+    limit: Duration,
+    env: &[(&str, &str)],
+    fault: &mut dyn FnMut(),
+) -> (RunReport, Vec<OutputLine>, usize) {
     let me = std::env::current_exe().unwrap();
     let mut spec = LaunchSpec::new(cluster.visible(&me).unwrap(), 0)
         .args(["--ignored", "--exact", "rank_loop", "--nocapture"])
@@ -119,8 +148,7 @@ fn run_job(
             lines.push(line.clone());
         })
         .unwrap();
-    assert_eq!(ready, 4, "{report}\n{}", show(&lines));
-    (report, lines)
+    (report, lines, ready)
 }
 
 fn show(lines: &[OutputLine]) -> String {
@@ -265,6 +293,62 @@ fn dropped_traffic_between_the_nodes_ends_the_job_within_its_waits() {
     // Nothing of the job was left on node-b for the launcher's sweep: its orted and ranks
     // ended by themselves.
     assert_eq!(report.left_behind, [], "{report}");
+    nothing_left(cluster);
+}
+
+/// R2: each node's `/etc/hosts` as Debian and Ubuntu install it (its own name on 127.0.1.1),
+/// on an isolated network: rank 0's host name resolves to a loopback address node-b cannot
+/// reach, so it also listens on its interface's address, which node-b's leader dials.
+#[test]
+fn a_job_on_nodes_with_debian_hosts_files_passes() {
+    let Some(cluster) = named_cluster(Network::Isolated, HostNames::Debian) else {
+        return;
+    };
+    let limit = Duration::from_secs(60);
+    let (report, lines) = run_job(&cluster, limit, &[(BARRIERS, "20")], &mut || {});
+    assert!(report.success(), "{report}\n{}", show(&lines));
+    nothing_left(cluster);
+}
+
+/// R2: the same nodes with the loopback named as the interface to use: nothing node-b's
+/// leader can reach, said by rank 0 and that leader at once, not after the timeout.
+#[test]
+fn a_loopback_only_rank_0_fails_at_once_naming_the_hosts_file() {
+    let Some(cluster) = named_cluster(Network::Isolated, HostNames::Debian) else {
+        return;
+    };
+    let limit = Duration::from_secs(60);
+    let ifname = symmem::settings::SOCKET_IFNAME.name;
+    let (report, lines, ready) = launch(&cluster, limit, &[(ifname, "lo")], &mut || {});
+    assert_eq!(ready, 0, "{report}\n{}", show(&lines));
+    assert!(!report.success(), "{report}");
+    // Rank 0 and node-b's leader (the others may be ended first), each within 2 s of its
+    // start where the old leader dialled its own loopback for the whole timeout.
+    let said: Vec<(usize, u64)> = lines
+        .iter()
+        .filter_map(|l| {
+            let rest = l.text.strip_prefix("join failed after ")?;
+            let (ms, why) = rest.split_once(" ms: ")?;
+            assert!(
+                why.contains("a loopback address no other host reaches"),
+                "{l}"
+            );
+            assert!(why.contains("/etc/hosts"), "{l}");
+            Some((l.rank?, ms.parse().ok()?))
+        })
+        .collect();
+    assert!(
+        said.iter().any(|&(rank, _)| rank == 0 || rank == LEADER_B),
+        "{report}\n{}",
+        show(&lines)
+    );
+    for (rank, ms) in said {
+        assert!(
+            ms < 2000,
+            "rank {rank} failed after {ms} ms: {}",
+            show(&lines)
+        );
+    }
     nothing_left(cluster);
 }
 

@@ -7,7 +7,8 @@
 //! network is the machine's loopback ([`Network::Shared`]), or, with
 //! [`Network::Isolated`], a network namespace per node linked by a bridge in one more
 //! namespace, so that the nodes talk over their own addresses only; see [`Network`]. Nothing
-//! of this machine's network is touched.
+//! of this machine's network is touched. [`Cluster::up_named`] with [`HostNames::Debian`]
+//! writes each node's own name on `127.0.1.1` instead, as Debian and Ubuntu install hosts.
 //!
 //! [`Cluster::slurm`] starts Debian's Slurm on the nodes (munged and slurmd on each,
 //! slurmctld on the first); see [`Slurm`].
@@ -32,7 +33,7 @@ mod versions;
 mod watchdog;
 
 pub use error::ClusterError;
-pub use network::Network;
+pub use network::{HostNames, Network};
 pub use procs::Process;
 pub use slurm::{CPUS_PER_NODE, SLURM_FIX, SLURM_PROGRAMS, Slurm};
 pub use versions::{engine_version, launcher_version};
@@ -109,6 +110,7 @@ pub struct Cluster {
     mpirun: PathBuf,
     nsenter: PathBuf,
     network: Network,
+    host_names: HostNames,
     /// The bridge's namespace of an isolated network.
     fabric: Option<network::Fabric>,
     watchdog: Option<watchdog::Watchdog>,
@@ -159,6 +161,17 @@ impl Cluster {
     /// Starts `nodes` nodes wired as `network` says ([`Network::Isolated`] also needs
     /// iproute2's `ip`).
     pub fn up_with(nodes: usize, network: Network) -> Result<Self, ClusterError> {
+        Self::up_named(nodes, network, HostNames::Addresses)
+    }
+
+    /// Starts `nodes` nodes wired as `network` says, each with an `/etc/hosts` as `host_names`
+    /// says ([`HostNames::Debian`]: each node's own name on `127.0.1.1`, as Debian and Ubuntu
+    /// install hosts).
+    pub fn up_named(
+        nodes: usize,
+        network: Network,
+        host_names: HostNames,
+    ) -> Result<Self, ClusterError> {
         if !(2..=MAX_NODES).contains(&nodes) {
             return Err(ClusterError::NodeCount { asked: nodes });
         }
@@ -179,6 +192,7 @@ impl Cluster {
             mpirun,
             nsenter,
             network,
+            host_names,
             fabric: None,
             watchdog: None,
         };
@@ -194,13 +208,16 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// The hosts file, then the nodes, each watched and linked to the fabric (if any).
+    /// The hosts files, then the nodes, each watched and linked to the fabric (if any).
     fn start_nodes(&mut self, unshare: &Path, nodes: usize) -> Result<(), ClusterError> {
-        let mut hosts = String::from("127.0.0.1 localhost\n");
         for i in 0..nodes {
-            hosts.push_str(&format!("{} {}\n", self.network.address(i), node_name(i)));
+            let hosts = self.host_names.file(self.network, nodes, i);
+            write(
+                &self.root.join(format!("hosts-{}", node_name(i))),
+                &hosts,
+                0o644,
+            )?;
         }
-        write(&self.root.join("hosts"), &hosts, 0o644)?;
         for i in 0..nodes {
             let node = self.start_node(unshare, i)?;
             let (holder, ns) = (node.pid(), node.mount_ns.clone());
@@ -308,7 +325,7 @@ impl Cluster {
              echo ready\n\
              exec sleep infinity\n",
             network = self.network.node_script(),
-            hosts = sh_quote(&format!("{root}/hosts")),
+            hosts = sh_quote(&format!("{root}/hosts-{name}")),
             view = NODE_VIEW,
             root = sh_quote(root),
         );

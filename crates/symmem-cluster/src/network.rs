@@ -26,6 +26,32 @@ pub enum Network {
     Isolated,
 }
 
+/// How each node's `/etc/hosts` names the nodes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HostNames {
+    /// Every node by its address on the [`Network`].
+    #[default]
+    Addresses,
+    /// As Debian and Ubuntu install a host: its own name on `127.0.1.1`, a loopback address
+    /// only it reaches; the other nodes by their addresses.
+    Debian,
+}
+
+impl HostNames {
+    /// The `/etc/hosts` of node `index` among `nodes` on `network`.
+    pub(crate) fn file(self, network: Network, nodes: usize, index: usize) -> String {
+        let mut hosts = String::from("127.0.0.1 localhost\n");
+        for i in 0..nodes {
+            let address = match self {
+                HostNames::Debian if i == index => "127.0.1.1".to_string(),
+                _ => network.address(i).to_string(),
+            };
+            hosts.push_str(&format!("{address} {}\n", crate::node_name(i)));
+        }
+        hosts
+    }
+}
+
 /// The bridge in the fabric's namespace.
 const BRIDGE: &str = "br0";
 

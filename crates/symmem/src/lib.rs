@@ -18,6 +18,7 @@ mod context;
 mod engine;
 mod error;
 pub mod exit_codes;
+mod interfaces;
 mod launcher;
 mod provider;
 mod provider_kind;
@@ -34,6 +35,7 @@ pub use engine::{
     BootstrapChoice, Engine, EngineError, choose_engine, in_apptainer, pmix_present, spans_nodes,
 };
 pub use error::{Blame, Error, ProviderError, TranslateError};
+pub use interfaces::InterfaceFilter;
 pub use launcher::Launcher;
 pub use provider::{SymmetricProvider, TranslatedOps};
 pub use provider_kind::{ProviderKind, UnknownProvider};

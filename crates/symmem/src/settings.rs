@@ -319,6 +319,16 @@ pub const DEVICE: Setting<i32> = Setting {
     parse: whole::<i32>,
 };
 
+/// The interfaces whose address rank 0's control listener may take across nodes.
+pub const SOCKET_IFNAME: Setting<crate::InterfaceFilter> = Setting {
+    name: "SYMMEM_SOCKET_IFNAME",
+    doc: "network interfaces rank 0's control listener may use across nodes, as `NCCL_SOCKET_IFNAME`: name prefixes (`ib,eth`), exact names (`=eth0`), or names to avoid (`^docker,lo`)",
+    default: "the address rank 0's host name resolves to; where that is a loopback address only its own host reaches (Debian's `127.0.1.1`), the first interface up that is not loopback, `docker*`, `virbr*` or `veth*` (`ib*` first)",
+    expected: "interface names or prefixes separated by commas, such as eth0, ib or ^docker",
+    audience: Audience::User,
+    parse: crate::InterfaceFilter::parse,
+};
+
 /// The run a process belongs to, set by symmem-run.
 pub const RUN_ID: Setting<String> = Setting {
     name: "SYMMEM_RUN_ID",
@@ -367,6 +377,7 @@ pub fn all() -> Vec<Entry> {
         entry(&SHIM_LIB),
         entry(&GPU_HEAP_SIZE),
         entry(&DEVICE),
+        entry(&SOCKET_IFNAME),
         entry(&RUN_ID),
     ]
 }
