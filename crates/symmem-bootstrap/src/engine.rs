@@ -675,8 +675,8 @@ fn accept_nodes(
     if let Some(&other) = dialled.iter().find(|a| **a != contact.addr) {
         acceptor.add(tcp::listen(other.ip(), other.port())?)?;
     }
-    let streams = match acceptor.leaders(&expected, deadline) {
-        Ok(streams) => streams,
+    let links = match acceptor.leaders(&expected, deadline) {
+        Ok(links) => links,
         Err(missing) => {
             return Err(BootstrapError::LeadersMissing {
                 missing,
@@ -687,12 +687,12 @@ fn accept_nodes(
     };
     let leaders = groups
         .into_iter()
-        .zip(streams)
-        .map(|(ranks, stream)| Leader {
+        .zip(links)
+        .map(|(ranks, link)| Leader {
             rank: ranks[0],
             node: places[ranks[0]].name.clone(),
             ranks,
-            stream,
+            link,
         })
         .collect();
     Ok(Up::Root(leaders))
@@ -738,9 +738,9 @@ fn connect_up(
             host: host_name(),
         });
     }
-    let stream = tcp::connect_root(addr, &contact.secret, rank, deadline)?;
+    let link = tcp::connect_root(addr, &contact.secret, rank, deadline)?;
     Ok(Up::Leader(Uplink {
-        stream,
+        link,
         root_node: places[0].name.clone(),
     }))
 }

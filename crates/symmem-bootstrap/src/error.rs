@@ -43,6 +43,19 @@ pub enum CollectiveFailure {
         op: CollectiveOp,
         what: String,
     },
+    #[error(
+        "a control frame between rank 0 and rank {leader}, the leader of node {node}, failed \
+         authentication during collective {op}: it was altered in transit, or does not come \
+         from this job, so the collective was stopped. Something on the network between rank \
+         0's node and node {node} changes or injects TCP traffic: find it (a middlebox, or an \
+         attacker), then start the job again"
+    )]
+    Unauthenticated {
+        /// The node leader at the other end of the link from rank 0.
+        leader: usize,
+        node: String,
+        op: CollectiveOp,
+    },
 }
 
 /// Errors of the control plane. Each names what to do.
@@ -245,6 +258,11 @@ pub enum BootstrapError {
     Io { what: String, cause: std::io::Error },
     #[error("malformed control message: {0}; are all ranks running the same symmem build?")]
     Protocol(String),
+    #[error(
+        "a control frame over TCP failed authentication: it was altered in transit, or does \
+         not come from this job's other end of the link"
+    )]
+    FrameUnauthenticated,
     #[error("the kernel's random source failed ({0}); symmem needs it for the job's secret")]
     Random(String),
     #[error(

@@ -19,7 +19,8 @@
 //! TCP address and job secret. Collectives then run over the same wire protocol: each host's
 //! ranks over their own Unix star around the host's lowest rank (its node leader), the leaders
 //! over TCP to rank 0 (at the address `address.rs` chooses), each connection proving it holds
-//! the secret (`tcp.rs`); rank 0 compares every call (`nodes.rs`). [`Bootstrap::join`] picks the engine ([`symmem::choose_engine`]).
+//! the secret and tagging every frame (`tcp.rs`); rank 0 compares every call (`nodes.rs`).
+//! [`Bootstrap::join`] picks the engine ([`symmem::choose_engine`]).
 //!
 //! A program that already runs an all-gather of its own (symmem's Python package over a
 //! `torch.distributed` process group, whatever launcher started the ranks) replaces PMIx's:

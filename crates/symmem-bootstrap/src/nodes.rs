@@ -9,12 +9,16 @@
 //!   every rank's payload, or `Fail`;
 //! - each leader answers its node's ranks, handing on the descriptors of its node (they never
 //!   leave it).
+//!
+//! Every TCP frame is authenticated ([`tcp::Link`]). One that fails its tag ends the collective
+//! with [`CollectiveFailure::Unauthenticated`], naming the leader and node of its link: rank 0
+//! tells every rank at once; a leader that finds rank 0's answer forged tells its node at once
+//! and rank 0 by a `Fail`, which rank 0 (already released) meets at its next collective.
 
 use crate::exchange::{self, Arrival, Own, fail_all, release};
-use crate::tcp;
+use crate::tcp::Link;
 use crate::wire::{Message, NodeCall, Received, deadline_in};
 use crate::{BootstrapError, CollectiveFailure, Gathered};
-use std::net::TcpStream;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -35,12 +39,12 @@ pub(crate) struct Leader {
     pub(crate) node: String,
     /// The ranks of its node, in rank order (its own first).
     pub(crate) ranks: Vec<usize>,
-    pub(crate) stream: TcpStream,
+    pub(crate) link: Link,
 }
 
 /// A node leader's link to rank 0.
 pub(crate) struct Uplink {
-    pub(crate) stream: TcpStream,
+    pub(crate) link: Link,
     /// Rank 0's node name.
     pub(crate) root_node: String,
 }
@@ -157,7 +161,7 @@ pub(crate) fn root_collective(
     };
     let frame = crate::wire::encode(&message)?;
     for leader in leaders {
-        if let Err(e) = tcp::send_frame(&leader.stream, &frame) {
+        if let Err(e) = leader.link.send_frame(&frame) {
             let rank = leader.rank;
             tracing::warn!(rank, error = %e, "could not release a node from collective {}", call.op);
         }
@@ -189,7 +193,7 @@ fn fail_everyone(
         failure: failure.clone(),
     };
     for leader in leaders {
-        let _ = tcp::send(&leader.stream, &message);
+        let _ = leader.link.send(&message);
     }
     fail_all(node.leaves, failure).into()
 }
@@ -247,7 +251,7 @@ fn gather_leaders(
                 waited_ms: waited.as_millis() as u64,
             });
         }
-        let fds: Vec<BorrowedFd<'_>> = pending.iter().map(|&i| leaders[i].stream.as_fd()).collect();
+        let fds: Vec<BorrowedFd<'_>> = pending.iter().map(|&i| leaders[i].link.as_fd()).collect();
         let ready = exchange::poll_readable(&fds, left).map_err(|e| {
             let leader = &leaders[pending[0]];
             protocol(leader.rank, op, e.to_string())
@@ -275,7 +279,7 @@ fn receive_node(leader: &Leader, op: &CollectiveOp) -> Result<Vec<NodeCall>, Col
         node: leader.node.clone(),
         op: op.clone(),
     };
-    match tcp::recv(&leader.stream, deadline_in(Duration::from_secs(10))) {
+    match leader.link.recv(deadline_in(Duration::from_secs(10))) {
         Ok(Received::Frame(Message::NodeArrive { calls }, _)) => {
             let mut ranks: Vec<usize> = calls.iter().map(|c| c.rank).collect();
             ranks.sort_unstable();
@@ -294,6 +298,11 @@ fn receive_node(leader: &Leader, op: &CollectiveOp) -> Result<Vec<NodeCall>, Col
         )),
         Ok(Received::Closed) => Err(gone()),
         Ok(Received::TimedOut) => Err(protocol(leader.rank, op, "stopped inside a message".into())),
+        Err(BootstrapError::FrameUnauthenticated) => Err(CollectiveFailure::Unauthenticated {
+            leader: leader.rank,
+            node: leader.node.clone(),
+            op: op.clone(),
+        }),
         Err(_) => Err(gone()),
     }
 }
@@ -318,11 +327,11 @@ pub(crate) fn leader_collective(
         node: up.root_node.clone(),
         op: op.clone(),
     };
-    if tcp::send(&up.stream, &Message::NodeArrive { calls }).is_err() {
+    if up.link.send(&Message::NodeArrive { calls }).is_err() {
         return Err(fail_all(node.leaves, lost()).into());
     }
     let waited = node.timeout.saturating_add(LEADER_MARGIN);
-    let failure = match tcp::recv(&up.stream, deadline_in(waited)) {
+    let failure = match up.link.recv(deadline_in(waited)) {
         Ok(Received::Frame(Message::Release { payloads, .. }, _))
             if payloads.len() == node.world_size =>
         {
@@ -341,6 +350,15 @@ pub(crate) fn leader_collective(
         }
         Ok(Received::Frame(Message::Fail { failure }, _)) => failure,
         Ok(Received::Frame(other, _)) => protocol(0, op, format!("answered {other:?}")),
+        // Rank 0 released its own node already: it learns of this at its next collective.
+        Err(BootstrapError::FrameUnauthenticated) => failure_up(
+            up,
+            CollectiveFailure::Unauthenticated {
+                leader: node.ranks[0],
+                node: node.name.to_string(),
+                op: op.clone(),
+            },
+        ),
         Ok(Received::Closed) | Err(_) => lost(),
         Ok(Received::TimedOut) => CollectiveFailure::NeverArrived {
             op: op.clone(),
@@ -356,7 +374,7 @@ fn failure_up(up: &Uplink, failure: CollectiveFailure) -> CollectiveFailure {
     let message = Message::Fail {
         failure: failure.clone(),
     };
-    let _ = tcp::send(&up.stream, &message);
+    let _ = up.link.send(&message);
     failure
 }
 
@@ -364,11 +382,13 @@ fn failure_up(up: &Uplink, failure: CollectiveFailure) -> CollectiveFailure {
 mod tests {
     //! A job of two nodes in threads: ranks 0, 1 on node-a (rank 0 its leader and the root),
     //! ranks 2, 3 on node-b (rank 2 its leader), linked as the engine links them (the TCP link
-    //! on loopback, without the handshake, which `tcp`'s tests cover).
+    //! on loopback, without the handshake, which `tcp`'s tests cover: fixed frame keys).
 
     use super::*;
     use crate::exchange::leaf_exchange;
-    use std::net::TcpListener;
+    use crate::tcp::{End, FrameKeys, MAC};
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
     use symmem::CollectiveKind;
 
     const TIMEOUT: Duration = Duration::from_secs(5);
@@ -384,44 +404,96 @@ mod tests {
     }
 
     /// What each rank does: its call (`None`: it returns before the collective, closing its
-    /// links).
+    /// links), repeated for the next `rounds - 1` collectives while it succeeds, and the
+    /// direction of the TCP link in which a man in the middle alters the first frame, if any.
     struct Plan {
         ops: [Option<CollectiveOp>; 4],
+        rounds: u64,
+        tamper: Option<Direction>,
         /// Rank 2, node-b's leader, stops this long (holding its links) before its call.
         leader_stopped: Duration,
     }
 
-    impl Plan {
-        fn calls(ops: [Option<CollectiveOp>; 4]) -> Self {
-            Self {
-                ops,
-                leader_stopped: Duration::ZERO,
+    /// `op`, then the `rounds - 1` collectives after it.
+    fn calls(op: Option<CollectiveOp>, rounds: u64) -> Result<Vec<CollectiveOp>, BootstrapError> {
+        let op = op.ok_or(BootstrapError::WorldSizeZero)?;
+        let next = |k| CollectiveOp {
+            seq: op.seq + k,
+            kind: op.kind.clone(),
+        };
+        Ok((0..rounds).map(next).collect())
+    }
+
+    #[derive(Clone, Copy, PartialEq)]
+    enum Direction {
+        /// node-b's leader to rank 0 (its `NodeArrive`).
+        Up,
+        /// Rank 0 to node-b's leader (its `Release`).
+        Down,
+    }
+
+    fn socket_pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let near = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        (near, listener.accept().unwrap().0)
+    }
+
+    /// Copies `from` to `to` until `from` ends; first, when `alter`, changes rank 2's payload
+    /// `[2,2,2]` inside the first frame into `[9,2,2]`, keeping its tag.
+    fn forward(from: TcpStream, to: TcpStream, alter: bool) {
+        std::thread::spawn(move || {
+            let mut header = [0u8; 4];
+            if alter && (&from).read_exact(&mut header).is_ok() {
+                let len = u32::from_le_bytes(header) as usize;
+                let mut rest = vec![0u8; len + MAC];
+                (&from).read_exact(&mut rest).unwrap();
+                let at = rest.windows(7).position(|w| w == b"[2,2,2]");
+                rest[at.expect("rank 2's payload in the frame") + 1] = b'9';
+                (&to).write_all(&header).unwrap();
+                (&to).write_all(&rest).unwrap();
             }
-        }
+            let _ = std::io::copy(&mut &from, &mut &to);
+            let _ = to.shutdown(Shutdown::Write);
+        });
+    }
+
+    /// The TCP link of node-b's leader and rank 0's, through a relay when `tamper` says so.
+    fn tcp_link(tamper: Option<Direction>) -> (Link, Link) {
+        let keys = FrameKeys::fixed(7);
+        let (up, down) = match tamper {
+            None => socket_pair(),
+            Some(direction) => {
+                let (up, tap) = socket_pair();
+                let (inject, down) = socket_pair();
+                let (tap2, inject2) = (tap.try_clone().unwrap(), inject.try_clone().unwrap());
+                forward(tap, inject, direction == Direction::Up);
+                forward(inject2, tap2, direction == Direction::Down);
+                (up, down)
+            }
+        };
+        (
+            Link::new(up, &keys, End::Leader),
+            Link::new(down, &keys, End::Root),
+        )
     }
 
     fn run(plan: Plan) -> Vec<Outcome> {
         let (a_centre, a_leaf) = UnixStream::pair().unwrap();
         let (b_centre, b_leaf) = UnixStream::pair().unwrap();
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let up = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (down, _) = listener.accept().unwrap();
+        let (up, down) = tcp_link(plan.tamper);
         let [op0, op1, op2, op3] = plan.ops;
+        let rounds = plan.rounds;
         let payload = |rank: u8| vec![rank; 3];
         let leaf = move |stream: UnixStream, rank: u8, op: Option<CollectiveOp>| {
             std::thread::spawn(move || -> Outcome {
-                let op = op.ok_or(BootstrapError::WorldSizeZero)?;
-                let got = leaf_exchange(
-                    &stream,
-                    4,
-                    TIMEOUT,
-                    LEAF_MARGIN,
-                    &op,
-                    &payload(rank),
-                    None,
-                    0,
-                );
-                Ok(got?.payloads)
+                let mut got = Vec::new();
+                for op in calls(op, rounds)? {
+                    let payload = payload(rank);
+                    let gathered =
+                        leaf_exchange(&stream, 4, TIMEOUT, LEAF_MARGIN, &op, &payload, None, 0);
+                    got = gathered?.payloads;
+                }
+                Ok(got)
             })
         };
         let rank1 = leaf(a_leaf, 1, op1);
@@ -429,7 +501,6 @@ mod tests {
         let stopped = plan.leader_stopped;
         let rank2 = std::thread::spawn(move || -> Outcome {
             std::thread::sleep(stopped);
-            let op = op2.ok_or(BootstrapError::WorldSizeZero)?;
             let leaves = [b_centre];
             let node = Node {
                 world_size: 4,
@@ -439,19 +510,22 @@ mod tests {
                 leaves: &leaves,
             };
             let up = Uplink {
-                stream: up,
+                link: up,
                 root_node: "node-a".into(),
             };
-            let call = Call {
-                op: &op,
-                payload: &payload(2),
-                fd: None,
-                fd_group: 0,
-            };
-            Ok(leader_collective(&node, &up, call)?.payloads)
+            let mut got = Vec::new();
+            for op in calls(op2, rounds)? {
+                let call = Call {
+                    op: &op,
+                    payload: &payload(2),
+                    fd: None,
+                    fd_group: 0,
+                };
+                got = leader_collective(&node, &up, call)?.payloads;
+            }
+            Ok(got)
         });
         let rank0 = (|| -> Outcome {
-            let op = op0.ok_or(BootstrapError::WorldSizeZero)?;
             let leaves = [a_centre];
             let node = Node {
                 world_size: 4,
@@ -464,15 +538,19 @@ mod tests {
                 rank: 2,
                 node: "node-b".into(),
                 ranks: vec![2, 3],
-                stream: down,
+                link: down,
             }];
-            let call = Call {
-                op: &op,
-                payload: &payload(0),
-                fd: None,
-                fd_group: 0,
-            };
-            Ok(root_collective(&node, &leaders, call)?.payloads)
+            let mut got = Vec::new();
+            for op in calls(op0, rounds)? {
+                let call = Call {
+                    op: &op,
+                    payload: &payload(0),
+                    fd: None,
+                    fd_group: 0,
+                };
+                got = root_collective(&node, &leaders, call)?.payloads;
+            }
+            Ok(got)
         })();
         let mut outcomes = vec![rank0];
         outcomes.extend([rank1, rank2, rank3].map(|t| t.join().unwrap()));
@@ -482,7 +560,12 @@ mod tests {
     #[test]
     fn every_rank_gets_every_payload_in_rank_order() {
         let all = Some(op(1));
-        let outcomes = run(Plan::calls([all.clone(), all.clone(), all.clone(), all]));
+        let outcomes = run(Plan {
+            ops: [all.clone(), all.clone(), all.clone(), all],
+            rounds: 1,
+            tamper: None,
+            leader_stopped: Duration::ZERO,
+        });
         let want: Vec<Vec<u8>> = (0..4u8).map(|r| vec![r; 3]).collect();
         for (rank, outcome) in outcomes.into_iter().enumerate() {
             assert_eq!(outcome.unwrap(), want, "rank {rank}");
@@ -492,7 +575,12 @@ mod tests {
     #[test]
     fn a_mismatch_on_another_node_is_named_on_every_rank() {
         let (same, other) = (Some(op(1)), Some(op(2)));
-        let outcomes = run(Plan::calls([same.clone(), same.clone(), same, other]));
+        let outcomes = run(Plan {
+            ops: [same.clone(), same.clone(), same, other],
+            rounds: 1,
+            tamper: None,
+            leader_stopped: Duration::ZERO,
+        });
         for (rank, outcome) in outcomes.into_iter().enumerate() {
             match outcome {
                 Err(BootstrapError::Collective(CollectiveFailure::Mismatch(m))) => {
@@ -509,7 +597,12 @@ mod tests {
     #[test]
     fn a_rank_that_leaves_on_another_node_is_named_with_its_node() {
         let all = Some(op(1));
-        let outcomes = run(Plan::calls([all.clone(), all.clone(), all, None]));
+        let outcomes = run(Plan {
+            ops: [all.clone(), all.clone(), all, None],
+            rounds: 1,
+            tamper: None,
+            leader_stopped: Duration::ZERO,
+        });
         for (rank, outcome) in outcomes.into_iter().enumerate().take(3) {
             match outcome {
                 Err(BootstrapError::Collective(CollectiveFailure::GoneFromNode {
@@ -527,7 +620,12 @@ mod tests {
     #[test]
     fn a_lost_node_leader_is_named_with_its_node() {
         let all = Some(op(1));
-        let outcomes = run(Plan::calls([all.clone(), all.clone(), None, all]));
+        let outcomes = run(Plan {
+            ops: [all.clone(), all.clone(), None, all],
+            rounds: 1,
+            tamper: None,
+            leader_stopped: Duration::ZERO,
+        });
         for (rank, outcome) in outcomes.into_iter().enumerate().take(2) {
             match outcome {
                 Err(BootstrapError::Collective(CollectiveFailure::GoneFromNode {
@@ -542,6 +640,55 @@ mod tests {
         }
     }
 
+    fn names_the_link(outcome: Outcome, rank: usize) {
+        match outcome {
+            Err(BootstrapError::Collective(
+                failure @ CollectiveFailure::Unauthenticated { leader: 2, .. },
+            )) => {
+                let text = failure.to_string();
+                assert!(
+                    text.contains("failed authentication"),
+                    "rank {rank}: {text}"
+                );
+                assert!(text.contains("node node-b"), "rank {rank}: {text}");
+                assert!(text.contains("collective #1"), "rank {rank}: {text}");
+            }
+            other => panic!("rank {rank}: {other:?}"),
+        }
+    }
+
+    /// R3: a leader's frame altered on the way to rank 0 ends the collective on every rank,
+    /// naming the link; no rank gets the altered payload.
+    #[test]
+    fn a_frame_altered_on_the_way_to_rank_0_fails_every_rank_naming_the_link() {
+        let all = Some(op(1));
+        let outcomes = run(Plan {
+            ops: [all.clone(), all.clone(), all.clone(), all],
+            rounds: 1,
+            tamper: Some(Direction::Up),
+            leader_stopped: Duration::ZERO,
+        });
+        for (rank, outcome) in outcomes.into_iter().enumerate() {
+            names_the_link(outcome, rank);
+        }
+    }
+
+    /// R3: rank 0's answer altered on the way to a leader fails that leader's node at once,
+    /// naming the link; rank 0 had released its own node, which learns at its next collective.
+    #[test]
+    fn an_answer_altered_on_the_way_to_a_leader_fails_its_node_then_rank_0_s() {
+        let all = Some(op(1));
+        let outcomes = run(Plan {
+            ops: [all.clone(), all.clone(), all.clone(), all],
+            rounds: 2,
+            tamper: Some(Direction::Down),
+            leader_stopped: Duration::ZERO,
+        });
+        for (rank, outcome) in outcomes.into_iter().enumerate() {
+            names_the_link(outcome, rank);
+        }
+    }
+
     /// R8: a leader stopped past rank 0's wait is named alone, with the time rank 0 really
     /// waited; rank 3, which arrived at it, is not.
     #[test]
@@ -549,6 +696,8 @@ mod tests {
         let all = Some(op(1));
         let outcomes = run(Plan {
             ops: [all.clone(), all.clone(), all.clone(), all],
+            rounds: 1,
+            tamper: None,
             leader_stopped: TIMEOUT + NODE_MARGIN + Duration::from_millis(500),
         });
         for (rank, outcome) in outcomes.into_iter().enumerate().take(2) {

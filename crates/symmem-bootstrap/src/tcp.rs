@@ -1,10 +1,17 @@
 //! The TCP links between node leaders: how a node leader proves to rank 0 that it belongs to
-//! the job, and the frames of the [`wire`](crate::wire) protocol over TCP.
+//! the job, and the authenticated frames of the [`wire`](crate::wire) protocol over TCP.
 //!
-//! The job secret is 32 random bytes made by rank 0 and carried to every rank by the PMIx
-//! rendezvous, or a group's all-gather (torch.distributed's network, which does not encrypt:
-//! the links are then as private as it is); it never crosses one of these TCP links. Each
-//! connection runs a challenge and response over fresh nonces, HMAC-SHA256 keyed by the
+//! The job secret is 32 random bytes made by rank 0 and carried to every rank by the launcher:
+//! inside the PMIx rendezvous data, or in a group's all-gather (torch.distributed). symmem
+//! never sends it over these links, but the launcher may carry it between nodes in clear:
+//! Open MPI's daemons forward the PMIx data over their own TCP links unencrypted, and
+//! torch.distributed's store and gloo neither authenticate nor encrypt. The secret keeps out
+//! other users of the nodes (it is never in argv or the environment, and PMIx's store is
+//! private to the job's user) and hosts that cannot read the launcher's traffic. Whoever can
+//! read that traffic can learn it and join as a leader. Nothing here is encrypted: frames are
+//! authenticated, not hidden.
+//!
+//! Each connection runs a challenge and response over fresh nonces, HMAC-SHA256 keyed by the
 //! secret:
 //!
 //! 1. rank 0 (server) sends `MAGIC`, then its nonce `ns` (32 bytes) as soon as it accepts;
@@ -17,25 +24,40 @@
 //! closes the connection without a word. A recorded handshake cannot be replayed: rank 0's
 //! nonce is fresh for every connection. Each handshake is bounded ([`HANDSHAKE_WAIT`]) and runs
 //! on its own thread, so a client that stalls (slow-loris) or sends garbage holds up no one.
+//!
+//! Both ends then derive the connection's two frame keys ([`FrameKeys`]), one per direction:
+//! `HMAC(secret, "symmem frames to rank 0" ‖ ns ‖ nc ‖ rank)` for the leader's frames and
+//! `HMAC(secret, "symmem frames to a leader" ‖ ns ‖ nc ‖ rank)` for rank 0's. Every frame after
+//! the handshake is `length (u32 LE) ‖ body ‖ tag`, the tag being
+//! `HMAC(key, seq ‖ length ‖ body)` (32 bytes), `seq` the frame's number in its direction on
+//! this connection (u64 LE, from 0), which each end counts and never sends. A frame that is
+//! altered, replayed, reordered, dropped (the next one's number is wrong), sent back to its
+//! sender or moved from another connection fails its tag; the [`Link`] then refuses every
+//! later frame too, since the stream is out of step for good. An on-path host can still delay,
+//! drop or cut the connection: that ends the collective as a lost or silent node does.
 
 use crate::BootstrapError;
 use crate::wire::{self, Message, Received};
 use hmac::{Hmac, Mac};
+use nix::errno::Errno;
+use nix::sys::socket::{MsgFlags, sendmsg};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use std::collections::HashMap;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 /// Opens every handshake (both directions), so that a stray client of another protocol is told
-/// apart at once.
-const MAGIC: &[u8; 8] = b"symmem\x01\x00";
+/// apart at once. Its seventh byte is the version of the links: 2 since frames carry tags, so
+/// that a leader of an older build is refused at its handshake, not blamed for forged frames.
+const MAGIC: &[u8; 8] = b"symmem\x02\x00";
 const NONCE: usize = 32;
-const MAC: usize = 32;
+/// The length of an HMAC-SHA256: a handshake's proofs, a frame's key and its tag.
+pub(crate) const MAC: usize = 32;
 /// The longest a client may take over its handshake before rank 0 drops it: a real leader
 /// answers within a round trip, and one that misses it connects again.
 pub(crate) const HANDSHAKE_WAIT: Duration = Duration::from_millis(500);
@@ -48,8 +70,8 @@ const ACCEPT_TICK: Duration = Duration::from_millis(20);
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// The job secret: made by rank 0, carried by the PMIx rendezvous or a group's all-gather,
-/// never sent over these links.
+/// The job secret: made by rank 0, carried by the PMIx rendezvous or a group's all-gather
+/// (in clear where the launcher's own traffic is), never sent over these links.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Secret([u8; 32]);
 
@@ -87,6 +109,156 @@ fn nonce() -> Result<[u8; NONCE], BootstrapError> {
     Ok(bytes)
 }
 
+/// Labels of a connection's two frame keys: the leader's frames to rank 0, rank 0's to it.
+const TO_ROOT: &[u8] = b"symmem frames to rank 0";
+const TO_LEADER: &[u8] = b"symmem frames to a leader";
+
+/// The keys of one connection's frames, one per direction, derived at its handshake from the
+/// secret, both nonces and the leader's rank (see the module docs).
+pub(crate) struct FrameKeys {
+    to_root: [u8; MAC],
+    to_leader: [u8; MAC],
+}
+
+impl FrameKeys {
+    fn derive(secret: &Secret, ns: &[u8], nc: &[u8], rank: u64) -> Self {
+        let key = |label| {
+            secret
+                .mac(label, ns, nc, rank)
+                .finalize()
+                .into_bytes()
+                .into()
+        };
+        Self {
+            to_root: key(TO_ROOT),
+            to_leader: key(TO_LEADER),
+        }
+    }
+
+    /// Keys made of `byte`, for tests that build links without the handshake.
+    #[cfg(test)]
+    pub(crate) fn fixed(byte: u8) -> Self {
+        Self {
+            to_root: [byte; MAC],
+            to_leader: [!byte; MAC],
+        }
+    }
+}
+
+/// Which end of a connection a [`Link`] is.
+#[derive(Clone, Copy)]
+pub(crate) enum End {
+    Root,
+    Leader,
+}
+
+/// One direction of a link: its key (as a ready HMAC state) and the number of its next frame.
+struct Direction {
+    mac: HmacSha256,
+    seq: AtomicU64,
+}
+
+impl Direction {
+    fn new(key: &[u8; MAC]) -> Self {
+        Self {
+            mac: HmacSha256::new_from_slice(key).expect("HMAC takes any key length"),
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    /// The MAC of frame number `seq`, `frame` being its length and body.
+    fn tag(&self, seq: u64, frame: &[u8]) -> HmacSha256 {
+        let mut mac = self.mac.clone();
+        mac.update(&seq.to_le_bytes());
+        mac.update(frame);
+        mac
+    }
+}
+
+/// A TCP link between rank 0 and a node leader, past its handshake: the stream and the keys
+/// and counters of its frames in both directions.
+pub(crate) struct Link {
+    stream: TcpStream,
+    /// Boxed: an HMAC state is some hundred bytes, and a [`Link`] rides in enums.
+    out: Box<Direction>,
+    into: Box<Direction>,
+    /// Set once a frame failed its tag: what follows on the stream is out of step for good.
+    refused: AtomicBool,
+}
+
+impl Link {
+    /// `stream` as `end` of a connection whose handshake gave `keys`.
+    pub(crate) fn new(stream: TcpStream, keys: &FrameKeys, end: End) -> Self {
+        let (out, into) = match end {
+            End::Root => (&keys.to_leader, &keys.to_root),
+            End::Leader => (&keys.to_root, &keys.to_leader),
+        };
+        Self {
+            stream,
+            out: Box::new(Direction::new(out)),
+            into: Box::new(Direction::new(into)),
+            refused: AtomicBool::new(false),
+        }
+    }
+
+    /// Sends one frame of the wire protocol.
+    pub(crate) fn send(&self, message: &Message) -> Result<(), BootstrapError> {
+        self.send_frame(&wire::encode(message)?)
+    }
+
+    /// Sends one frame [`wire::encode`] made (once for every leader), tagged for this link.
+    pub(crate) fn send_frame(&self, frame: &[u8]) -> Result<(), BootstrapError> {
+        let seq = self.out.seq.fetch_add(1, Ordering::Relaxed);
+        let tag = self.out.tag(seq, frame).finalize().into_bytes();
+        self.stream
+            .set_write_timeout(Some(Duration::from_secs(10)))
+            .and_then(|()| write_both(&self.stream, frame, &tag))
+            .map_err(|e| BootstrapError::io("sending a control message over TCP", e))
+    }
+
+    /// Receives one frame, waiting until `deadline` for it to start;
+    /// [`BootstrapError::FrameUnauthenticated`] when it (or an earlier one) fails its tag.
+    pub(crate) fn recv(&self, deadline: Instant) -> Result<Received, BootstrapError> {
+        if self.refused.load(Ordering::Relaxed) {
+            return Err(BootstrapError::FrameUnauthenticated);
+        }
+        let mut frame = vec![0u8; 4];
+        let first = match first_bytes(&self.stream, &mut frame, deadline)? {
+            Ok(first) => first,
+            Err(other) => return Ok(other),
+        };
+        // The rest of the frame follows right away; allow a generous but bounded wait.
+        let rest = Instant::now() + Duration::from_secs(10);
+        let broken = |what: String| BootstrapError::Protocol(format!("{what} inside a frame"));
+        read_all(&self.stream, &mut frame[first..], rest).map_err(broken)?;
+        let len = wire::frame_len(frame[..4].try_into().expect("4 bytes"))?;
+        frame.resize(4 + len + MAC, 0);
+        read_all(&self.stream, &mut frame[4..], rest).map_err(broken)?;
+        let (frame, tag) = frame.split_at(4 + len);
+        let seq = self.into.seq.load(Ordering::Relaxed);
+        if self.into.tag(seq, frame).verify_slice(tag).is_err() {
+            self.refused.store(true, Ordering::Relaxed);
+            return Err(BootstrapError::FrameUnauthenticated);
+        }
+        self.into.seq.store(seq + 1, Ordering::Relaxed);
+        Ok(Received::Frame(wire::decode(&frame[4..])?, None))
+    }
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("peer", &self.stream.peer_addr().ok())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AsFd for Link {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+}
+
 /// A listener on `addr` alone (never every interface), on `port` (0: the kernel picks).
 pub(crate) fn listen(addr: IpAddr, port: u16) -> Result<TcpListener, BootstrapError> {
     TcpListener::bind((addr, port))
@@ -100,7 +272,7 @@ pub(crate) fn listen(addr: IpAddr, port: u16) -> Result<TcpListener, BootstrapEr
 pub(crate) struct Acceptor {
     add: mpsc::Sender<TcpListener>,
     /// In a mutex only to be `Sync` (a Python object holds the arrival).
-    proven: Mutex<mpsc::Receiver<(usize, TcpStream)>>,
+    proven: Mutex<mpsc::Receiver<(usize, Link)>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -168,22 +340,22 @@ impl Acceptor {
     }
 
     /// Waits until every rank of `expected` has proven it holds the secret, or `deadline`.
-    /// Streams in the order of `expected`; the missing ranks otherwise. The listeners close.
+    /// Links in the order of `expected`; the missing ranks otherwise. The listeners close.
     pub(crate) fn leaders(
         self,
         expected: &[usize],
         deadline: Instant,
-    ) -> Result<Vec<TcpStream>, Vec<usize>> {
-        let mut slots: Vec<Option<TcpStream>> = expected.iter().map(|_| None).collect();
+    ) -> Result<Vec<Link>, Vec<usize>> {
+        let mut slots: Vec<Option<Link>> = expected.iter().map(|_| None).collect();
         let proven = self.proven.lock().expect("no panics under it");
         while slots.iter().any(Option::is_none) {
             let left = deadline.saturating_duration_since(Instant::now());
-            let Ok((rank, stream)) = proven.recv_timeout(left) else {
+            let Ok((rank, link)) = proven.recv_timeout(left) else {
                 let missing = (0..expected.len()).filter(|&i| slots[i].is_none());
                 return Err(missing.map(|i| expected[i]).collect());
             };
             match expected.iter().position(|&r| r == rank) {
-                Some(i) => slots[i] = Some(stream),
+                Some(i) => slots[i] = Some(link),
                 None => tracing::warn!(rank, "refused a node leader that is not expected"),
             }
         }
@@ -204,7 +376,7 @@ impl Drop for Acceptor {
 fn serve(
     mut listeners: Vec<TcpListener>,
     added: &mpsc::Receiver<TcpListener>,
-    prove: &mpsc::Sender<(usize, TcpStream)>,
+    prove: &mpsc::Sender<(usize, Link)>,
     secret: &Secret,
     stop: &AtomicBool,
 ) {
@@ -237,7 +409,9 @@ fn serve(
                         .expect("no panics under it")
                         .release(peer.ip());
                     match proven {
-                        Ok(rank) => drop(prove.send((rank, stream))),
+                        Ok((rank, keys)) => {
+                            drop(prove.send((rank, Link::new(stream, &keys, End::Root))));
+                        }
                         Err(why) => tracing::warn!(%peer, %why, "refused a TCP peer"),
                     }
                 });
@@ -246,8 +420,9 @@ fn serve(
     }
 }
 
-/// Rank 0's half of one handshake: the client's rank once it proved it holds `secret`.
-fn serve_handshake(stream: &TcpStream, secret: &Secret) -> Result<usize, String> {
+/// Rank 0's half of one handshake: the client's rank once it proved it holds `secret`, and the
+/// connection's frame keys.
+fn serve_handshake(stream: &TcpStream, secret: &Secret) -> Result<(usize, FrameKeys), String> {
     let deadline = Instant::now() + HANDSHAKE_WAIT;
     stream.set_nonblocking(false).map_err(|e| e.to_string())?;
     let ns = nonce().map_err(|e| e.to_string())?;
@@ -269,17 +444,18 @@ fn serve_handshake(stream: &TcpStream, secret: &Secret) -> Result<usize, String>
     let answer = secret.mac(b"symmem server", nc, &ns, rank).finalize();
     write_all(stream, &answer.into_bytes(), deadline)?;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    usize::try_from(rank).map_err(|e| e.to_string())
+    let keys = FrameKeys::derive(secret, &ns, nc, rank);
+    Ok((usize::try_from(rank).map_err(|e| e.to_string())?, keys))
 }
 
 /// A node leader's side: connects to rank 0 at `addr` (retrying until it listens) and proves
-/// it holds `secret` as rank `rank`; rank 0 proves it in turn.
+/// it holds `secret` as rank `rank`; rank 0 proves it in turn. The link, keyed for its frames.
 pub(crate) fn connect_root(
     addr: SocketAddr,
     secret: &Secret,
     rank: usize,
     deadline: Instant,
-) -> Result<TcpStream, BootstrapError> {
+) -> Result<Link, BootstrapError> {
     let refused = |cause: String| BootstrapError::RootRefused { addr, cause };
     // Rank 0 closes connections at once while it is flooded: connect again until its nonce
     // comes (bounded by `deadline`).
@@ -321,7 +497,8 @@ pub(crate) fn connect_root(
     stream
         .set_nodelay(true)
         .map_err(|e| BootstrapError::io("configuring the link to rank 0", e))?;
-    Ok(stream)
+    let keys = FrameKeys::derive(secret, ns, &nc, rank64);
+    Ok(Link::new(stream, &keys, End::Leader))
 }
 
 /// A connection to `addr`, retried while nothing listens there yet (until `deadline`).
@@ -372,55 +549,57 @@ fn read_all(mut stream: &TcpStream, buf: &mut [u8], deadline: Instant) -> Result
     Ok(())
 }
 
-/// Sends one frame of the wire protocol.
-pub(crate) fn send(stream: &TcpStream, message: &Message) -> Result<(), BootstrapError> {
-    send_frame(stream, &wire::encode(message)?)
+/// Writes `first` then `second` whole, in one system call where the socket takes them.
+/// MSG_NOSIGNAL, as `TcpStream::write` has it: a vanished peer is an error, never a SIGPIPE
+/// (`writev` would raise one).
+fn write_both(stream: &TcpStream, first: &[u8], second: &[u8]) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < first.len() + second.len() {
+        let (now, then) = match first.get(done..) {
+            Some(rest) if !rest.is_empty() => (rest, second),
+            _ => (&second[done - first.len()..], &[][..]),
+        };
+        let iov = [IoSlice::new(now), IoSlice::new(then)];
+        match sendmsg::<()>(stream.as_raw_fd(), &iov, &[], MsgFlags::MSG_NOSIGNAL, None) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
-/// Sends one frame [`wire::encode`] made (once for every leader).
-pub(crate) fn send_frame(mut stream: &TcpStream, frame: &[u8]) -> Result<(), BootstrapError> {
-    stream
-        .set_write_timeout(Some(Duration::from_secs(10)))
-        .and_then(|()| stream.write_all(frame))
-        .map_err(|e| BootstrapError::io("sending a control message over TCP", e))
-}
-
-/// Receives one frame, waiting until `deadline` for it to start.
-pub(crate) fn recv(stream: &TcpStream, deadline: Instant) -> Result<Received, BootstrapError> {
-    let mut header = [0u8; 4];
-    let mut first = 0;
-    while first == 0 {
+/// Waits until `deadline` for the first bytes of a frame and reads them into `header`: how
+/// many, or why none came (closed, timed out).
+fn first_bytes(
+    mut stream: &TcpStream,
+    header: &mut [u8],
+    deadline: Instant,
+) -> Result<Result<usize, Received>, BootstrapError> {
+    loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Ok(Received::TimedOut);
+            return Ok(Err(Received::TimedOut));
         }
         stream
             .set_read_timeout(Some(left))
             .map_err(|e| BootstrapError::io("setting a socket timeout", e))?;
-        match (&*stream).read(&mut header) {
-            Ok(0) => return Ok(Received::Closed),
-            Ok(n) => first = n,
+        match stream.read(header) {
+            Ok(0) => return Ok(Err(Received::Closed)),
+            Ok(n) => return Ok(Ok(n)),
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == ErrorKind::ConnectionReset => return Ok(Received::Closed),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return Ok(Err(Received::Closed)),
             Err(e) => return Err(BootstrapError::io("receiving a control message", e)),
         }
     }
-    // The rest of the frame follows right away; allow a generous but bounded wait.
-    let rest = Instant::now() + Duration::from_secs(10);
-    let broken = |what: String| BootstrapError::Protocol(format!("{what} inside a frame"));
-    read_all(stream, &mut header[first..], rest).map_err(broken)?;
-    let len = wire::frame_len(header)?;
-    let mut body = vec![0u8; len];
-    read_all(stream, &mut body, rest).map_err(broken)?;
-    Ok(Received::Frame(wire::decode(&body)?, None))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
-    use std::os::fd::AsRawFd;
 
     const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
@@ -432,7 +611,7 @@ mod tests {
         Instant::now() + Duration::from_secs(seconds)
     }
 
-    type Accepted = std::thread::JoinHandle<Result<Vec<TcpStream>, Vec<usize>>>;
+    type Accepted = std::thread::JoinHandle<Result<Vec<Link>, Vec<usize>>>;
 
     /// Rank 0 accepting `expected` on loopback, in a thread: its address and its result.
     fn rank0(secret: Secret, expected: Vec<usize>, deadline: Instant) -> (SocketAddr, Accepted) {
@@ -478,6 +657,186 @@ mod tests {
         hello
     }
 
+    fn reject(reason: &str) -> Message {
+        Message::Reject {
+            reason: reason.into(),
+        }
+    }
+
+    /// The reason of the `Reject` frame `got` holds.
+    fn reason(got: Result<Received, BootstrapError>) -> String {
+        match got {
+            Ok(Received::Frame(Message::Reject { reason }, None)) => reason,
+            Ok(Received::Frame(other, _)) => panic!("expected a Reject, got {other:?}"),
+            Ok(_) => panic!("expected a frame, got a close or a timeout"),
+            Err(e) => panic!("expected a frame: {e}"),
+        }
+    }
+
+    fn refused(got: Result<Received, BootstrapError>) {
+        match got {
+            Err(BootstrapError::FrameUnauthenticated) => {}
+            Ok(Received::Frame(message, _)) => panic!("an unauthentic frame passed: {message:?}"),
+            Ok(_) => panic!("expected a refusal, got a close or a timeout"),
+            Err(e) => panic!("expected FrameUnauthenticated, got {e}"),
+        }
+    }
+
+    /// Two connected sockets on loopback.
+    fn socket_pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind((LOOPBACK, 0)).unwrap();
+        let near = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        (near, listener.accept().unwrap().0)
+    }
+
+    /// A man in the middle: a leader's link whose frames it reads off the wire (`tap`), and
+    /// rank 0's link, to which it writes whatever it likes (`inject`).
+    struct Middle {
+        leader: Link,
+        tap: TcpStream,
+        inject: TcpStream,
+        root: Link,
+    }
+
+    fn middle(leader_keys: &FrameKeys, root_keys: &FrameKeys) -> Middle {
+        let (leader, tap) = socket_pair();
+        let (inject, root) = socket_pair();
+        Middle {
+            leader: Link::new(leader, leader_keys, End::Leader),
+            tap,
+            inject,
+            root: Link::new(root, root_keys, End::Root),
+        }
+    }
+
+    impl Middle {
+        /// The next frame the leader sent, as it went over the wire.
+        fn capture(&self) -> Vec<u8> {
+            let mut frame = vec![0u8; 4];
+            read_all(&self.tap, &mut frame, soon(5)).unwrap();
+            let len = u32::from_le_bytes(frame[..4].try_into().unwrap()) as usize;
+            frame.resize(4 + len + MAC, 0);
+            read_all(&self.tap, &mut frame[4..], soon(5)).unwrap();
+            frame
+        }
+
+        /// The leader sends `reason`; its frame as it went over the wire.
+        fn sent(&self, reason: &str) -> Vec<u8> {
+            self.leader.send(&reject(reason)).unwrap();
+            self.capture()
+        }
+
+        fn deliver(&self, frame: &[u8]) {
+            write_all(&self.inject, frame, soon(5)).unwrap();
+        }
+    }
+
+    #[test]
+    fn frames_pass_unchanged_through_a_relay() {
+        let middle = middle(&FrameKeys::fixed(1), &FrameKeys::fixed(1));
+        for reason in ["a", "b", "c"] {
+            middle.deliver(&middle.sent(reason));
+            assert_eq!(super::tests::reason(middle.root.recv(soon(5))), reason);
+        }
+    }
+
+    #[test]
+    fn frames_larger_than_the_socket_buffers_pass_whole() {
+        let (a, b) = socket_pair();
+        let keys = FrameKeys::fixed(1);
+        let (sender, receiver) = (
+            Link::new(a, &keys, End::Leader),
+            Link::new(b, &keys, End::Root),
+        );
+        let big: String = (0..6 << 20)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        let sent = big.clone();
+        let sending = std::thread::spawn(move || {
+            for _ in 0..2 {
+                sender.send(&reject(&sent)).unwrap();
+            }
+        });
+        for _ in 0..2 {
+            assert!(reason(receiver.recv(soon(10))) == big);
+        }
+        sending.join().unwrap();
+    }
+
+    #[test]
+    fn a_frame_altered_in_transit_is_refused_and_so_is_every_later_one() {
+        let middle = middle(&FrameKeys::fixed(1), &FrameKeys::fixed(1));
+        middle.deliver(&middle.sent("release 1"));
+        assert_eq!(reason(middle.root.recv(soon(5))), "release 1");
+        // One letter of the body changed, the JSON still valid: "release 2".
+        let genuine = middle.sent("release 1");
+        let mut frame = genuine.clone();
+        let at = frame.windows(9).position(|w| w == b"release 1").unwrap();
+        frame[at + 8] = b'2';
+        middle.deliver(&frame);
+        refused(middle.root.recv(soon(5)));
+        // The link is not trusted again: not even with the genuine frame, held back and
+        // delivered after the forged one, nor with the leader's next.
+        middle.deliver(&genuine);
+        refused(middle.root.recv(soon(5)));
+        middle.deliver(&middle.sent("release 2"));
+        refused(middle.root.recv(soon(5)));
+    }
+
+    #[test]
+    fn an_altered_tag_is_refused() {
+        let middle = middle(&FrameKeys::fixed(1), &FrameKeys::fixed(1));
+        let mut frame = middle.sent("release 1");
+        *frame.last_mut().unwrap() ^= 1;
+        middle.deliver(&frame);
+        refused(middle.root.recv(soon(5)));
+    }
+
+    #[test]
+    fn a_replayed_frame_is_refused() {
+        let middle = middle(&FrameKeys::fixed(1), &FrameKeys::fixed(1));
+        let first = middle.sent("arrive 1");
+        middle.deliver(&first);
+        assert_eq!(reason(middle.root.recv(soon(5))), "arrive 1");
+        // The same frame again, in place of the leader's second.
+        let _second = middle.sent("arrive 2");
+        middle.deliver(&first);
+        refused(middle.root.recv(soon(5)));
+    }
+
+    #[test]
+    fn a_dropped_or_reordered_frame_is_refused() {
+        let dropped = middle(&FrameKeys::fixed(1), &FrameKeys::fixed(1));
+        let _first = dropped.sent("arrive 1");
+        dropped.deliver(&dropped.sent("arrive 2"));
+        refused(dropped.root.recv(soon(5)));
+        let reordered = middle(&FrameKeys::fixed(1), &FrameKeys::fixed(1));
+        let first = reordered.sent("arrive 1");
+        reordered.deliver(&reordered.sent("arrive 2"));
+        reordered.deliver(&first);
+        refused(reordered.root.recv(soon(5)));
+    }
+
+    #[test]
+    fn a_frame_of_another_connection_or_direction_is_refused() {
+        // Two connections of one job, one leader rank: the same secret, other nonces.
+        let (ns, other_ns, nc) = ([1u8; NONCE], [2u8; NONCE], [3u8; NONCE]);
+        let this = FrameKeys::derive(&secret(1), &ns, &nc, 4);
+        let other = FrameKeys::derive(&secret(1), &other_ns, &nc, 4);
+        let middle = middle(&other, &this);
+        middle.deliver(&middle.sent("arrive 1"));
+        refused(middle.root.recv(soon(5)));
+        // Rank 0's own frame sent back to it (the keys of the two directions differ).
+        let (root, tap) = socket_pair();
+        let (inject, back) = socket_pair();
+        let root = Link::new(root, &this, End::Root);
+        root.send(&reject("release 1")).unwrap();
+        let mut frame = vec![0u8; 4 + 200];
+        let got = (&tap).read(&mut frame).unwrap();
+        write_all(&inject, &frame[..got], soon(5)).unwrap();
+        refused(Link::new(back, &this, End::Root).recv(soon(5)));
+    }
+
     #[test]
     fn the_listener_binds_the_given_address_only() {
         let listener = listen(LOOPBACK, 0).unwrap();
@@ -490,15 +849,19 @@ mod tests {
         let five = std::thread::spawn(move || connect_root(addr, &secret(1), 5, soon(10)));
         let three = connect_root(addr, &secret(1), 3, soon(10)).unwrap();
         let five = five.join().unwrap().unwrap();
-        let streams = rank0.join().unwrap().expect("both leaders joined");
-        assert_eq!(streams.len(), 2);
-        // The streams are in the order of `expected`: a frame from 5 arrives on the second.
-        send(&five, &Message::Reject { reason: "5".into() }).unwrap();
-        send(&three, &Message::Reject { reason: "3".into() }).unwrap();
-        for (stream, want) in streams.iter().zip(["3", "5"]) {
-            match recv(stream, soon(5)).unwrap() {
-                Received::Frame(Message::Reject { reason }, None) => assert_eq!(reason, want),
-                _ => panic!("expected leader {want}'s frame"),
+        let links = rank0.join().unwrap().expect("both leaders joined");
+        assert_eq!(links.len(), 2);
+        // The links are in the order of `expected`: a frame from 5 arrives on the second. Both
+        // ends derived the same keys: frames pass both ways, several in a row.
+        for round in 0..3 {
+            five.send(&reject(&format!("5.{round}"))).unwrap();
+            three.send(&reject(&format!("3.{round}"))).unwrap();
+            for (link, leader) in links.iter().zip(["3", "5"]) {
+                assert_eq!(reason(link.recv(soon(5))), format!("{leader}.{round}"));
+                link.send(&reject(&format!("to {leader}.{round}"))).unwrap();
+            }
+            for (link, leader) in [(&three, "3"), (&five, "5")] {
+                assert_eq!(reason(link.recv(soon(5))), format!("to {leader}.{round}"));
             }
         }
     }
