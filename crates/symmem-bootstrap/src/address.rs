@@ -112,7 +112,7 @@ fn interfaces() -> Vec<(String, IpAddr)> {
 /// This node's address: its host name as the resolver gives it (`/etc/hosts`, DNS), the first
 /// IPv4 address, else the first one.
 pub(crate) fn node_address() -> Result<IpAddr, BootstrapError> {
-    let host = crate::engine::host_name();
+    let host = host_name();
     let fail = |cause: String| BootstrapError::NodeAddress {
         host: host.clone(),
         cause,
@@ -128,6 +128,13 @@ pub(crate) fn node_address() -> Result<IpAddr, BootstrapError> {
         .or(addrs.first())
         .map(SocketAddr::ip)
         .ok_or_else(|| fail("it resolves to no address".into()))
+}
+
+/// This host's name, for messages (`?` where it cannot be read).
+pub(crate) fn host_name() -> String {
+    nix::unistd::gethostname()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "?".into())
 }
 
 /// Which loopback this process reaches: its kernel's boot id and its network namespace. Two

@@ -1,32 +1,21 @@
-//! [`Bootstrap`]: one rank's end of the control plane. It meets the other ranks through the
-//! handshake of [`rendezvous`](crate::rendezvous), then runs each collective through the
-//! exchange of [`exchange`](crate::exchange).
+//! [`Bootstrap`]: one rank's end of the control plane. On one host it meets the other ranks
+//! over a Unix [`star`](crate::star), across hosts through an [`engine`](crate::engine), then
+//! runs each collective through the exchange of [`exchange`](crate::exchange).
 
 use crate::BootstrapError;
 use crate::engine::{Meeting, NodeLinks};
 use crate::exchange::{ANSWER_MARGIN, Gathered, leaf_exchange, root_exchange};
-use crate::rendezvous::{accept_all, connect_root};
+use crate::star::{self, StarEnd};
 use std::os::fd::BorrowedFd;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 use symmem::{CollectiveOp, Engine, RankIdentity, Topology};
 
 enum Links {
-    /// Rank 0: a stream to every other rank, index `rank - 1`.
-    Root(Vec<UnixStream>),
-    Leaf(UnixStream),
-    Alone,
+    /// The Unix star of the whole job (one host), rank 0 at its centre.
+    Star(StarEnd),
     /// The PMIx or the group engine (ranks on any hosts), with its node-local star inside.
     Nodes(Box<NodeLinks>),
-}
-
-/// A rank's end of a Unix star, taken out of its [`Bootstrap`] by the PMIx engine.
-pub(crate) enum StarEnd {
-    /// The centre: a stream to every other rank of the star, index `star rank - 1`.
-    Centre(Vec<UnixStream>),
-    Leaf(UnixStream),
-    Alone,
 }
 
 /// One rank's end of the control plane.
@@ -68,26 +57,12 @@ impl Bootstrap {
         dir: &Path,
         timeout: Duration,
     ) -> Result<Self, BootstrapError> {
-        if world_size == 0 {
-            return Err(BootstrapError::WorldSizeZero);
-        }
-        if rank >= world_size {
-            return Err(BootstrapError::RankOutOfRange { rank, world_size });
-        }
-        let (links, nodes) = if world_size == 1 {
-            (Links::Alone, vec![node])
-        } else if rank == 0 {
-            let (leaves, nodes) = accept_all(dir, world_size, node, timeout)?;
-            (Links::Root(leaves), nodes)
-        } else {
-            let (root, nodes) = connect_root(rank, world_size, node, dir, timeout)?;
-            (Links::Leaf(root), nodes)
-        };
+        let (end, nodes) = star::open(rank, world_size, node, dir, timeout)?;
         Ok(Self {
             rank,
             world_size,
             timeout,
-            links,
+            links: Links::Star(end),
             topology: Topology::one_host(&nodes),
             _pmix: None,
         })
@@ -178,15 +153,6 @@ impl Bootstrap {
         }
     }
 
-    /// This rank's end of the Unix star [`connect`](Self::connect) opened.
-    pub(crate) fn into_star_end(mut self) -> StarEnd {
-        match std::mem::replace(&mut self.links, Links::Alone) {
-            Links::Root(leaves) => StarEnd::Centre(leaves),
-            Links::Leaf(root) => StarEnd::Leaf(root),
-            Links::Alone | Links::Nodes(_) => StarEnd::Alone,
-        }
-    }
-
     /// The engine this rank meets the others through.
     pub fn engine(&self) -> Engine {
         match &self.links {
@@ -228,11 +194,11 @@ impl Bootstrap {
         fd_group: u64,
     ) -> Result<Gathered, BootstrapError> {
         match &mut self.links {
-            Links::Alone => Ok(Gathered {
+            Links::Star(StarEnd::Alone) => Ok(Gathered {
                 payloads: vec![payload.to_vec()],
                 fds: vec![None],
             }),
-            Links::Leaf(root) => leaf_exchange(
+            Links::Star(StarEnd::Leaf(root)) => leaf_exchange(
                 root,
                 self.world_size,
                 self.timeout,
@@ -242,7 +208,9 @@ impl Bootstrap {
                 fd,
                 fd_group,
             ),
-            Links::Root(leaves) => root_exchange(leaves, self.timeout, op, payload, fd, fd_group),
+            Links::Star(StarEnd::Centre(leaves)) => {
+                root_exchange(leaves, self.timeout, op, payload, fd, fd_group)
+            }
             Links::Nodes(links) => links.exchange(op, payload, fd, fd_group),
         }
     }
@@ -255,7 +223,10 @@ impl Drop for Bootstrap {
     /// process's end closes them, so the others still learn of it at once.
     fn drop(&mut self) {
         if std::thread::panicking() && matches!(self.links, Links::Nodes(_)) {
-            std::mem::forget(std::mem::replace(&mut self.links, Links::Alone));
+            std::mem::forget(std::mem::replace(
+                &mut self.links,
+                Links::Star(StarEnd::Alone),
+            ));
         }
     }
 }

@@ -21,13 +21,13 @@
 //! of its node's star.
 
 use crate::address;
-use crate::bootstrap::StarEnd;
 use crate::exchange::root_exchange;
 use crate::nodes::{self, Call, LEAF_MARGIN, Leader, NODE_MARGIN, Node, Uplink};
 use crate::pmix::{Client, peer_lost};
+use crate::star::{self, StarEnd};
 use crate::tcp::{self, Acceptor, Secret};
 use crate::wire::deadline_in;
-use crate::{Bootstrap, BootstrapError, Gathered};
+use crate::{BootstrapError, Gathered};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::BorrowedFd;
@@ -95,7 +95,7 @@ impl Place {
             world_size,
             host,
             emulated: node,
-            name: host_name(),
+            name: address::host_name(),
             root: None,
             job: None,
             no_root: None,
@@ -493,14 +493,14 @@ impl NodeLinks {
             .expect("this rank is on its own host");
         // Named by the host's number, which every rank of the job agrees on.
         let host_number = topology.host(rank);
-        let star = Bootstrap::connect(
+        let (star, _) = star::open(
             local_rank,
             local_ranks.len(),
+            0,
             &dir.join(format!("node-{host_number}")),
             timeout,
         )
-        .map_err(|e| e.on_node(&local_ranks))?
-        .into_star_end();
+        .map_err(|e| e.on_node(&local_ranks))?;
         let spans_hosts = (0..world_size).any(|r| !topology.same_host(r, 0));
         let up = match (local_rank, acceptor) {
             (0, Some(acceptor)) => accept_nodes(acceptor, &places, &topology, timeout)?,
@@ -637,12 +637,6 @@ fn no_root(places: &[Place]) -> BootstrapError {
     }
 }
 
-pub(crate) fn host_name() -> String {
-    nix::unistd::gethostname()
-        .map(|name| name.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "?".into())
-}
-
 /// Rank 0: the leaders of every other host, each proven to hold the secret.
 fn accept_nodes(
     acceptor: Acceptor,
@@ -735,7 +729,7 @@ fn connect_up(
         return Err(BootstrapError::SharedAddress {
             root_host: places[0].name.clone(),
             addr: own,
-            host: host_name(),
+            host: address::host_name(),
         });
     }
     let link = tcp::connect_root(addr, &contact.secret, rank, deadline)?;
@@ -792,6 +786,7 @@ fn rendezvous(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Bootstrap;
     use std::net::Ipv4Addr;
     use symmem::CollectiveKind;
     use symmem::settings::SOCKET_IFNAME;

@@ -42,6 +42,7 @@ mod launcher_watch;
 mod nodes;
 mod pmix;
 mod rendezvous;
+mod star;
 mod tcp;
 mod wire;
 
