@@ -60,22 +60,6 @@ pub fn run(sh: &xshell::Shell, args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The PMIx client functions symmem's bindings resolve when they open the library (all of them,
-/// or the library is refused): bindgen's allowlist here, and the images' build checks that the
-/// installed client exports each (`images::model::pmix_client_step`).
-pub const PMIX_FUNCTIONS: &[&str] = &[
-    "PMIx_Init",
-    "PMIx_Finalize",
-    "PMIx_Put",
-    "PMIx_Commit",
-    "PMIx_Fence",
-    "PMIx_Fence_nb",
-    "PMIx_Get",
-    "PMIx_Error_string",
-    "PMIx_Value_destruct",
-    "PMIx_Info_load",
-];
-
 /// The PMIx client bindings (crates/symmem-pmix-sys/src/bindings.rs): bindgen over the crate's
 /// `wrapper.h` (`pmix.h` of libpmix-dev, found in the folders Debian and upstream install it
 /// to), loaded at run time through libloading like the shim's.
@@ -103,7 +87,7 @@ fn pmix_bindings(root: &Path) -> anyhow::Result<bindings::Outcome> {
     let generated = bindgen::Builder::default()
         .header(root.join(CRATE).join("wrapper.h").to_string_lossy())
         .clang_arg(format!("-I{include}"))
-        .allowlist_function(format!("({})", PMIX_FUNCTIONS.join("|")))
+        .allowlist_function(format!("({})", symmem_pmix_sys::FUNCTIONS.join("|")))
         .allowlist_var(
             "PMIX_(SUCCESS|ERR_[A-Z_]+|BOOL|INT|UINT16|UINT32|BYTE_OBJECT|GLOBAL|MAX_KEYLEN|\
              MAX_NSLEN|RANK_WILDCARD|NODEID|LOCAL_RANK|LOCAL_SIZE|JOB_SIZE|COLLECT_DATA|TIMEOUT|\

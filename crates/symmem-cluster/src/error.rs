@@ -1,6 +1,10 @@
 use std::path::PathBuf;
 
 /// Why the emulated cluster could not be built, or a job on it could not run.
+/// How to install Slurm and what it needs (Debian / Ubuntu).
+pub const SLURM_FIX: &str = "apt-get install slurmctld slurmd slurm-client munge \
+                             slurm-wlm-basic-plugins (Debian / Ubuntu)";
+
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     #[error(
@@ -26,7 +30,7 @@ pub enum ClusterError {
         .0.display()
     )]
     HiddenOnNodes(PathBuf),
-    #[error("{what} was not found; install {package}: {fix}", fix = crate::SLURM_FIX)]
+    #[error("{what} was not found; install {package}: {fix}", fix = SLURM_FIX)]
     SlurmMissing { what: String, package: &'static str },
     #[error(
         "Slurm already runs on this cluster: use its handle, or drop it before starting another"

@@ -32,10 +32,10 @@ mod slurm;
 mod versions;
 mod watchdog;
 
-pub use error::ClusterError;
+pub use error::{ClusterError, SLURM_FIX};
 pub use network::{HostNames, Network};
 pub use procs::Process;
-pub use slurm::{CPUS_PER_NODE, SLURM_FIX, SLURM_PROGRAMS, Slurm};
+pub use slurm::{CPUS_PER_NODE, SLURM_PROGRAMS, Slurm};
 pub use versions::{engine_version, launcher_version};
 
 use std::io::{BufRead, BufReader, Read};

@@ -19,10 +19,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// How to install all of it (Debian / Ubuntu).
-pub const SLURM_FIX: &str = "apt-get install slurmctld slurmd slurm-client munge \
-                             slurm-wlm-basic-plugins (Debian / Ubuntu)";
-
 /// The daemons (and step programs) a [`Slurm`] stops, by program name.
 pub const SLURM_PROGRAMS: [&str; 5] = ["slurmctld", "slurmd", "slurmstepd", "munged", "srun"];
 

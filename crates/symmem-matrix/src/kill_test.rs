@@ -14,8 +14,8 @@ use symmem_conformance::{CHECKS, CONFORMANCE_FAULT, CheckResult};
 use symmem_launch::{Ended, Launcher, Layout, Lost, Outcome, OutputLine, RunReport, print_line};
 
 use crate::layouts::label;
+use crate::plan::Plan;
 use crate::target::Target;
-use crate::test::Plan;
 
 /// Rank `victim` ends once every rank reported the first check. On the emulated nodes it gets
 /// `kill -9` (rank 0 hangs in the second check meanwhile, so the job is surely mid-run); on a

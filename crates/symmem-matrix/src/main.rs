@@ -9,6 +9,7 @@ mod bench;
 mod container;
 mod kill_test;
 mod layouts;
+mod plan;
 mod programs;
 mod target;
 mod test;

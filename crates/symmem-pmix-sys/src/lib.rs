@@ -23,6 +23,22 @@ pub use bindings::*;
 /// `libpmix2`), never the `-dev` package's unversioned link.
 pub const LIBRARY: &str = "libpmix.so.2";
 
+/// The PMIx client functions these bindings resolve when they open [`LIBRARY`] (all of them,
+/// or the library is refused): `cargo xtask codegen`'s bindgen allowlist, and the check the
+/// images' builds run that the installed client exports each.
+pub const FUNCTIONS: &[&str] = &[
+    "PMIx_Init",
+    "PMIx_Finalize",
+    "PMIx_Put",
+    "PMIx_Commit",
+    "PMIx_Fence",
+    "PMIx_Fence_nb",
+    "PMIx_Get",
+    "PMIx_Error_string",
+    "PMIx_Value_destruct",
+    "PMIx_Info_load",
+];
+
 /// The packages that provide [`LIBRARY`], for messages that say how to get it.
 pub const PACKAGES: &str = "libpmix2 (Debian 12, Ubuntu 22.04; libpmix2t64 from Debian 13 and \
      Ubuntu 24.04 on; it comes with libpmix-dev, openmpi-bin or slurm-wlm)";

@@ -1,6 +1,6 @@
 use crate::{
-    AddressMap, CollectiveKind, CollectiveOp, Error, PeerTable, SymmetricProvider, TranslateError,
-    TranslatedOps,
+    AddressMap, CollectiveKind, CollectiveOp, ContextId, Error, PeerTable, SymmetricProvider,
+    TranslateError, TranslatedOps,
 };
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
@@ -25,10 +25,6 @@ plain!(
 );
 // SAFETY: arrays of `Plain` have no padding between elements and inherit validity.
 unsafe impl<T: Plain, const N: usize> Plain for [T; N] {}
-
-/// Identifies one [`Context`] in this process, so tables and buffers cannot cross contexts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ContextId(pub u64);
 
 static NEXT_CONTEXT: AtomicU64 = AtomicU64::new(1);
 

@@ -3,7 +3,7 @@
 //! pure function of the [`BOOTSTRAP`](crate::settings::BOOTSTRAP) setting, the rank identity
 //! and the launcher's variables, so every decision it makes is testable without a launcher.
 
-use crate::launcher::Launcher;
+use crate::launcher::{Launcher, in_apptainer, pmix_present};
 use crate::rank_env::RankIdentity;
 use crate::settings::BOOTSTRAP;
 
@@ -52,21 +52,6 @@ pub enum EngineError {
         BOOTSTRAP.name, BOOTSTRAP.name
     )]
     NoPmixServer,
-}
-
-/// Whether a PMIx server started this process: it sets both variables for each client.
-pub fn pmix_present(get: &impl Fn(&str) -> Option<String>) -> bool {
-    ["PMIX_NAMESPACE", "PMIX_RANK"]
-        .iter()
-        .all(|v| get(v).is_some_and(|s| !s.trim().is_empty()))
-}
-
-/// Whether this process runs in an Apptainer (or Singularity) container, whose runtime sets
-/// `APPTAINER_CONTAINER` (`SINGULARITY_CONTAINER`) in every container it starts.
-pub fn in_apptainer(get: &impl Fn(&str) -> Option<String>) -> bool {
-    ["APPTAINER_CONTAINER", "SINGULARITY_CONTAINER"]
-        .iter()
-        .any(|v| get(v).is_some())
 }
 
 /// What says this job has ranks on more than one node, or `None` when nothing does. Only the

@@ -64,6 +64,21 @@ impl Launcher {
     }
 }
 
+/// Whether a PMIx server started this process: it sets both variables for each client.
+pub fn pmix_present(get: &impl Fn(&str) -> Option<String>) -> bool {
+    ["PMIX_NAMESPACE", "PMIX_RANK"]
+        .iter()
+        .all(|v| get(v).is_some_and(|s| !s.trim().is_empty()))
+}
+
+/// Whether this process runs in an Apptainer (or Singularity) container, whose runtime sets
+/// `APPTAINER_CONTAINER` (`SINGULARITY_CONTAINER`) in every container it starts.
+pub fn in_apptainer(get: &impl Fn(&str) -> Option<String>) -> bool {
+    ["APPTAINER_CONTAINER", "SINGULARITY_CONTAINER"]
+        .iter()
+        .any(|v| get(v).is_some())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

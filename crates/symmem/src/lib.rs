@@ -30,13 +30,11 @@ mod topology;
 mod units;
 
 pub use collective::{CollectiveKind, CollectiveMismatch, CollectiveOp};
-pub use context::{AllocationRecord, Context, ContextId, FinalizeReport, Plain, SymmetricBuffer};
-pub use engine::{
-    BootstrapChoice, Engine, EngineError, choose_engine, in_apptainer, pmix_present, spans_nodes,
-};
+pub use context::{AllocationRecord, Context, FinalizeReport, Plain, SymmetricBuffer};
+pub use engine::{BootstrapChoice, Engine, EngineError, choose_engine, spans_nodes};
 pub use error::{Blame, Error, ProviderError, TranslateError};
 pub use interfaces::InterfaceFilter;
-pub use launcher::Launcher;
+pub use launcher::{Launcher, in_apptainer, pmix_present};
 pub use provider::{SymmetricProvider, TranslatedOps};
 pub use provider_kind::{ProviderKind, UnknownProvider};
 pub use rank_env::{
@@ -44,7 +42,7 @@ pub use rank_env::{
 };
 pub use ranks::{count_ranks, describe_ranks, rank_list};
 pub use settings::InvalidSetting;
-pub use table::{AddressMap, PeerTable};
+pub use table::{AddressMap, ContextId, PeerTable};
 pub use topology::Topology;
 pub use units::{
     MAX_DURATION, format_bytes, format_duration, format_elapsed, parse_bytes, parse_duration,

@@ -178,7 +178,7 @@ impl RankIdentity {
         let get = |name: &str| std::env::var(name).ok();
         let identity = Self::from_vars(get)?;
         if identity.launcher == Launcher::Singleton
-            && !crate::pmix_present(&get)
+            && !crate::launcher::pmix_present(&get)
             && let Some((pid, ancestor)) = rank_starter(ancestors())
         {
             return Err(RankEnvError::EnvironmentDropped { ancestor, pid });

@@ -1,4 +1,9 @@
-use crate::{ContextId, TranslateError};
+use crate::TranslateError;
+
+/// Identifies one [`Context`](crate::Context) in this process, so tables and buffers cannot
+/// cross contexts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContextId(pub u64);
 
 /// Per-rank addresses of one symmetric allocation, as seen from this process.
 ///

@@ -457,7 +457,7 @@ fn owned_env(env: &[(&str, &str)]) -> Vec<(String, String)> {
 
 /// The build step that proves the image has a PMIx client symmem can use:
 /// [`pmix_check_command`] over [`PMIX_LIBRARY`] and every function the bindings resolve
-/// ([`crate::codegen::PMIX_FUNCTIONS`]), after the package's version for the build log.
+/// ([`symmem_pmix_sys::FUNCTIONS`]), after the package's version for the build log.
 fn pmix_client_step() -> Step {
     Step {
         title: format!(
@@ -466,7 +466,7 @@ fn pmix_client_step() -> Step {
         ),
         commands: vec![
             format!("dpkg-query -W {PMIX_PACKAGE}"),
-            pmix_check_command(PMIX_LIBRARY, crate::codegen::PMIX_FUNCTIONS),
+            pmix_check_command(PMIX_LIBRARY, symmem_pmix_sys::FUNCTIONS),
         ],
     }
 }
@@ -872,7 +872,7 @@ mod tests {
     fn both_images_install_the_pmix_client_and_check_that_it_loads() {
         use crate::images::{render, tests};
         assert!(DEBIAN_PACKAGES.contains(&PMIX_PACKAGE));
-        let check = pmix_check_command(PMIX_LIBRARY, crate::codegen::PMIX_FUNCTIONS);
+        let check = pmix_check_command(PMIX_LIBRARY, symmem_pmix_sys::FUNCTIONS);
         for model in [tests::model(), tests::debian()] {
             for text in [render::dockerfile(&model), render::apptainer_def(&model)] {
                 let at = text.find(&check).expect("the PMIx check");
@@ -880,7 +880,7 @@ mod tests {
                 assert!(at < text.find("images tag --expect-tag").unwrap());
             }
         }
-        for function in crate::codegen::PMIX_FUNCTIONS {
+        for function in symmem_pmix_sys::FUNCTIONS {
             assert!(check.contains(&format!(" {function}")), "{function}");
         }
         // The AMD image installs it from Ubuntu's archive; the Debian one has it in its base.
