@@ -400,6 +400,18 @@ pub enum BootstrapError {
         text: String,
     },
     #[error(
+        "{call} answered {what}; is this rank's PMIx client library ({}) of a version its \
+         launcher's PMIx server speaks?",
+        symmem_pmix_sys::LIBRARY
+    )]
+    PmixAnswer { call: String, what: String },
+    #[error(
+        "PMIx key {key:?} is not one PMIx takes (a NUL byte, or {} bytes or more): a bug of \
+         symmem's, please report it",
+        symmem_pmix_sys::PMIX_MAX_KEYLEN
+    )]
+    PmixKey { key: String },
+    #[error(
         "PMIx says this process is rank {pmix_rank} of {job_size}, the launcher's variables \
          say rank {rank} of {world_size}: start one rank per PMIx process (not a launcher \
          inside another), or set {}=unix",

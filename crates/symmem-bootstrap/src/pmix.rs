@@ -15,28 +15,34 @@ use symmem_pmix_sys as sys;
 
 /// The library, opened once per process (a failure is remembered: it will not change).
 fn library() -> Result<&'static sys::Pmix, BootstrapError> {
-    static LIBRARY: OnceLock<Result<sys::Pmix, BootstrapError>> = OnceLock::new();
+    static LIBRARY: OnceLock<Result<sys::Pmix, Unavailable>> = OnceLock::new();
     LIBRARY
         .get_or_init(|| open(sys::LIBRARY))
         .as_ref()
-        .map_err(|e| match e {
-            BootstrapError::PmixUnavailable {
-                cause,
-                asked,
-                container,
-            } => BootstrapError::PmixUnavailable {
-                cause: cause.clone(),
-                asked: *asked,
-                container: *container,
-            },
-            other => BootstrapError::Protocol(other.to_string()),
-        })
+        .map_err(Unavailable::error)
 }
 
-fn open(file: &str) -> Result<sys::Pmix, BootstrapError> {
+/// Why the library did not open, kept for every later try.
+struct Unavailable {
+    cause: String,
+    asked: bool,
+    container: Option<&'static str>,
+}
+
+impl Unavailable {
+    fn error(&self) -> BootstrapError {
+        BootstrapError::PmixUnavailable {
+            cause: self.cause.clone(),
+            asked: self.asked,
+            container: self.container,
+        }
+    }
+}
+
+fn open(file: &str) -> Result<sys::Pmix, Unavailable> {
     // SAFETY: opening the PMIx client library runs its initialisers, which only set up its own
     // state; every symbol is resolved and typed by the bindings.
-    unsafe { sys::Pmix::new(file) }.map_err(|e| BootstrapError::PmixUnavailable {
+    unsafe { sys::Pmix::new(file) }.map_err(|e| Unavailable {
         cause: e.to_string(),
         // Set and not empty (empty counts as unset): PMIx was asked for by name.
         asked: std::env::var_os(symmem::settings::BOOTSTRAP.name).is_some_and(|v| !v.is_empty()),
@@ -109,9 +115,13 @@ impl Client {
         name: &str,
     ) -> Result<usize, BootstrapError> {
         let value = self.get(proc_, key, name)?;
-        value.number().map(|n| n as usize).ok_or_else(|| {
-            BootstrapError::Protocol(format!("the PMIx server gave {name} as a non-number"))
-        })
+        value
+            .number()
+            .map(|n| n as usize)
+            .ok_or_else(|| BootstrapError::PmixAnswer {
+                call: format!("PMIx_Get({name})"),
+                what: "a value that is not a number".into(),
+            })
     }
 
     /// The node this rank runs on, as the launcher numbers them (`PMIX_NODEID`); `None` when
@@ -213,8 +223,9 @@ impl Client {
     pub(crate) fn get_bytes(&self, rank: usize, key: &str) -> Result<Vec<u8>, BootstrapError> {
         let key_c = c_key(key)?;
         let value = self.get(&self.proc_of(rank), key_c.as_bytes_with_nul(), key)?;
-        value.bytes().ok_or_else(|| {
-            BootstrapError::Protocol(format!("rank {rank} published {key} as a non-byte value"))
+        value.bytes().ok_or_else(|| BootstrapError::PmixAnswer {
+            call: format!("PMIx_Get({key}) of rank {rank}"),
+            what: "a value that is not bytes".into(),
         })
     }
 
@@ -239,9 +250,10 @@ impl Client {
             other => other,
         })?;
         if out.is_null() {
-            return Err(BootstrapError::Protocol(format!(
-                "PMIx_Get({name}) gave no value"
-            )));
+            return Err(BootstrapError::PmixAnswer {
+                call: format!("PMIx_Get({name}) of rank {}", proc_.rank),
+                what: "no value".into(),
+            });
         }
         Ok(Value {
             lib: self.lib,
@@ -339,12 +351,13 @@ impl Drop for Value {
 }
 
 fn c_key(key: &str) -> Result<CString, BootstrapError> {
+    let bad = || BootstrapError::PmixKey {
+        key: key.to_string(),
+    };
     if key.len() >= sys::PMIX_MAX_KEYLEN as usize {
-        return Err(BootstrapError::Protocol(format!(
-            "PMIx key {key:?} is too long"
-        )));
+        return Err(bad());
     }
-    CString::new(key).map_err(|_| BootstrapError::Protocol(format!("PMIx key {key:?}")))
+    CString::new(key).map_err(|_| bad())
 }
 
 fn error_text(lib: &sys::Pmix, status: sys::pmix_status_t) -> String {
@@ -389,7 +402,8 @@ mod tests {
     fn a_missing_library_names_the_package_and_the_way_out() {
         let err = super::open("libpmix-not-here.so.2")
             .err()
-            .expect("no such library");
+            .expect("no such library")
+            .error();
         let text = err.to_string();
         assert!(
             matches!(err, crate::BootstrapError::PmixUnavailable { .. }),
