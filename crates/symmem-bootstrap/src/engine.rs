@@ -26,7 +26,7 @@ use crate::nodes::{self, Call, LEAF_MARGIN, Leader, NODE_MARGIN, Node, Uplink};
 use crate::pmix::{Client, peer_lost};
 use crate::star::{self, StarEnd};
 use crate::tcp::{self, Acceptor, Secret};
-use crate::wire::deadline_in;
+use crate::wire::{PROTOCOL, deadline_in};
 use crate::{BootstrapError, Gathered};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
@@ -85,6 +85,9 @@ struct Place {
     /// loopback address only from rank 0's own.
     #[serde(default)]
     loopback: Option<String>,
+    /// Its build's [`PROTOCOL`]: ranks of different builds refuse each other at once.
+    #[serde(default)]
+    protocol: u32,
 }
 
 impl Place {
@@ -106,6 +109,7 @@ impl Place {
                 (_, None) => None,
             },
             loopback: address::loopback_domain(),
+            protocol: PROTOCOL,
         }
     }
 }
@@ -271,6 +275,14 @@ impl Arrival {
                 Ok(place)
             })
             .collect::<Result<Vec<_>, _>>()?;
+        if let Some(rank) = (0..world_size).find(|&r| places[r].protocol != PROTOCOL) {
+            return Err(BootstrapError::ProtocolMismatch {
+                rank,
+                theirs: places[rank].protocol,
+                this: self.place.rank,
+                ours: PROTOCOL,
+            });
+        }
         if let Some((rank, reason)) = places
             .iter()
             .enumerate()
@@ -1022,6 +1034,37 @@ mod tests {
         for (rank, end) in ends.into_iter().enumerate() {
             end.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
         }
+    }
+
+    /// A card of another build's control protocol (here one from before versions: no field,
+    /// protocol 0) is refused on every rank at once, naming both versions.
+    #[test]
+    fn a_card_of_another_protocol_is_refused_naming_both() {
+        let arrivals = arrivals(2);
+        let mut cards = cards(&arrivals);
+        let mut old: serde_json::Value = serde_json::from_slice(&cards[1]).unwrap();
+        old.as_object_mut().unwrap().remove("protocol");
+        cards[1] = serde_json::to_vec(&old).unwrap();
+        let err = Meeting::new(Arrival::new(0, 2, 0, alone()).unwrap(), &cards)
+            .err()
+            .unwrap();
+        let text = err.to_string();
+        assert!(
+            matches!(
+                err,
+                BootstrapError::ProtocolMismatch {
+                    rank: 1,
+                    theirs: 0,
+                    this: 0,
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("protocol 0, rank 0 runs {PROTOCOL}")),
+            "{text}"
+        );
     }
 
     /// M11: a fence that timed out after 15 s (a 10 s timeout and the margin) says 15 s, not

@@ -259,6 +259,17 @@ pub enum BootstrapError {
     #[error("malformed control message: {0}; are all ranks running the same symmem build?")]
     Protocol(String),
     #[error(
+        "rank {rank} runs symmem's control protocol {theirs}, rank {this} runs {ours}: every \
+         rank of a job must run the same symmem build (rebuild the program and give every node \
+         the same one)"
+    )]
+    ProtocolMismatch {
+        rank: usize,
+        theirs: u32,
+        this: usize,
+        ours: u32,
+    },
+    #[error(
         "a control frame over TCP failed authentication: it was altered in transit, or does \
          not come from this job's other end of the link"
     )]

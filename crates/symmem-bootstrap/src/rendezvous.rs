@@ -14,7 +14,7 @@
 
 use crate::BootstrapError;
 use crate::folder::{Create, Folder, OpenError};
-use crate::wire::{self, Message, Received, deadline_in};
+use crate::wire::{self, Message, PROTOCOL, Received, deadline_in};
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use std::io::ErrorKind;
@@ -153,6 +153,7 @@ fn ask_who_listens(
         world_size,
         job: job.to_vec(),
         node: 0,
+        protocol: PROTOCOL,
     };
     wire::send(&stream, &hello, None).ok()?;
     match wire::recv(&stream, Instant::now() + Duration::from_secs(2)).ok()? {
@@ -167,6 +168,7 @@ struct PeerHello {
     world_size: usize,
     job: Vec<(String, String)>,
     node: u64,
+    protocol: u32,
 }
 
 /// Once every rank is in: every rank's emulated node, sent to each in its `Welcome`.
@@ -179,6 +181,7 @@ fn welcome_all(
         .collect();
     let welcome = Message::Welcome {
         nodes: nodes.clone(),
+        protocol: PROTOCOL,
     };
     for (stream, _) in &streams {
         wire::send(stream, &welcome, None)?;
@@ -222,6 +225,18 @@ fn accept_on(
             Some(reason) => {
                 tracing::warn!(rank = hello.rank, %reason, "refused a rendezvous peer");
                 let _ = wire::send(&stream, &Message::Reject { reason }, None);
+            }
+            // A rank of this job on another build: both sides fail at once, naming both.
+            None if hello.protocol != PROTOCOL => {
+                let error = BootstrapError::ProtocolMismatch {
+                    rank: hello.rank,
+                    theirs: hello.protocol,
+                    this: 0,
+                    ours: PROTOCOL,
+                };
+                let reason = error.to_string();
+                let _ = wire::send(&stream, &Message::Reject { reason }, None);
+                return Err(error);
             }
             None => slots[hello.rank - 1] = Some((stream, hello.node)),
         }
@@ -291,6 +306,7 @@ fn read_hello(stream: &UnixStream, deadline: Instant, timeout: Duration) -> Opti
                 world_size,
                 job,
                 node,
+                protocol,
             },
             None,
         )) => Some(PeerHello {
@@ -298,6 +314,7 @@ fn read_hello(stream: &UnixStream, deadline: Instant, timeout: Duration) -> Opti
             world_size,
             job,
             node,
+            protocol,
         }),
         _ => None,
     }
@@ -410,6 +427,7 @@ pub(crate) fn connect_root(
         world_size,
         job: own_job(),
         node,
+        protocol: PROTOCOL,
     };
     wire::send(&stream, &hello, None)?;
     // Rank 0 welcomes once every rank is in, or gives up within its own timeout, which
@@ -418,7 +436,15 @@ pub(crate) fn connect_root(
         &stream,
         deadline_in(timeout.saturating_add(Duration::from_secs(1))),
     )? {
-        Received::Frame(Message::Welcome { nodes }, _) if nodes.len() == world_size => {
+        Received::Frame(Message::Welcome { protocol, .. }, _) if protocol != PROTOCOL => {
+            Err(BootstrapError::ProtocolMismatch {
+                rank: 0,
+                theirs: protocol,
+                this: rank,
+                ours: PROTOCOL,
+            })
+        }
+        Received::Frame(Message::Welcome { nodes, .. }, _) if nodes.len() == world_size => {
             Ok((stream, nodes))
         }
         Received::Frame(Message::Reject { reason }, _) => Err(BootstrapError::Handshake(reason)),
@@ -486,5 +512,97 @@ impl Drop for TermGuard {
         if TERM_CAUGHT.load(Ordering::SeqCst) {
             let _ = nix::sys::signal::raise(Signal::SIGTERM);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// A rank of this job on another build of the control protocol (here 1): rank 0 refuses it
+    /// at once naming both versions, and fails itself, instead of waiting for a rank that can
+    /// never join.
+    #[test]
+    fn a_rank_of_another_protocol_is_refused_at_once_naming_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        let timeout = Duration::from_secs(10);
+        let rank0 = std::thread::spawn(move || accept_all(&path, 2, 0, timeout).map(drop));
+        let socket = dir.path().join(RENDEZVOUS_SOCKET);
+        let stream = loop {
+            match UnixStream::connect(&socket) {
+                Ok(stream) => break stream,
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        };
+        let hello = Message::Hello {
+            rank: 1,
+            world_size: 2,
+            job: own_job(),
+            node: 0,
+            protocol: 1,
+        };
+        wire::send(&stream, &hello, None).unwrap();
+        let started = Instant::now();
+        let err = rank0.join().unwrap().expect_err("another protocol");
+        assert!(started.elapsed() < timeout / 2, "{:?}", started.elapsed());
+        let text = err.to_string();
+        assert!(
+            matches!(
+                err,
+                BootstrapError::ProtocolMismatch {
+                    rank: 1,
+                    theirs: 1,
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("protocol 1, rank 0 runs {PROTOCOL}")),
+            "{text}"
+        );
+        match wire::recv(&stream, deadline_in(Duration::from_secs(5))).unwrap() {
+            Received::Frame(Message::Reject { reason }, _) => assert_eq!(reason, text),
+            _ => panic!("the rank was not told why"),
+        }
+        let mut rest = Vec::new();
+        let _ = (&stream).read_to_end(&mut rest);
+    }
+
+    /// The same seen from a rank: a rank 0 of another protocol (here 9) welcomes it, and it
+    /// refuses naming both versions.
+    #[test]
+    fn a_rank_0_of_another_protocol_is_refused_naming_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = UnixListener::bind(dir.path().join(RENDEZVOUS_SOCKET)).unwrap();
+        let rank0 = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let _hello = wire::recv(&stream, deadline_in(Duration::from_secs(5))).unwrap();
+            let welcome = Message::Welcome {
+                nodes: vec![0, 0],
+                protocol: 9,
+            };
+            wire::send(&stream, &welcome, None).unwrap();
+            stream
+        });
+        let err = connect_root(1, 2, 0, dir.path(), Duration::from_secs(5))
+            .map(drop)
+            .expect_err("another protocol");
+        let text = err.to_string();
+        assert!(
+            matches!(
+                err,
+                BootstrapError::ProtocolMismatch {
+                    rank: 0,
+                    theirs: 9,
+                    this: 1,
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        drop(rank0.join().unwrap());
     }
 }

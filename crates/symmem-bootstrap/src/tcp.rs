@@ -37,7 +37,7 @@
 //! drop or cut the connection: that ends the collective as a lost or silent node does.
 
 use crate::BootstrapError;
-use crate::wire::{self, Message, Received};
+use crate::wire::{self, Message, PROTOCOL, Received};
 use hmac::{Hmac, Mac};
 use nix::errno::Errno;
 use nix::sys::socket::{MsgFlags, sendmsg};
@@ -52,9 +52,10 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 /// Opens every handshake (both directions), so that a stray client of another protocol is told
-/// apart at once. Its seventh byte is the version of the links: 2 since frames carry tags, so
-/// that a leader of an older build is refused at its handshake, not blamed for forged frames.
-const MAGIC: &[u8; 8] = b"symmem\x02\x00";
+/// apart at once. Its seventh byte is the control protocol's version ([`PROTOCOL`]: 2 since
+/// frames carry tags), so that a leader of an older build is refused at its handshake, not
+/// blamed for forged frames.
+const MAGIC: &[u8; 8] = &[b's', b'y', b'm', b'm', b'e', b'm', PROTOCOL as u8, 0];
 const NONCE: usize = 32;
 /// The length of an HMAC-SHA256: a handshake's proofs, a frame's key and its tag.
 pub(crate) const MAC: usize = 32;

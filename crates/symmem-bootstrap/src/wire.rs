@@ -10,6 +10,12 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 use symmem::CollectiveOp;
 
+/// The version of symmem's control protocol: the Unix handshake (`Hello`, `Welcome`), the
+/// engines' cards and the TCP handshake carry it, and ranks of different versions refuse each
+/// other at once, naming both ([`BootstrapError::ProtocolMismatch`]). Raise it with any change
+/// to a message's meaning or layout (a build from before it had none: 0).
+pub(crate) const PROTOCOL: u32 = 2;
+
 /// Frames bigger than this are a protocol error (payloads are small: ids, sizes).
 const MAX_FRAME: usize = 16 << 20;
 
@@ -23,10 +29,16 @@ pub(crate) enum Message {
         job: Vec<(String, String)>,
         /// Its emulated node ([`symmem::settings::NODE_ID`]).
         node: u64,
+        /// Its [`PROTOCOL`].
+        #[serde(default)]
+        protocol: u32,
     },
     /// Sent to every rank once all are in: the emulated node of every rank, by rank.
     Welcome {
         nodes: Vec<u64>,
+        /// Rank 0's [`PROTOCOL`].
+        #[serde(default)]
+        protocol: u32,
     },
     Reject {
         reason: String,
