@@ -46,7 +46,11 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            // Bad usage is 2, as clap's own errors and symmem-matrix's (README's exit codes).
+            match e.downcast_ref::<matrix::Misplaced>() {
+                Some(_) => ExitCode::from(2),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }

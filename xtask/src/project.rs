@@ -1,6 +1,7 @@
 //! Where the workspace is and how to build its binaries.
 
 use anyhow::{Context, bail};
+use std::ffi::{CString, OsString};
 use std::path::{Path, PathBuf};
 use symmem::ProviderKind;
 use xshell::{Shell, cmd};
@@ -132,26 +133,53 @@ fn build_binaries_with(
         .collect()
 }
 
-/// Becomes `program args...` (exec(3): the same process, so its terminal, signals and exit
-/// code are the program's own). Returns only why it could not.
-pub fn exec(program: &Path, args: &[String]) -> anyhow::Error {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-    let path = match CString::new(program.as_os_str().as_bytes()) {
-        Ok(path) => path,
-        Err(e) => return anyhow::anyhow!("{}: {e}", program.display()),
+/// Becomes `program args...` with `env` added to this process's environment (exec(3): the
+/// same process, so its terminal, signals and exit code are the program's own). Returns only
+/// why it could not.
+pub fn exec(program: &Path, args: &[OsString], env: &[(&str, PathBuf)]) -> anyhow::Error {
+    let (path, argv, envp) = match exec_parts(program, args, env) {
+        Ok(parts) => parts,
+        Err(e) => return e,
     };
-    let mut argv = vec![path.clone()];
-    for arg in args {
-        match CString::new(arg.as_bytes()) {
-            Ok(arg) => argv.push(arg),
-            Err(e) => return anyhow::anyhow!("argument {arg:?}: {e}"),
-        }
-    }
-    match nix::unistd::execv(&path, &argv) {
+    match nix::unistd::execve(&path, &argv, &envp) {
         Err(errno) => anyhow::anyhow!("cannot run {}: {errno}", program.display()),
         Ok(never) => match never {},
     }
+}
+
+/// [`exec`]'s program, argv and environment as C strings.
+fn exec_parts(
+    program: &Path,
+    args: &[OsString],
+    env: &[(&str, PathBuf)],
+) -> anyhow::Result<(CString, Vec<CString>, Vec<CString>)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_string = |bytes: &[u8]| {
+        CString::new(bytes).map_err(|_| {
+            anyhow::anyhow!(
+                "cannot run {}: {:?} holds a NUL byte, which no argument or environment \
+                 variable can: remove it",
+                program.display(),
+                String::from_utf8_lossy(bytes)
+            )
+        })
+    };
+    let path = c_string(program.as_os_str().as_bytes())?;
+    let mut argv = vec![path.clone()];
+    for arg in args {
+        argv.push(c_string(arg.as_bytes())?);
+    }
+    let inherited = std::env::vars_os().filter(|(name, _)| !env.iter().any(|(n, _)| name == n));
+    let added = env
+        .iter()
+        .map(|(name, value)| (OsString::from(name), value.clone().into_os_string()));
+    let mut envp = Vec::new();
+    for (name, value) in inherited.chain(added) {
+        envp.push(c_string(
+            &[name.as_bytes(), b"=", value.as_bytes()].concat(),
+        )?);
+    }
+    Ok((path, argv, envp))
 }
 
 /// Where `cargo xtask build-shim --backend BACKEND` builds and installs the shim.
