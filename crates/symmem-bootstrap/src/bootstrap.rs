@@ -45,7 +45,7 @@ impl Bootstrap {
         dir: &Path,
         timeout: Duration,
     ) -> Result<Self, BootstrapError> {
-        Self::star(rank, world_size, 0, dir, timeout)
+        Self::star(rank, world_size, 0, dir, timeout).map_err(|e| witnessed(rank, e))
     }
 
     /// As [`connect`](Self::connect), this rank on emulated node `node`: the handshake
@@ -102,6 +102,18 @@ impl Bootstrap {
         dir: &Path,
         timeout: Duration,
     ) -> Result<Self, BootstrapError> {
+        Self::open_engine(engine, rank, world_size, node, dir, timeout)
+            .map_err(|e| witnessed(rank, e))
+    }
+
+    fn open_engine(
+        engine: Engine,
+        rank: usize,
+        world_size: usize,
+        node: u64,
+        dir: &Path,
+        timeout: Duration,
+    ) -> Result<Self, BootstrapError> {
         match engine {
             Engine::Unix => {
                 let mut star = Self::star(rank, world_size, node, dir, timeout)?;
@@ -126,7 +138,8 @@ impl Bootstrap {
     /// ([`default_rendezvous`](crate::default_rendezvous) of [`Meeting::identity`]).
     pub fn meet(meeting: Meeting, dir: &Path, timeout: Duration) -> Result<Self, BootstrapError> {
         let identity = meeting.identity();
-        let (links, topology) = NodeLinks::meet(meeting, dir, timeout)?;
+        let (links, topology) =
+            NodeLinks::meet(meeting, dir, timeout).map_err(|e| witnessed(identity.rank, e))?;
         Ok(Self::over(
             links,
             topology,
@@ -193,6 +206,18 @@ impl Bootstrap {
         fd: Option<BorrowedFd<'_>>,
         fd_group: u64,
     ) -> Result<Gathered, BootstrapError> {
+        let rank = self.rank;
+        self.exchange_links(op, payload, fd, fd_group)
+            .map_err(|e| witnessed(rank, e))
+    }
+
+    fn exchange_links(
+        &mut self,
+        op: &CollectiveOp,
+        payload: &[u8],
+        fd: Option<BorrowedFd<'_>>,
+        fd_group: u64,
+    ) -> Result<Gathered, BootstrapError> {
         match &mut self.links {
             Links::Star(StarEnd::Alone) => Ok(Gathered {
                 payloads: vec![payload.to_vec()],
@@ -214,6 +239,15 @@ impl Bootstrap {
             Links::Nodes(links) => links.exchange(op, payload, fd, fd_group),
         }
     }
+}
+
+/// `error`, after rank `rank` wrote the witness's line it holds, if any, to stderr
+/// ([`BootstrapError::witness`]): the launcher reads it, whatever the program then prints.
+fn witnessed(rank: usize, error: BootstrapError) -> BootstrapError {
+    if let Some(witness) = error.witness(rank) {
+        eprintln!("{}", witness.line());
+    }
+    error
 }
 
 impl Drop for Bootstrap {

@@ -491,6 +491,46 @@ fn unset_hint(asked: bool) -> String {
 }
 
 impl BootstrapError {
+    /// What rank `rank` witnessed, where this error says it gave up on other ranks (they never
+    /// arrived, went away, or never answered; a start-up that timed out): the line launchers
+    /// read to tell witnesses from the culprit ([`symmem::Witness`]). `None` for an error of
+    /// this rank's own, a mismatch (every rank's), or a forged frame (the network's).
+    pub fn witness(&self, rank: usize) -> Option<symmem::Witness> {
+        let during = |op: &CollectiveOp| format!("collective {op}");
+        let (accused, gone, during) = match self {
+            Self::Collective(CollectiveFailure::NeverArrived { op, missing, .. }) => {
+                (missing.clone(), None, during(op))
+            }
+            Self::Collective(CollectiveFailure::PeerGone { rank: lost, op }) => {
+                (vec![*lost], Some((*lost, None)), during(op))
+            }
+            Self::Collective(CollectiveFailure::GoneFromNode {
+                rank: lost,
+                node,
+                op,
+            }) => (vec![*lost], Some((*lost, Some(node.clone()))), during(op)),
+            Self::Collective(_) => return None,
+            Self::RootGone { op }
+            | Self::RootSilent { op, .. }
+            | Self::LeaderGone { op, .. }
+            | Self::LeaderSilent { op, .. }
+            | Self::EngineTimeout { op, .. }
+            | Self::EnginePeerLost { op, .. } => (Vec::new(), None, during(op)),
+            Self::AcceptTimeout { missing, .. } => (missing.clone(), None, "start-up".into()),
+            Self::ConnectTimeout { centre, .. } | Self::NoWelcome { centre, .. } => {
+                (vec![*centre], None, "start-up".into())
+            }
+            Self::LeadersMissing { missing, .. } => (missing.clone(), None, "start-up".into()),
+            _ => return None,
+        };
+        Some(symmem::Witness {
+            rank,
+            accused,
+            gone,
+            during,
+        })
+    }
+
     /// This error of a node's own star, whose rank `i` is job rank `local_ranks[i]`, in job
     /// ranks: the ranks it names and the centre it waited on (the node's leader).
     pub(crate) fn on_node(self, local_ranks: &[usize]) -> Self {

@@ -47,7 +47,6 @@ mod signals;
 mod spec;
 mod watchdog;
 
-pub use culprit::WITNESS_REPORTS;
 pub use error::LaunchError;
 pub use launcher::local::{Started, launch, launch_with};
 pub use launcher::{Hosts, Launcher, Mpirun, OOB_KEEPALIVE, Srun, Sweep};

@@ -28,6 +28,7 @@ pub mod settings;
 mod table;
 mod topology;
 mod units;
+mod witness;
 
 pub use collective::{CollectiveKind, CollectiveMismatch, CollectiveOp};
 pub use context::{AllocationRecord, Context, FinalizeReport, Plain, SymmetricBuffer};
@@ -48,6 +49,7 @@ pub use units::{
     MAX_DURATION, format_bytes, format_duration, format_elapsed, parse_bytes, parse_duration,
     parse_timeout,
 };
+pub use witness::{WITNESS_PREFIX, Witness};
 
 /// File name of the socket rank 0 binds in the rendezvous folder
 /// ([`settings::RENDEZVOUS`]); the other ranks connect to it, and launchers check that its

@@ -20,7 +20,6 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
 use super::Sweep;
-use crate::culprit::{accused, gone, is_witness_report, never_arrived};
 use crate::error::LaunchError;
 use crate::group::{command_name, exiting, live_members, signal_group};
 use crate::report::{
@@ -29,6 +28,7 @@ use crate::report::{
 use crate::signals::SignalGuard;
 use crate::spec::LaunchSpec;
 use crate::watchdog::{Watchdog, new_run_id};
+use symmem::Witness;
 use symmem::format_duration;
 
 /// How often the launcher is polled (and the longest a line waits).
@@ -362,30 +362,29 @@ enum Said {
     /// another rank's report had waited for it (stopped, then resumed by the launcher to end
     /// it, it finds the others gone).
     Late,
-    /// A witness's report, and the other ranks it waited for in vain.
-    Witness(Vec<usize>),
+    /// A witness's report ([`Witness`]).
+    Witness(Witness),
     Other,
 }
 
-/// What `rank`'s line `text` says, given the ranks that reported as witnesses so far and those
-/// their reports waited for.
+/// What `rank`'s line `text` says (a witness's line, [`Witness`]), given the ranks that
+/// reported as witnesses so far and those their reports waited for.
 fn said(
     rank: usize,
     text: &str,
     witnesses: &BTreeSet<usize>,
     waited_for: &BTreeSet<usize>,
 ) -> Said {
-    let names_itself = never_arrived(text).is_some_and(|missing| missing.contains(&rank));
-    let witness = is_witness_report(text);
-    let came_late = witness && waited_for.contains(&rank) && !witnesses.contains(&rank);
+    let Some(mut witness) = Witness::parse(text) else {
+        return Said::Other;
+    };
+    let names_itself = witness.accused.contains(&rank);
+    let came_late = waited_for.contains(&rank) && !witnesses.contains(&rank);
     if names_itself || came_late {
-        Said::Late
-    } else if witness {
-        let others = accused(text).into_iter().flatten().filter(|&r| r != rank);
-        Said::Witness(others.collect())
-    } else {
-        Said::Other
+        return Said::Late;
     }
+    witness.accused.retain(|&r| r != rank);
+    Said::Witness(witness)
 }
 
 /// The leader (lowest rank) of `rank`'s node, when the placement is known.
@@ -491,10 +490,10 @@ impl Watch<'_> {
                     Said::Late => {
                         self.late.insert(rank);
                     }
-                    Said::Witness(waited_for) => {
+                    Said::Witness(witness) => {
                         self.witnesses.insert(rank);
-                        self.accused.extend(waited_for);
-                        if let Some((lost, node)) = gone(&line.text)
+                        self.accused.extend(witness.accused);
+                        if let Some((lost, node)) = witness.gone
                             && lost != rank
                         {
                             let known = self.gone.entry(lost).or_default();
@@ -839,26 +838,35 @@ mod tests {
     fn a_rank_reporting_after_others_waited_for_it_was_late() {
         let mut witnesses = BTreeSet::new();
         let mut waited_for = BTreeSet::new();
-        let lost = "host: rank 3 never arrived at collective #7 barrier within 10s";
+        let line = |rank: usize, accused: Vec<usize>| {
+            Witness {
+                rank,
+                accused,
+                gone: None,
+                during: "collective #7 barrier".into(),
+            }
+            .line()
+        };
         for rank in [0, 1, 2] {
-            match said(rank, lost, &witnesses, &waited_for) {
-                Said::Witness(others) => {
-                    assert_eq!(others, [3]);
+            match said(rank, &line(rank, vec![3]), &witnesses, &waited_for) {
+                Said::Witness(witness) => {
+                    assert_eq!(witness.accused, [3]);
                     witnesses.insert(rank);
-                    waited_for.extend(others);
+                    waited_for.extend(witness.accused);
                 }
                 other => panic!("rank {rank}: {other:?}"),
             }
         }
-        let gone = "host: leader rank 2 on node node-b disconnected during collective #7 barrier";
-        assert_eq!(said(3, gone, &witnesses, &waited_for), Said::Late);
+        let leader_gone = line(3, vec![]);
+        assert_eq!(said(3, &leader_gone, &witnesses, &waited_for), Said::Late);
         // The same line from a rank nobody waited for is a witness's.
+        assert!(matches!(
+            said(3, &leader_gone, &BTreeSet::new(), &BTreeSet::new()),
+            Said::Witness(Witness { accused, .. }) if accused.is_empty()
+        ));
+        // A rank whose own line names it as the one that never arrived was late.
         assert_eq!(
-            said(3, gone, &BTreeSet::new(), &BTreeSet::new()),
-            Said::Witness(vec![])
-        );
-        assert_eq!(
-            said(3, lost, &BTreeSet::new(), &BTreeSet::new()),
+            said(3, &line(3, vec![3]), &BTreeSet::new(), &BTreeSet::new()),
             Said::Late
         );
     }
@@ -893,11 +901,20 @@ mod tests {
         );
     }
 
+    /// Only a witness's line is one: the messages' English is for people.
     #[test]
-    fn witness_reports_are_recognised() {
-        assert!(is_witness_report(
-            "rank 0: ERROR: host: not every rank reached collective #71 free(..) within 10s"
+    fn only_witness_lines_are_witness_reports() {
+        let english = "rank 0: ERROR: host: not every rank reached collective #71 within 10s";
+        for text in [english, "check 5 passed"] {
+            assert_eq!(
+                said(0, text, &BTreeSet::new(), &BTreeSet::new()),
+                Said::Other
+            );
+        }
+        let line = format!("[1,0]<stderr>:{}", Witness::default().line());
+        assert!(matches!(
+            said(0, &line, &BTreeSet::new(), &BTreeSet::new()),
+            Said::Witness(_)
         ));
-        assert!(!is_witness_report("check 5 passed"));
     }
 }
