@@ -3,8 +3,8 @@
 //!
 //! An export never owns the memory it describes: symmetric memory is freed only by the
 //! collective `free`. What an export keeps alive is a [`Keep`]: a reference that lets the
-//! allocation notice when the last tensor viewing it is gone (see `session::Tracker`), or the
-//! host copy of a peer-bases table.
+//! allocation notice when the last tensor viewing it is gone (see `session::index::Tracker`),
+//! or the host copy of a peer-bases table.
 
 use crate::dtype::DType;
 use pyo3::ffi;

@@ -408,8 +408,9 @@ enum Waited {
 /// and not on the others, so the session is poisoned (every later call says why) and the
 /// exception carries a note saying so.
 ///
-/// The first slice begins with a short spin ([`session::HANDOFF_SPIN`]): a request that takes
-/// microseconds (allocate or free at 1 PE) is answered without a sleep and wake-up.
+/// The first slice begins with a short spin (`HANDOFF_SPIN`, see [`session::Pending::wait`]): a
+/// request that takes microseconds (allocate or free at 1 PE) is answered without a sleep and
+/// wake-up.
 fn wait<R: Send>(py: Python<'_>, mut pending: session::Pending<R>) -> Result<R, Waited> {
     let mut spin = true;
     loop {
