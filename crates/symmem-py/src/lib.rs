@@ -10,239 +10,22 @@
 //! Built as an abi3 wheel by maturin (`pyproject.toml`), which enables the `extension-module`
 //! feature; plain `cargo build` and `cargo test` link against libpython instead.
 
+mod array;
 mod dlpack;
 mod dtype;
+mod exceptions;
+mod meeting;
 mod session;
 mod trace;
 
-use dlpack::{DLDevice, Keep, TensorSpec};
-use pyo3::create_exception;
-use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyTypeError, PyValueError};
+use array::{Allocation, SymmetricArray, array, to_allocation};
+use dlpack::DLDevice;
+use exceptions::{CollectiveMismatchError, PeerFailedError, SymmemError, UnavailableError, raise};
+use meeting::{Arrival, arrive};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use session::{AllocOut, Fail, Outstanding};
-
-create_exception!(
-    symmem,
-    SymmemError,
-    PyRuntimeError,
-    "A symmem operation failed (provider, collective or state error)."
-);
-create_exception!(
-    symmem,
-    CollectiveMismatchError,
-    SymmemError,
-    "Ranks issued different collectives (e.g. allocations of different sizes or order)."
-);
-create_exception!(
-    symmem,
-    PeerFailedError,
-    SymmemError,
-    "Another rank failed or vanished; this rank only witnessed it (exit with EXIT_PEER_FAILED)."
-);
-create_exception!(
-    symmem,
-    UnavailableError,
-    SymmemError,
-    "The provider cannot run here (no shim library, no GPU, no SHMEM library); the message names the fix."
-);
-
-fn raise(fail: Fail) -> PyErr {
-    match fail {
-        Fail::Value(m) => PyValueError::new_err(m),
-        Fail::Type(m) => PyTypeError::new_err(m),
-        Fail::Symmem(m) => SymmemError::new_err(m),
-        Fail::Mismatch(m) => CollectiveMismatchError::new_err(m),
-        Fail::PeerFailed(m) => PeerFailedError::new_err(m),
-        Fail::Unavailable(m) => UnavailableError::new_err(m),
-    }
-}
-
-/// A dense tensor in symmetric memory (or a peer-bases table), exported through DLPack.
-///
-/// `torch.from_dlpack(a)`, `numpy.from_dlpack(a)` (CPU) and other DLPack consumers wrap it
-/// without a copy. It also has `data_ptr()` and a `dtype` named like torch's, which is all a
-/// Triton kernel argument needs.
-#[pyclass(frozen, weakref, module = "symmem", name = "SymmetricArray")]
-struct SymmetricArray {
-    spec: TensorSpec,
-    keep: Keep,
-    allocation: u64,
-    role: &'static str,
-}
-
-#[pymethods]
-impl SymmetricArray {
-    /// A DLPack capsule viewing this memory (DLPack 1.0 when `max_version >= (1, 0)`).
-    /// `stream` is accepted and needs no wait: symmem leaves no work queued on this memory.
-    #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
-    fn __dlpack__<'py>(
-        &self,
-        py: Python<'py>,
-        stream: Option<Bound<'py, PyAny>>,
-        max_version: Option<(u32, u32)>,
-        dl_device: Option<(i32, i32)>,
-        copy: Option<bool>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let _ = stream;
-        let released = match &self.keep {
-            // Only the session makes these keeps; anything else fails closed. Neither asks the
-            // session: the table's export runs while allocate completes it.
-            Keep::Data(data) => data
-                .downcast_ref::<session::DataRef>()
-                .is_none_or(session::DataRef::released),
-            Keep::DeviceTable(watch) => watch
-                .downcast_ref::<session::Watch>()
-                .is_none_or(session::Watch::released),
-            Keep::HostTable(_) => !session::is_live(self.allocation).map_err(raise)?,
-        };
-        if released {
-            return Err(PyBufferError::new_err(format!(
-                "symmetric allocation #{} was freed (or symmem.finalize() ended the session): \
-                 its memory may belong to another allocation now, so this {} is no longer \
-                 exported; use the tensors of a live allocation",
-                self.allocation, self.role
-            )));
-        }
-        let own = (self.spec.device.device_type, self.spec.device.device_id);
-        if let Some(wanted) = dl_device.filter(|&d| d != own) {
-            return Err(PyBufferError::new_err(format!(
-                "symmetric memory lives on DLPack device {own:?} and is exported only there \
-                 (asked for {wanted:?}); copy it with the consumer instead"
-            )));
-        }
-        if copy == Some(true) {
-            return Err(PyBufferError::new_err(
-                "symmetric memory is exported without a copy (copy=True was asked); copy the \
-                 consumer's tensor instead",
-            ));
-        }
-        let versioned = max_version.is_some_and(|(major, _)| major >= 1);
-        dlpack::capsule(py, &self.spec, self.keep.clone(), versioned)
-    }
-
-    fn __dlpack_device__(&self) -> (i32, i32) {
-        (self.spec.device.device_type, self.spec.device.device_id)
-    }
-
-    /// Address of the first element in this process.
-    fn data_ptr(&self) -> u64 {
-        self.spec.data
-    }
-
-    #[getter]
-    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, &self.spec.shape)
-    }
-
-    /// Element type, named as torch and numpy name it (`float32`, `int64`, ...).
-    #[getter]
-    fn dtype(&self) -> &'static str {
-        self.spec.dtype.name
-    }
-
-    #[getter]
-    fn itemsize(&self) -> usize {
-        self.spec.dtype.itemsize()
-    }
-
-    #[getter]
-    fn nbytes(&self) -> u64 {
-        self.spec.nbytes()
-    }
-
-    /// `(DLPack device type, device id)`: `(1, 0)` CPU, `(2, n)` CUDA, `(10, n)` ROCm.
-    #[getter]
-    fn device(&self) -> (i32, i32) {
-        self.__dlpack_device__()
-    }
-
-    /// Sequence number of the allocation (the same on every rank).
-    #[getter]
-    fn allocation_id(&self) -> u64 {
-        self.allocation
-    }
-
-    /// `"tensor"` or `"peer_bases"`.
-    #[getter]
-    fn role(&self) -> &'static str {
-        self.role
-    }
-
-    fn __len__(&self) -> usize {
-        self.spec.shape.first().copied().unwrap_or(1) as usize
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "SymmetricArray(role={}, allocation={}, shape={:?}, dtype={}, device={:?}, data_ptr={:#x})",
-            self.role,
-            self.allocation,
-            self.spec.shape,
-            self.spec.dtype.name,
-            self.__dlpack_device__(),
-            self.spec.data
-        )
-    }
-}
-
-/// One allocation as `allocate` and `address_map` return it (the package wraps it).
-#[pyclass(frozen, module = "symmem", name = "_Allocation")]
-struct Allocation {
-    #[pyo3(get)]
-    id: u64,
-    #[pyo3(get)]
-    rank: usize,
-    #[pyo3(get)]
-    world_size: usize,
-    #[pyo3(get)]
-    base: u64,
-    #[pyo3(get)]
-    nbytes: u64,
-    #[pyo3(get)]
-    bases: Vec<u64>,
-    #[pyo3(get)]
-    direct: Vec<bool>,
-    #[pyo3(get)]
-    data: Option<Py<SymmetricArray>>,
-    #[pyo3(get)]
-    peer_bases: Py<SymmetricArray>,
-}
-
-fn array(
-    py: Python<'_>,
-    (spec, keep): (TensorSpec, Keep),
-    allocation: u64,
-    role: &'static str,
-) -> PyResult<Py<SymmetricArray>> {
-    Py::new(
-        py,
-        SymmetricArray {
-            spec,
-            keep,
-            allocation,
-            role,
-        },
-    )
-}
-
-fn to_allocation(py: Python<'_>, out: AllocOut) -> PyResult<Allocation> {
-    let data = match out.data {
-        Some(data) => Some(array(py, data, out.id, "tensor")?),
-        None => None,
-    };
-    Ok(Allocation {
-        id: out.id,
-        rank: out.rank,
-        world_size: out.world_size,
-        base: out.base,
-        nbytes: out.bytes,
-        bases: out.bases,
-        direct: out.direct,
-        data,
-        peer_bases: array(py, out.table, out.id, "peer_bases")?,
-    })
-}
+use session::{Fail, Outstanding};
 
 fn outstanding_dicts<'py>(
     py: Python<'py>,
@@ -277,74 +60,6 @@ fn identity() -> PyResult<(usize, usize, usize, usize, String)> {
     ))
 }
 
-/// This rank's arrival at a meeting over a torch.distributed group: `card()` is what it
-/// contributes to the group's all-gather; `init(..., arrival=, cards=)` takes it back with
-/// every rank's card.
-#[pyclass(module = "symmem._native")]
-struct Arrival(Option<symmem_bootstrap::Arrival>);
-
-#[pymethods]
-impl Arrival {
-    /// Gives up the arrival (rank 0: closes its listener) when the all-gather failed.
-    fn close(&mut self) {
-        self.0 = None;
-    }
-
-    /// The bytes this rank contributes to the group's all-gather.
-    fn card<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-        let arrival = self
-            .0
-            .as_ref()
-            .ok_or_else(|| PyValueError::new_err("this arrival was used by init already"))?;
-        Ok(pyo3::types::PyBytes::new(py, &arrival.card()))
-    }
-}
-
-/// Rank `rank` of `world_size` arrives at a meeting (see [`Arrival`]) to start `provider`
-/// (else `SYMMEM_PROVIDER`, else host). What would stop this rank after the all-gather (the
-/// launcher's variables naming another rank, an invalid setting, an unknown provider, or
-/// `refusal`, the package's own reason) rides in its card instead, and every rank's init fails
-/// with it: no rank waits for one that left.
-#[pyfunction]
-#[pyo3(signature = (rank, world_size, provider=None, refusal=None))]
-fn arrive(
-    rank: usize,
-    world_size: usize,
-    provider: Option<String>,
-    refusal: Option<String>,
-) -> PyResult<Arrival> {
-    let node = symmem::settings::NODE_ID.get();
-    let launcher = symmem::RankIdentity::from_env().map_err(|e| e.to_string());
-    let mut arrival =
-        symmem_bootstrap::Arrival::new(rank, world_size, *node.as_ref().unwrap_or(&0), launcher)
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    if let Some(reason) = refusal {
-        arrival.refuse(reason);
-    }
-    if let Err(e) = node {
-        arrival.refuse(e.to_string());
-    }
-    if let Err(e) = symmem::settings::COLLECTIVE_TIMEOUT.get() {
-        arrival.refuse(e.to_string());
-    }
-    match session::provider_kind(provider) {
-        Ok(kind) => {
-            arrival.provider(kind.name());
-            // The provider's own settings, read after the meeting: an invalid one refuses now.
-            let invalid = match kind {
-                symmem::ProviderKind::Host => symmem::settings::HOST_HEAP_SIZE.get().err(),
-                _ => (symmem::settings::GPU_HEAP_SIZE.read().err())
-                    .or(symmem::settings::DEVICE.read().err()),
-            };
-            if let Some(e) = invalid {
-                arrival.refuse(e.to_string());
-            }
-        }
-        Err(fail) => arrival.refuse(fail.message()),
-    }
-    Ok(Arrival(Some(arrival)))
-}
-
 /// Collective: starts the session with `provider` (else `SYMMEM_PROVIDER`, else host).
 /// Returns False when it was already running with that provider. `shim_lib`: the shim library
 /// the package carries, used where `SYMMEM_SHIM_LIB` is unset. `arrival` and `cards`: a
@@ -360,22 +75,7 @@ fn init(
     cards: Option<Vec<Vec<u8>>>,
 ) -> PyResult<bool> {
     init_logging();
-    let meeting = match (arrival, cards) {
-        (None, None) => None,
-        (Some(arrival), Some(cards)) => {
-            let arrival = arrival.borrow_mut().0.take().ok_or_else(|| {
-                PyValueError::new_err("this arrival was used by init already: arrive again")
-            })?;
-            let meeting = symmem_bootstrap::Meeting::new(arrival, &cards)
-                .map_err(|e| SymmemError::new_err(e.to_string()))?;
-            Some(meeting)
-        }
-        _ => {
-            return Err(PyValueError::new_err(
-                "give both arrival and cards, or neither",
-            ));
-        }
-    };
+    let meeting = meeting::meeting(arrival, cards)?;
     let options = session::Options { shim_lib, meeting };
     match session::init(provider, options).map_err(raise)? {
         session::Start::Running => Ok(false),
