@@ -3,7 +3,8 @@
 //! runs each collective through the exchange of [`exchange`](crate::exchange).
 
 use crate::BootstrapError;
-use crate::engine::{Meeting, NodeLinks};
+use crate::card::Meeting;
+use crate::engine::NodeLinks;
 use crate::exchange::{ANSWER_MARGIN, Gathered, leaf_exchange, root_exchange};
 use crate::star::{self, StarEnd};
 use std::os::fd::BorrowedFd;

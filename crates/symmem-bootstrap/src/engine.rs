@@ -21,21 +21,21 @@
 //! of its node's star.
 
 use crate::address;
+use crate::card::{Arrival, Host, Meeting, Place, no_root};
 use crate::exchange::root_exchange;
 use crate::nodes::{self, Call, LEAF_MARGIN, Leader, NODE_MARGIN, Node, Uplink};
 use crate::pmix::{Client, peer_lost};
 use crate::star::{self, StarEnd};
-use crate::tcp::{self, Acceptor, Secret};
-use crate::wire::{PROTOCOL, deadline_in};
+use crate::tcp::{self, Acceptor};
+use crate::wire::deadline_in;
 use crate::{BootstrapError, Gathered};
-use serde::{Deserialize, Serialize};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use symmem::Engine;
 use symmem::{CollectiveKind, CollectiveOp, Topology};
-use symmem::{Engine, Launcher, RankIdentity};
 
 /// Beyond the collective timeout: the fence's own wait, so that the server's timeout (where
 /// it honours one) answers first.
@@ -50,362 +50,6 @@ fn fence_wait(timeout: Duration) -> Duration {
 /// Engines opened in this process so far: each names its keys apart (opening is collective,
 /// so every rank counts alike).
 static ENGINES: AtomicU64 = AtomicU64::new(0);
-
-/// Where a rank runs, as it tells the others when the engine opens: its card.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct Place {
-    /// Its rank and the world it thinks it is in: checked against the all-gather's order.
-    rank: usize,
-    world_size: usize,
-    host: Host,
-    /// Its emulated node ([`NODE_ID`](symmem::settings::NODE_ID)).
-    emulated: u64,
-    /// Its host name, for messages.
-    name: String,
-    /// Rank 0's only: where the node leaders reach it, and the job secret.
-    root: Option<RootContact>,
-    /// Rank 0's only: the job's name, 16 hex digits of the kernel's random source.
-    job: Option<String>,
-    /// Rank 0's only, where it has no `root`: why it could not listen (its host name does not
-    /// resolve, or its address cannot be bound), for the leaders' error.
-    #[serde(default)]
-    no_root: Option<String>,
-    /// The provider this rank starts (a group's meeting only): every rank must start the same.
-    #[serde(default)]
-    provider: Option<String>,
-    /// Why this rank cannot go on (a group's meeting only): every rank fails with it, instead
-    /// of the others waiting for a rank that left before the links opened.
-    #[serde(default)]
-    refusal: Option<String>,
-    /// The folder its node's ranks meet below, and which folder that is (device, inode):
-    /// ranks of one host that see different ones (a private /tmp per container) cannot meet.
-    #[serde(default)]
-    base: Option<(PathBuf, (u64, u64))>,
-    /// Which loopback it reaches ([`address::loopback_domain`]): a leader dials rank 0's
-    /// loopback address only from rank 0's own.
-    #[serde(default)]
-    loopback: Option<String>,
-    /// Its build's [`PROTOCOL`]: ranks of different builds refuse each other at once.
-    #[serde(default)]
-    protocol: u32,
-}
-
-impl Place {
-    /// Rank `rank` of `world_size` on `host` and emulated node `node`, with nothing else.
-    fn bare(rank: usize, world_size: usize, node: u64, host: Host) -> Self {
-        Self {
-            rank,
-            world_size,
-            host,
-            emulated: node,
-            name: address::host_name(),
-            root: None,
-            job: None,
-            no_root: None,
-            provider: None,
-            refusal: None,
-            base: match crate::rendezvous::rendezvous_base_id() {
-                (path, Some(id)) => Some((path, id)),
-                (_, None) => None,
-            },
-            loopback: address::loopback_domain(),
-            protocol: PROTOCOL,
-        }
-    }
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct RootContact {
-    addr: SocketAddr,
-    /// Where `addr` is a loopback address: the address rank 0 also listens on (same port) for
-    /// leaders that do not share its loopback ([`address::dial`]).
-    #[serde(default)]
-    fallback: Option<IpAddr>,
-    secret: Secret,
-}
-
-/// A rank's host as the engine tells hosts apart: the launcher's node id where the PMIx server
-/// gives one, else the host name's bytes (compared as they are, never hashed, so ranks built
-/// by different toolchains agree).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-enum Host {
-    NodeId(u64),
-    Name(Vec<u8>),
-}
-
-impl Host {
-    fn of(client: &Client) -> Self {
-        match client.node_id() {
-            Some(id) => Self::NodeId(id),
-            None => Self::named(),
-        }
-    }
-
-    /// This host by its name and its kernel's boot id: machines that share a host name
-    /// (containers, cloned images) are still told apart.
-    fn named() -> Self {
-        let mut key = nix::unistd::gethostname()
-            .map(|name| name.into_encoded_bytes())
-            .unwrap_or_default();
-        if let Ok(boot) = std::fs::read("/proc/sys/kernel/random/boot_id") {
-            key.push(0);
-            key.extend(boot.trim_ascii());
-        }
-        Self::Name(key)
-    }
-}
-
-/// One rank's arrival at the job's first meeting: its card ([`card`](Self::card)) for the
-/// all-gather, and, rank 0 of a job of two ranks or more, the listener the other nodes'
-/// leaders will reach. Made before the all-gather, kept until the links open
-/// ([`Bootstrap::meet`]).
-pub struct Arrival {
-    acceptor: Option<Acceptor>,
-    place: Place,
-}
-
-impl Arrival {
-    /// Rank `rank` of `world_size` of a group's meeting, on emulated node `node`
-    /// ([`NODE_ID`](symmem::settings::NODE_ID)), its host told by its name. `launcher` is
-    /// what the launcher's variables say of this process ([`RankIdentity::from_env`]): where it
-    /// names another rank of a world of the group's size (another job's variables), the card
-    /// carries the refusal and every rank's [`Meeting::new`] fails with it. A launcher of
-    /// another world size is one around the group's processes (a Slurm batch step around
-    /// `torch.multiprocessing.spawn`) and says nothing of them; unreadable variables likewise.
-    /// Only a rank out of range is an error here (the group never gives one).
-    pub fn new(
-        rank: usize,
-        world_size: usize,
-        node: u64,
-        launcher: Result<RankIdentity, String>,
-    ) -> Result<Self, BootstrapError> {
-        let mut arrival = match Self::at(rank, world_size, node, Host::named()) {
-            Ok(arrival) => arrival,
-            Err(e @ (BootstrapError::WorldSizeZero | BootstrapError::RankOutOfRange { .. })) => {
-                return Err(e);
-            }
-            // Said on every rank, not left for the others to wait out.
-            Err(other) => {
-                let mut place = Place::bare(rank, world_size, node, Host::named());
-                place.refusal = Some(other.to_string());
-                Self {
-                    acceptor: None,
-                    place,
-                }
-            }
-        };
-        match launcher {
-            Ok(launcher) => {
-                if let Err(e) = check_launcher(rank, world_size, &launcher) {
-                    arrival.refuse(e.to_string());
-                }
-            }
-            Err(e) => tracing::debug!(error = %e, "no launcher identity beside the group"),
-        }
-        Ok(arrival)
-    }
-
-    /// Every rank's [`Meeting::new`] fails with `reason` (the first one given wins).
-    pub fn refuse(&mut self, reason: impl Into<String>) {
-        self.place.refusal.get_or_insert(reason.into());
-    }
-
-    /// The provider this rank starts: [`Meeting::new`] refuses ranks that start different ones.
-    pub fn provider(&mut self, name: &str) {
-        self.place.provider = Some(name.to_string());
-    }
-
-    fn at(rank: usize, world_size: usize, node: u64, host: Host) -> Result<Self, BootstrapError> {
-        if world_size == 0 {
-            return Err(BootstrapError::WorldSizeZero);
-        }
-        if rank >= world_size {
-            return Err(BootstrapError::RankOutOfRange { rank, world_size });
-        }
-        let mut place = Place::bare(rank, world_size, node, host);
-        let mut acceptor = None;
-        if rank == 0 {
-            place.job = Some(job_name()?);
-            if world_size > 1 {
-                match open_root()? {
-                    Ok((open, contact)) => (acceptor, place.root) = (Some(open), Some(contact)),
-                    Err(why) => place.no_root = Some(why),
-                }
-            }
-        }
-        Ok(Self { acceptor, place })
-    }
-
-    /// What this rank contributes to the all-gather: every rank's cards, in rank order, go to
-    /// [`Meeting::new`].
-    pub fn card(&self) -> Vec<u8> {
-        serde_json::to_vec(&self.place).expect("a place is plain data")
-    }
-
-    /// The places of `cards` (every rank's, in rank order), each checked to be a card of
-    /// this job's rank at its position.
-    fn read(&self, cards: &[Vec<u8>]) -> Result<Vec<Place>, BootstrapError> {
-        let world_size = self.place.world_size;
-        if cards.len() != world_size {
-            return Err(BootstrapError::CardCount {
-                got: cards.len(),
-                world_size,
-            });
-        }
-        let places = cards
-            .iter()
-            .enumerate()
-            .map(|(rank, card)| {
-                if rank == self.place.rank {
-                    return Ok(self.place.clone());
-                }
-                let place: Place =
-                    serde_json::from_slice(card).map_err(|e| BootstrapError::BadCard {
-                        rank,
-                        cause: e.to_string(),
-                    })?;
-                if (place.rank, place.world_size) != (rank, world_size) {
-                    return Err(BootstrapError::CardDisagrees {
-                        position: rank,
-                        rank: place.rank,
-                        said_world: place.world_size,
-                        world_size,
-                    });
-                }
-                Ok(place)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if let Some(rank) = (0..world_size).find(|&r| places[r].protocol != PROTOCOL) {
-            return Err(BootstrapError::ProtocolMismatch {
-                rank,
-                theirs: places[rank].protocol,
-                this: self.place.rank,
-                ours: PROTOCOL,
-            });
-        }
-        if let Some((rank, reason)) = places
-            .iter()
-            .enumerate()
-            .find_map(|(rank, p)| p.refusal.clone().map(|reason| (rank, reason)))
-        {
-            return Err(BootstrapError::RankRefused { rank, reason });
-        }
-        if let Some(rank) = (1..places.len()).find(|&r| places[r].provider != places[0].provider) {
-            return Err(BootstrapError::ProvidersDisagree {
-                rank,
-                provider: places[rank].provider.clone().unwrap_or_default(),
-                first: places[0].provider.clone().unwrap_or_default(),
-            });
-        }
-        if places[0].job.is_none() {
-            return Err(BootstrapError::BadCard {
-                rank: 0,
-                cause: "rank 0's card has no job name".into(),
-            });
-        }
-        Ok(places)
-    }
-}
-
-/// Where a launcher's variables (`launcher`, read from the environment) name another rank of
-/// a world of the group's size than the group does (rank `rank` of `world_size`: stale
-/// variables of another job): an error naming both. No launcher variables
-/// (`torch.multiprocessing.spawn`) and a launcher of another world size (one around the
-/// group's processes) agree with any group.
-fn check_launcher(
-    rank: usize,
-    world_size: usize,
-    launcher: &RankIdentity,
-) -> Result<(), BootstrapError> {
-    if matches!(launcher.launcher, Launcher::Singleton | Launcher::Group)
-        || launcher.world_size != world_size
-        || launcher.rank == rank
-    {
-        return Ok(());
-    }
-    Err(BootstrapError::GroupDisagrees {
-        rank,
-        world_size,
-        launcher: launcher.launcher.to_string(),
-        launcher_rank: launcher.rank,
-        launcher_world: launcher.world_size,
-    })
-}
-
-/// The ranks of one host (`local_ranks`, of `places`) meet in a folder below the same
-/// rendezvous base; where two of them see different folders there (each container with its
-/// own /tmp) they could never meet: an error at once, the same on every rank of the host,
-/// instead of a wait for the collective timeout.
-fn check_shared_base(places: &[Place], local_ranks: &[usize]) -> Result<(), BootstrapError> {
-    let first = local_ranks[0];
-    let Some(other) = local_ranks[1..].iter().copied().find(|&r| {
-        places[r].base.as_ref().map(|b| b.1) != places[first].base.as_ref().map(|b| b.1)
-    }) else {
-        return Ok(());
-    };
-    let path = |r: usize| {
-        places[r]
-            .base
-            .as_ref()
-            .map_or_else(|| "no folder".to_string(), |(p, _)| p.display().to_string())
-    };
-    let (a, b) = (path(first), path(other));
-    Err(BootstrapError::PrivateRendezvous {
-        ranks: (first, other),
-        host: places[first].name.clone(),
-        at: if a == b {
-            a
-        } else {
-            format!("{a} (rank {first}) and {b} (rank {other})")
-        },
-    })
-}
-
-/// 8 bytes of the kernel's random source, as 16 hex digits.
-fn job_name() -> Result<String, BootstrapError> {
-    let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).map_err(|e| BootstrapError::Random(e.to_string()))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// A meeting the program ran itself: this rank's [`Arrival`] and every rank's card, gathered
-/// in rank order by an all-gather of the program's (symmem's Python package: a
-/// `torch.distributed` process group). It knows the job's shape before any link opens
-/// ([`identity`](Self::identity)); [`Bootstrap::meet`] opens the links.
-pub struct Meeting {
-    arrival: Arrival,
-    places: Vec<Place>,
-}
-
-impl Meeting {
-    /// Checks `cards` (every rank's [`Arrival::card`], in rank order) against `arrival`.
-    pub fn new(arrival: Arrival, cards: &[Vec<u8>]) -> Result<Self, BootstrapError> {
-        let places = arrival.read(cards)?;
-        Ok(Self { arrival, places })
-    }
-
-    /// This rank's place in the job as the cards tell it: its local rank and local size
-    /// count the ranks of its host, the job's name names its rendezvous folder
-    /// ([`default_rendezvous`](crate::default_rendezvous)).
-    pub fn identity(&self) -> RankIdentity {
-        let me = &self.places[self.arrival.place.rank];
-        let local: Vec<usize> = (0..self.places.len())
-            .filter(|&r| self.places[r].host == me.host)
-            .collect();
-        RankIdentity {
-            rank: me.rank,
-            world_size: me.world_size,
-            local_rank: local.iter().position(|&r| r == me.rank).unwrap_or(0),
-            local_world_size: local.len(),
-            launcher: Launcher::Group,
-            job_key: self.places[0]
-                .job
-                .as_ref()
-                .map(|job| format!("group-{job}")),
-            nodes: None,
-        }
-    }
-}
 
 /// This rank's links across nodes: the node's Unix star, and (a node leader) TCP to rank 0.
 enum Up {
@@ -608,45 +252,33 @@ impl NodeLinks {
     }
 }
 
-/// Rank 0's listener on its node's address ([`address::listen_plan`]), served from now on, and
-/// what it publishes: that address (and the fallback beside it) and a new job secret. Where it
-/// cannot listen (no address, or it cannot be bound), why: an error only if the job turns out
-/// to span hosts.
-#[allow(clippy::type_complexity)]
-fn open_root() -> Result<Result<(Acceptor, RootContact), String>, BootstrapError> {
-    let plan = match address::listen_plan() {
-        Ok(plan) => plan,
-        Err(e @ BootstrapError::Setting(_)) => return Err(e),
-        Err(e) => return Ok(Err(e.to_string())),
+/// The ranks of one host (`local_ranks`, of `places`) meet in a folder below the same
+/// rendezvous base; where two of them see different folders there (each container with its
+/// own /tmp) they could never meet: an error at once, the same on every rank of the host,
+/// instead of a wait for the collective timeout.
+fn check_shared_base(places: &[Place], local_ranks: &[usize]) -> Result<(), BootstrapError> {
+    let first = local_ranks[0];
+    let Some(other) = local_ranks[1..].iter().copied().find(|&r| {
+        places[r].base.as_ref().map(|b| b.1) != places[first].base.as_ref().map(|b| b.1)
+    }) else {
+        return Ok(());
     };
-    let listener = match tcp::listen(plan.primary, 0) {
-        Ok(listener) => listener,
-        Err(e) => {
-            tracing::debug!(error = %e, "rank 0 cannot listen: the job must stay on one host");
-            return Ok(Err(e.to_string()));
-        }
+    let path = |r: usize| {
+        places[r]
+            .base
+            .as_ref()
+            .map_or_else(|| "no folder".to_string(), |(p, _)| p.display().to_string())
     };
-    let addr = listener
-        .local_addr()
-        .map_err(|e| BootstrapError::io("reading the leaders' listener's address", e))?;
-    let secret = Secret::generate()?;
-    let contact = RootContact {
-        addr,
-        fallback: plan.fallback,
-        secret: secret.clone(),
-    };
-    Ok(Ok((Acceptor::start(listener, secret)?, contact)))
-}
-
-/// Why rank 0 has no listener, as its card says.
-fn no_root(places: &[Place]) -> BootstrapError {
-    BootstrapError::NodeAddress {
-        host: places[0].name.clone(),
-        cause: places[0]
-            .no_root
-            .clone()
-            .unwrap_or_else(|| "rank 0 could not listen on it".into()),
-    }
+    let (a, b) = (path(first), path(other));
+    Err(BootstrapError::PrivateRendezvous {
+        ranks: (first, other),
+        host: places[first].name.clone(),
+        at: if a == b {
+            a
+        } else {
+            format!("{a} (rank {first}) and {b} (rank {other})")
+        },
+    })
 }
 
 /// Rank 0: the leaders of every other host, each proven to hold the secret.
@@ -799,7 +431,11 @@ fn rendezvous(
 mod tests {
     use super::*;
     use crate::Bootstrap;
-    use std::net::Ipv4Addr;
+    use crate::card::RootContact;
+    use crate::tcp::Secret;
+    use crate::wire::PROTOCOL;
+    use std::net::{IpAddr, Ipv4Addr};
+    use symmem::{Launcher, RankIdentity};
     use symmem::CollectiveKind;
     use symmem::settings::SOCKET_IFNAME;
 

@@ -33,6 +33,7 @@
 
 mod address;
 mod bootstrap;
+mod card;
 mod engine;
 mod error;
 mod exchange;
@@ -47,7 +48,7 @@ mod tcp;
 mod wire;
 
 pub use bootstrap::Bootstrap;
-pub use engine::{Arrival, Meeting};
+pub use card::{Arrival, Meeting};
 pub use error::{BootstrapError, CollectiveFailure};
 pub use exchange::Gathered;
 pub use identity::identify;
