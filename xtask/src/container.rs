@@ -2,14 +2,15 @@
 //! matrix) inside the prebuilt image for the current tag, pulled when missing, run with the
 //! ROCm device flags.
 
-use crate::images::model::{self, Base, Engine, ImageFormat, Model};
+use crate::images::engine::{Engine, ImageFormat};
+use crate::images::model::{Base, Model};
 use crate::images::pull::{self, Source};
 use crate::images::registry::{Registry, SIF_KEY, SifKey};
 use crate::images::tag;
 use crate::project::{project_root, target_dir};
 use anyhow::{Context, bail};
-use std::ffi::{OsStr, OsString};
-use std::path::{Path, PathBuf};
+use std::ffi::OsString;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use symmem::{ProviderKind, format_elapsed};
 use xshell::{Shell, cmd};
@@ -66,9 +67,7 @@ impl Request {
 
     /// `symmem-matrix test` as it runs inside the image.
     pub fn inner_command(&self, model: &Model) -> anyhow::Result<Vec<String>> {
-        let mut command: Vec<String> = model::MATRIX_TEST.map(String::from).to_vec();
-        command.extend(["--provider".into(), self.provider(model).name().to_string()]);
-        command.extend(self.rest.iter().cloned());
+        let mut command = Model::matrix_test(self.provider(model), &self.rest);
         let mounts = self.mounts()?;
         let mut mounted = mounts.iter().map(|(_, inside)| inside.clone());
         if self.shim_lib.is_some() {
@@ -126,9 +125,9 @@ pub fn execute(
         );
     }
     let inner = request.inner_command(model)?;
-    let exe = locate(engine, host.path.as_deref())?;
-    let engine = resolve(sh, engine, &exe);
-    probe(sh, engine, &exe)?;
+    let exe = engine.locate(host.path.as_deref())?;
+    let engine = engine.resolve(sh, &exe);
+    engine.check(sh, &exe)?;
     if request.gpu(model) && !host.kfd.exists() {
         bail!(
             "no AMD GPU here ({} is missing: the amdgpu driver is not loaded), so the {} \
@@ -145,17 +144,11 @@ pub fn execute(
     };
     let image = match engine.format() {
         ImageFormat::Oci => pull::oci_image(sh, engine, &exe, model, tag, &source)?,
-        ImageFormat::Sif => pull::sif(sh, &exe, model, tag, &host.cache, &source)?
+        ImageFormat::Sif => pull::sif(sh, engine, &exe, model, tag, &host.cache, &source)?
             .to_string_lossy()
             .into_owned(),
     };
-    let argv = run_arguments(
-        engine,
-        &image,
-        request.gpu(model),
-        &request.mounts()?,
-        &inner,
-    );
+    let argv = engine.run_arguments(&image, request.gpu(model), &request.mounts()?, &inner);
     eprintln!("{} {}", exe.display(), argv.join(" "));
     let started = std::time::Instant::now();
     let status = crate::runner::status(cmd!(sh, "{exe} {argv...}"))?;
@@ -166,135 +159,12 @@ pub fn execute(
     Ok(status.code().unwrap_or(1))
 }
 
-/// Whether the `docker` CLI is Podman's (podman-docker), which refuses some of Docker's flag
-/// combinations.
-pub(crate) fn is_podman(sh: &Shell, exe: &Path) -> bool {
-    let real = std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf());
-    if real.file_name().is_some_and(|n| n == "podman") {
-        return true;
-    }
-    cmd!(sh, "{exe} --version")
-        .quiet()
-        .ignore_status()
-        .output()
-        .is_ok_and(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .to_lowercase()
-                .contains("podman")
-        })
-}
-
-/// The engine a program really is: podman-docker's `docker` is Podman.
-pub(crate) fn resolve(sh: &Shell, engine: Engine, exe: &Path) -> Engine {
-    if engine == Engine::Docker && is_podman(sh, exe) {
-        eprintln!("{}: Podman's docker CLI, run as podman", exe.display());
-        return Engine::Podman;
-    }
-    engine
-}
-
-/// The engine's arguments for one run of `inner` in `image`.
-pub fn run_arguments(
-    engine: Engine,
-    image: &str,
-    gpu: bool,
-    mounts: &[(PathBuf, String)],
-    inner: &[String],
-) -> Vec<String> {
-    let mut argv: Vec<String> = engine
-        .run_subcommand()
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
-    argv.extend(engine.run_flags(gpu));
-    for (host, inside) in mounts {
-        argv.push(engine.bind_flag(host, inside));
-    }
-    if engine == Engine::Apptainer {
-        argv.extend(["--pwd".to_string(), model::WORKDIR.to_string()]);
-    }
-    argv.push(image.to_string());
-    argv.extend(inner.iter().cloned());
-    argv
-}
-
-fn install_hint(engine: Engine) -> &'static str {
-    match engine {
-        Engine::Docker => {
-            "install Docker Engine (https://docs.docker.com/engine/install/, e.g. \
-             `sudo apt-get install docker.io` on Debian/Ubuntu) and make sure your user may use \
-             it (the `docker` group), or use --container apptainer on HPC clusters"
-        }
-        Engine::Podman => {
-            "install Podman (https://podman.io/docs/installation, e.g. `sudo apt-get install \
-             podman` on Debian/Ubuntu), or use --container docker|apptainer"
-        }
-        Engine::Apptainer => {
-            "install Apptainer >= 1.2 (https://apptainer.org/docs/admin/main/installation.html; \
-             on clusters often `module load apptainer`), or use --container docker"
-        }
-    }
-}
-
-pub(crate) fn locate(engine: Engine, path: Option<&OsStr>) -> anyhow::Result<PathBuf> {
-    let program = engine.name();
-    let found = path.and_then(|path| {
-        std::env::split_paths(path)
-            .map(|dir| dir.join(program))
-            .find(|candidate| {
-                use std::os::unix::fs::PermissionsExt;
-                candidate
-                    .metadata()
-                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            })
-    });
-    found.with_context(|| {
-        format!(
-            "no container engine: `{program}` is not on PATH, so the prebuilt image cannot be \
-             run here. To get one: {}. Without containers, build rocSHMEM on this machine with \
-             `cargo xtask build-rocshmem --arch gfx942` and run `cargo xtask test --provider \
-             rocshmem`",
-            install_hint(engine)
-        )
-    })
-}
-
-/// Checks the engine works; for Docker that its daemon answers.
-fn probe(sh: &Shell, engine: Engine, exe: &Path) -> anyhow::Result<()> {
-    let args: &[&str] = match engine {
-        Engine::Docker => &["version", "--format", "{{.Server.Version}}"],
-        Engine::Podman | Engine::Apptainer => &["--version"],
-    };
-    let output = cmd!(sh, "{exe} {args...}")
-        .quiet()
-        .ignore_status()
-        .output()
-        .with_context(|| format!("running {}", exe.display()))?;
-    if output.status.success() {
-        return Ok(());
-    }
-    let said = String::from_utf8_lossy(&output.stderr);
-    let said = said.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    match engine {
-        Engine::Docker => bail!(
-            "{} is installed but cannot reach a Docker engine (it said: {said}): start the \
-             daemon (`sudo systemctl start docker`), check DOCKER_HOST, or join the `docker` \
-             group; if this machine cannot run one: {}",
-            exe.display(),
-            install_hint(engine)
-        ),
-        Engine::Podman | Engine::Apptainer => bail!(
-            "{} does not run (it said: {said}): {}",
-            exe.display(),
-            install_hint(engine)
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::images::model;
     use std::net::TcpListener;
+    use std::path::Path;
 
     const TAG: &str = "0123456789abcdef";
 
@@ -460,12 +330,12 @@ mod tests {
             "{inner}"
         );
         let mounts = r.mounts().unwrap();
-        let argv = run_arguments(Engine::Docker, "img", true, &mounts, &[]);
+        let argv = Engine::Docker.run_arguments("img", true, &mounts, &[]);
         assert!(argv.contains(&format!(
             "--volume={}:/mnt/symmem/shim/libshim.so:ro",
             shim.display()
         )));
-        let argv = run_arguments(Engine::Apptainer, "img", true, &mounts, &[]);
+        let argv = Engine::Apptainer.run_arguments("img", true, &mounts, &[]);
         assert!(argv.contains(&format!(
             "--bind={}:/mnt/symmem/rank/rank:ro",
             rank.display()
@@ -474,61 +344,37 @@ mod tests {
         assert!(format!("{:#}", r.mounts().unwrap_err()).contains("is not a file"));
     }
 
+    /// podman-docker's `docker` runs as Podman: its limits, its loopback flag.
     #[test]
-    fn gpu_devices_only_for_gpu_providers_and_never_shm_size_with_host_ipc() {
-        let host = run_arguments(Engine::Docker, "img", false, &[], &[]);
-        let gpu = run_arguments(Engine::Docker, "img", true, &[], &[]);
-        for argv in [&host, &gpu] {
-            assert!(argv.contains(&"--ipc=host".to_string()));
-            assert!(argv.contains(&"--network=host".to_string()));
-            assert!(
-                !argv.iter().any(|a| a.starts_with("--shm-size")),
-                "{argv:?}"
-            );
-        }
-        assert!(
-            !host
-                .iter()
-                .any(|a| a.starts_with("--device") || a == "--group-add=video")
-        );
-        assert!(gpu.contains(&"--device=/dev/kfd".to_string()));
-        assert!(gpu.contains(&"--device=/dev/dri".to_string()));
-        assert!(
-            !run_arguments(Engine::Apptainer, "i", false, &[], &[]).contains(&"--rocm".to_string())
-        );
-        assert!(
-            run_arguments(Engine::Apptainer, "i", true, &[], &[]).contains(&"--rocm".to_string())
-        );
-        assert!(
-            !Engine::Docker
-                .run_flags(true)
-                .iter()
-                .any(|f| f.starts_with("--ulimit=nofile"))
-        );
-        let podman = run_arguments(Engine::Podman, "img", false, &[], &[]);
-        assert!(podman.contains(&"--ulimit=nofile=20000:20000".to_string()));
-        assert!(podman.contains(&"--ipc=host".to_string()));
-        assert!(!podman.iter().any(|a| a.starts_with("--shm-size")));
-    }
-
-    #[test]
-    fn podman_as_docker_is_recognised() {
+    fn a_docker_that_is_podman_runs_as_podman() {
         let dir = tempfile::tempdir().unwrap();
-        fake(
+        let log = fake(
             dir.path(),
             "docker",
-            "--version*) echo 'podman version 5.8.6' ;;",
+            &format!(
+                "--version*) echo 'podman version 5.8.6' ;;\n\
+                 image*) [ -f \"$f\" ] || exit 1; cat \"$f\" ;;\n\
+                 pull*) echo {TAG} > \"$f\" ;;"
+            ),
         );
-        let exe = dir.path().join("bin/docker");
-        assert!(is_podman(&sh(), &exe));
-        assert_eq!(resolve(&sh(), Engine::Docker, &exe), Engine::Podman);
-        let dir = tempfile::tempdir().unwrap();
-        fake(
-            dir.path(),
-            "docker",
-            "--version*) echo 'Docker version 28.2.2' ;;",
+        let (_registry, address) = registry();
+        let code = execute(
+            &sh(),
+            Engine::Docker,
+            &debian(),
+            TAG,
+            &from(&address),
+            &host(dir.path(), false),
+        )
+        .unwrap();
+        assert_eq!(code, 0);
+        let log = std::fs::read_to_string(log).unwrap();
+        assert!(
+            log.contains(&format!("pull --tls-verify=false {address}/")),
+            "{log}"
         );
-        assert!(!is_podman(&sh(), &dir.path().join("bin/docker")));
+        let run = log.lines().find(|l| l.starts_with("run ")).unwrap();
+        assert!(run.contains("--ulimit=nofile=20000:20000"), "{run}");
     }
 
     #[test]

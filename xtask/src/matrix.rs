@@ -10,7 +10,8 @@
 //! refused where the xtask would have acted on it ([`Misplaced`]).
 
 use crate::container::{self, Request};
-use crate::images::model::{Base, Engine};
+use crate::images::engine::Engine;
+use crate::images::model::Base;
 use crate::project::{self, Binary, MATRIX, RANK, target_dir};
 use std::ffi::OsString;
 use std::fmt;

@@ -4,8 +4,8 @@
 //! falls on all of them alike. What an engine adds is the median over rounds of (its run -
 //! the bare run of the same round).
 
-use super::model::{Base, Engine, Model};
-use crate::container::{self, Request};
+use super::engine::{Engine, ImageFormat};
+use super::model::{Base, Model};
 use crate::project::{self, MATRIX, Profile, RANK, project_root, target_dir};
 use anyhow::{Context, bail};
 use std::fmt::Write as _;
@@ -47,26 +47,58 @@ pub struct Args {
     /// The matrix's rank counts (as `symmem-matrix test --ranks`).
     #[arg(long, default_value = "1,2,4,8", value_name = "LIST")]
     ranks: String,
-    /// Docker's CLI [default: `docker` on PATH, unless that is Podman's].
-    #[arg(long, value_name = "PATH")]
-    docker: Option<PathBuf>,
-    /// Podman, or podman-docker's `docker` [default: `podman` on PATH].
-    #[arg(long, value_name = "PATH")]
-    podman: Option<PathBuf>,
-    /// Apptainer [default: `apptainer` on PATH]; runs target/images/symmem-debian-TAG.sif.
-    #[arg(long, value_name = "PATH")]
-    apptainer: Option<PathBuf>,
+    /// `--docker PATH`, `--podman PATH`, ...: one flag per engine.
+    #[command(flatten)]
+    programs: Programs,
     /// The images' tag [default: this checkout's, `cargo xtask images tag`].
     #[arg(long, value_name = "TAG")]
     tag: Option<String>,
 }
 
-/// What running the warm matrix in the image may add over bare under `engine` (issue 25,
-/// item 3).
-pub fn goal_seconds(engine: Engine) -> f64 {
-    match engine {
-        Engine::Docker | Engine::Podman => 0.5,
-        Engine::Apptainer => 0.3,
+/// The program of each engine where one is given: a flag `--NAME PATH` per engine, its help
+/// the engine's own (`Spec::bench_help`).
+#[derive(Clone, Debug, Default)]
+pub struct Programs(Vec<(Engine, PathBuf)>);
+
+impl Programs {
+    fn given(&self, engine: Engine) -> Option<&Path> {
+        self.0
+            .iter()
+            .find(|(e, _)| *e == engine)
+            .map(|(_, p)| p.as_path())
+    }
+}
+
+impl clap::FromArgMatches for Programs {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let given = Engine::all().iter().filter_map(|&engine| {
+            let path = matches.get_one::<PathBuf>(engine.name())?;
+            Some((engine, path.clone()))
+        });
+        Ok(Self(given.collect()))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for Programs {
+    fn augment_args(command: clap::Command) -> clap::Command {
+        Engine::all().iter().fold(command, |command, engine| {
+            command.arg(
+                clap::Arg::new(engine.name())
+                    .long(engine.name())
+                    .value_name("PATH")
+                    .value_parser(clap::value_parser!(PathBuf))
+                    .help(engine.spec().bench_help),
+            )
+        })
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        Self::augment_args(command)
     }
 }
 
@@ -156,11 +188,12 @@ fn time_one(sh: &Shell, contender: &Contender, limit: Duration) -> anyhow::Resul
     if matches!(output.status.code(), Some(124 | 137)) {
         bail!(
             "{} did not end within {} and was stopped, so nothing was timed: `{}`. The \
-             engine or the matrix hangs: look for what is left running (`docker ps`, `podman \
-             ps`, `apptainer instance list`) and at the engine's own log",
+             engine or the matrix hangs: look for what is left running ({}) and at the \
+             engine's own log",
             contender.label,
             symmem::format_elapsed(limit),
-            crate::runner::shell_words(argv)
+            crate::runner::shell_words(argv),
+            super::engine::running_commands()
         );
     }
     if !output.status.success() {
@@ -227,7 +260,7 @@ pub fn report(header: &str, series: &[Series], left_out: &[String]) -> String {
         let (adds, goal) = match (s.contender.engine, bare) {
             (Some(engine), Some(bare)) if s.contender.matrix => {
                 let adds = added(s, bare);
-                let goal = goal_seconds(engine);
+                let goal = engine.spec().bench_goal;
                 let verdict = if adds <= goal { "met" } else { "NOT met" };
                 (
                     format!("{adds:+.3} s"),
@@ -251,7 +284,8 @@ pub fn report(header: &str, series: &[Series], left_out: &[String]) -> String {
     out
 }
 
-/// Where an engine is: the one given (which must exist), else the one on PATH.
+/// Where an engine is: the one given (which must exist), else the one on PATH, unless that
+/// is another engine's (podman-docker's `docker`).
 fn find(engine: Engine, given: Option<&Path>, sh: &Shell) -> Result<PathBuf, String> {
     if let Some(path) = given {
         return if path.is_file() {
@@ -266,13 +300,17 @@ fn find(engine: Engine, given: Option<&Path>, sh: &Shell) -> Result<PathBuf, Str
     }
     let program = engine.name();
     let found = crate::tools::program(Path::new(program))
-        .ok_or_else(|| format!("{}: `{program}` is not on PATH", engine.name()))?;
-    if engine == Engine::Docker && container::is_podman(sh, &found) {
-        return Err(
-            "docker: `docker` on PATH is Podman's (podman-docker); it is measured as \
-                    podman when --podman names it"
-                .to_string(),
-        );
+        .ok_or_else(|| format!("{program}: `{program}` is not on PATH"))?;
+    let actual = engine.actual(sh, &found);
+    if actual != engine {
+        let package = actual.spec().poses_as.as_ref().map_or("", |p| p.package);
+        return Err(format!(
+            "{program}: `{program}` on PATH is {}'s ({package}); it is measured as {} when --{} \
+             names it",
+            actual.spec().title,
+            actual.name(),
+            actual.name()
+        ));
     }
     Ok(found)
 }
@@ -286,37 +324,36 @@ fn image(
     model: &Model,
     tag: &str,
 ) -> Result<String, String> {
-    if engine == Engine::Apptainer {
-        let sif = target_dir().join("images").join(model.sif_name(tag));
-        if !sif.is_file() {
-            return Err(format!(
-                "apptainer: {} is missing: build it with `cargo xtask images build --engine \
-                 apptainer` (after `cargo xtask images base`)",
-                sif.display()
-            ));
-        }
-        return Ok(sif.display().to_string());
-    }
-    let image = model.docker_image(tag);
-    let id = "{{.Id}}";
-    let present = cmd!(sh, "{exe} image inspect --format {id} {image}")
-        .quiet()
-        .ignore_status()
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !present {
-        return Err(format!(
-            "{}: {image} is not in its store: build it with `cargo xtask images base && cargo \
-             xtask images build`{}",
-            engine.name(),
-            if engine == Engine::Podman {
-                format!(", then copy it: `docker save {image} | podman load` (as .ci/podman does)")
-            } else {
-                String::new()
+    let build = super::pull::local_build(model, engine, tag);
+    match engine.format() {
+        ImageFormat::Sif => {
+            let sif = target_dir().join("images").join(model.sif_name(tag));
+            if !sif.is_file() {
+                return Err(format!(
+                    "{}: {} is missing: build it with `{build}`",
+                    engine.name(),
+                    sif.display()
+                ));
             }
-        ));
+            Ok(sif.display().to_string())
+        }
+        ImageFormat::Oci => {
+            let image = model.docker_image(tag);
+            let id = "{{.Id}}";
+            let present = cmd!(sh, "{exe} image inspect --format {id} {image}")
+                .quiet()
+                .ignore_status()
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if !present {
+                return Err(format!(
+                    "{}: {image} is not in its store: build it with `{build}`",
+                    engine.name()
+                ));
+            }
+            Ok(image)
+        }
     }
-    Ok(image)
 }
 
 /// The contenders: bare, then for each engine the matrix in its image and its `true`.
@@ -341,21 +378,10 @@ fn contenders(
         matrix: true,
         argv: bare,
     }];
-    let request = Request {
-        provider: Some(ProviderKind::Host),
-        shim_lib: None,
-        rank_binary: None,
-        registry: None,
-        rest,
-    };
-    let inner = request.inner_command(model)?;
+    let inner = Model::matrix_test(ProviderKind::Host, &rest);
     let mut left_out = Vec::new();
-    for engine in Engine::ALL {
-        let given = match engine {
-            Engine::Docker => args.docker.as_deref(),
-            Engine::Podman => args.podman.as_deref(),
-            Engine::Apptainer => args.apptainer.as_deref(),
-        };
+    for &engine in Engine::all() {
+        let given = args.programs.given(engine);
         // One not given and not usable is left out (the report says why); one given must work.
         let found = find(engine, given, sh)
             .and_then(|exe| image(sh, engine, &exe, model, tag).map(|image| (exe, image)));
@@ -369,7 +395,7 @@ fn contenders(
         };
         let argv_of = |inner: &[String]| {
             let mut argv = vec![exe.display().to_string()];
-            argv.extend(container::run_arguments(engine, &image, false, &[], inner));
+            argv.extend(engine.run_arguments(&image, false, &[], inner));
             argv
         };
         list.push(Contender {
@@ -386,19 +412,28 @@ fn contenders(
         });
         list.push(Contender {
             label: format!(
-                "{}: its command alone (`--version`; a wrapper's cost shows here)",
-                engine.name()
+                "{}: its command alone (`{}`; a wrapper's cost shows here)",
+                engine.name(),
+                engine.spec().version.join(" ")
             ),
             engine: Some(engine),
             matrix: false,
-            argv: vec![exe.display().to_string(), "--version".into()],
+            argv: [exe.display().to_string()]
+                .into_iter()
+                .chain(engine.spec().version.iter().map(|a| a.to_string()))
+                .collect(),
         });
     }
     if list.len() == 1 {
+        let mut flags: Vec<String> = Engine::all()
+            .iter()
+            .map(|e| format!("--{}", e.name()))
+            .collect();
+        let last = flags.pop().unwrap_or_default();
         bail!(
-            "no container engine to measure ({}): install one, or name it with --docker, \
-             --podman or --apptainer",
-            left_out.join("; ")
+            "no container engine to measure ({}): install one, or name it with {} or {last}",
+            left_out.join("; "),
+            flags.join(", ")
         );
     }
     Ok((list, left_out))

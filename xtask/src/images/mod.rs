@@ -3,6 +3,7 @@
 //! model fed by pins.toml.
 
 mod bench;
+pub mod engine;
 pub mod model;
 mod publish;
 pub mod pull;
@@ -15,7 +16,8 @@ mod deffile;
 
 use crate::project::{project_root, target_dir};
 use anyhow::{Context, bail};
-use model::{Base, Engine, Model};
+use engine::{Debian, Engine, ImageFormat};
+use model::{Base, Model};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use xshell::{Cmd, Shell, cmd};
@@ -190,16 +192,23 @@ fn warn_strays(sh: &Shell, root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `key=value` lines: the tag, each published engine's reference, the default arch, each
+/// published engine's run flags.
 pub fn refs(model: &Model, registry: &registry::Registry, tag: &str) -> String {
-    format!(
-        "tag={tag}\ndocker={}\napptainer={}\narch={}\ndocker-run-flags={}\n\
-         apptainer-run-flags={}\n",
-        registry.reference(Engine::Docker, model.name, tag),
-        registry.reference(Engine::Apptainer, model.name, tag),
-        model.default_arch().unwrap_or_default(),
-        Engine::Docker.run_flags(true).join(" "),
-        Engine::Apptainer.run_flags(true).join(" "),
-    )
+    let mut out = format!("tag={tag}\n");
+    for engine in engine::PUBLISHED {
+        let reference = registry.reference(engine, model.name, tag);
+        out.push_str(&format!("{}={reference}\n", engine.name()));
+    }
+    out.push_str(&format!(
+        "arch={}\n",
+        model.default_arch().unwrap_or_default()
+    ));
+    for engine in engine::PUBLISHED {
+        let flags = engine.run_flags(true).join(" ");
+        out.push_str(&format!("{}-run-flags={flags}\n", engine.name()));
+    }
+    out
 }
 
 fn seconds(since: Instant) -> String {
@@ -461,49 +470,52 @@ fn build_debian(
         );
     }
     let start = Instant::now();
-    let built = match engine {
-        Engine::Docker => {
-            let image = model.docker_image(&tag);
-            let tag_arg = format!("{}={tag}", model::TAG_ARG);
-            run_command(cmd!(
-                sh,
-                "docker build --build-arg {tag_arg} -t {image} {context}"
-            ))?;
-            image
-        }
-        Engine::Podman => bail!(
+    let spec = engine.spec();
+    let flags = match spec.debian {
+        Debian::Built { flags } => flags,
+        Debian::Loaded { from_docker } => bail!(
             "the Debian base is imported into the Docker engine, so the image is built there: \
-             build it with `cargo xtask images build`, then copy it into Podman's store with \
-             `docker save {image} | podman load` (as .ci/podman does)",
-            image = model.docker_image(&tag)
+             build it with `cargo xtask images build`, then copy it into {}'s store with `{}`",
+            spec.title,
+            from_docker.replace("{image}", &model.docker_image(&tag))
         ),
-        Engine::Apptainer => {
-            let sif = target_dir().join("images").join(model.sif_name(&tag));
-            let args = apptainer_build_args(&tag, &sif);
-            let _context = sh.push_dir(&context);
-            run_command(cmd!(sh, "apptainer {args...}"))?;
-            sif.display().to_string()
-        }
     };
+    let (args, built) = build_args(engine, flags, &model, &tag);
+    let program = engine.name();
+    let _context = sh.push_dir(&context);
+    run_command(cmd!(sh, "{program} {args...}"))?;
     eprintln!("built {built} in {}", seconds(start));
     println!("{built}");
     Ok(())
 }
 
-/// `apptainer build` arguments for the Debian SIF, run from the staged context: `--fakeroot`
-/// (a root without every capability, as in a container, cannot build otherwise) and
-/// [`model::APPTAINER_BUILD_FLAGS`] for %test.
-fn apptainer_build_args(tag: &str, sif: &Path) -> Vec<std::ffi::OsString> {
-    let mut args: Vec<std::ffi::OsString> = ["build", "--force", "--fakeroot"]
+/// `PROGRAM build` arguments for the Debian image, run from the staged context: the engine's
+/// flags for this build, its [`Spec::build_flags`](engine::Spec::build_flags) (for Apptainer:
+/// `--writable-tmpfs`, for %test), the tag, then the image and its container file: an OCI
+/// image `-t IMAGE .`, a SIF `target/images/NAME-TAG.sif symmem.def`; and what it builds.
+fn build_args(engine: Engine, flags: &[&str], model: &Model, tag: &str) -> (Vec<String>, String) {
+    let mut args: Vec<String> = ["build"]
         .iter()
-        .chain(model::APPTAINER_BUILD_FLAGS)
-        .map(Into::into)
+        .chain(flags)
+        .chain(engine.spec().build_flags)
+        .map(|a| a.to_string())
         .collect();
     args.push("--build-arg".into());
-    args.push(format!("{}={tag}", model::TAG_ARG).into());
-    args.push(sif.into());
-    args.push("symmem.def".into());
-    args
+    args.push(format!("{}={tag}", model::TAG_ARG));
+    let built = match engine.format() {
+        ImageFormat::Oci => {
+            let image = model.docker_image(tag);
+            args.extend(["-t".into(), image.clone(), ".".into()]);
+            image
+        }
+        ImageFormat::Sif => {
+            let sif = target_dir().join("images").join(model.sif_name(tag));
+            let sif = sif.display().to_string();
+            args.extend([sif.clone(), "symmem.def".into()]);
+            sif
+        }
+    };
+    (args, built)
 }
 
 #[cfg(test)]
@@ -681,9 +693,23 @@ registry = "ghcr.io/symmem"
             header.contains("apptainer build") && header.contains("--writable-tmpfs"),
             "{header}"
         );
-        let args = apptainer_build_args("0123456789abcdef", Path::new("/t/x.sif"));
-        let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
-        let tag_arg = format!("{}=0123456789abcdef", model::TAG_ARG);
+        let tag = "0123456789abcdef";
+        let tag_arg = format!("{}={tag}", model::TAG_ARG);
+        let debian = debian();
+        let flags = |engine: Engine| match engine.spec().debian {
+            Debian::Built { flags } => flags,
+            Debian::Loaded { .. } => panic!("{engine:?} does not build the Debian image"),
+        };
+        let apptainer = Engine::Apptainer;
+        let (args, sif) = build_args(apptainer, flags(apptainer), &debian, tag);
+        assert_eq!(
+            sif,
+            target_dir()
+                .join("images")
+                .join(debian.sif_name(tag))
+                .display()
+                .to_string()
+        );
         assert_eq!(
             args,
             [
@@ -693,10 +719,13 @@ registry = "ghcr.io/symmem"
                 "--writable-tmpfs",
                 "--build-arg",
                 &tag_arg,
-                "/t/x.sif",
+                &sif,
                 "symmem.def"
             ]
         );
+        let (args, image) = build_args(Engine::Docker, flags(Engine::Docker), &debian, tag);
+        assert_eq!(image, debian.docker_image(tag));
+        assert_eq!(args, ["build", "--build-arg", &tag_arg, "-t", &image, "."]);
     }
 
     #[test]

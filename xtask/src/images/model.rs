@@ -206,128 +206,6 @@ pub const PACKAGES: &[&str] = &[
     "pkg-config",
 ];
 
-/// `docker run` flags for every provider: an init process that forwards signals and reaps the
-/// ranks, the host's IPC namespace (its /dev/shm, so no `--shm-size`: Podman refuses the two
-/// together), ptrace for cross-memory attach, and the host's network: the ranks of a node meet
-/// over Unix sockets in a folder, ranks on other nodes over the host's network, and Docker's
-/// default bridge (a veth pair and firewall rules made and removed per run) was about 0.25 s
-/// of every run's start and exit here (docs/benchmarks.md).
-pub const DOCKER_RUN_FLAGS: &[&str] = &[
-    "--init",
-    "--security-opt=seccomp=unconfined",
-    "--cap-add=SYS_PTRACE",
-    "--ipc=host",
-    "--network=host",
-];
-
-/// `docker run` flags added for GPU providers: the ROCm KFD and DRI devices, the video group,
-/// unlimited locked memory (pinned buffers; an engine without the right to raise the limit,
-/// as in a nested container, refuses to start any container that asks for it).
-pub const DOCKER_GPU_FLAGS: &[&str] = &[
-    "--device=/dev/kfd",
-    "--device=/dev/dri",
-    "--group-add=video",
-    "--ulimit=memlock=-1",
-];
-
-/// `apptainer exec|run|test` flags: the host's environment left out; a writable tmpfs overlay
-/// on the read-only image, so that what runs inside may write beside the image's files (the
-/// matrix writes only to /tmp and /dev/shm, but a developer's cargo locks `target/`).
-pub const APPTAINER_RUN_FLAGS: &[&str] = &["--cleanenv", "--writable-tmpfs"];
-
-/// `apptainer build` flags: %test runs as a run does, with the same overlay.
-pub const APPTAINER_BUILD_FLAGS: &[&str] = &["--writable-tmpfs"];
-
-/// Added for GPU providers: `--rocm` binds the host's GPU devices and driver libraries.
-pub const APPTAINER_GPU_FLAGS: &[&str] = &["--rocm"];
-
-/// The container engines that build, publish, pull and run the images: the one vocabulary of
-/// `images build|publish|bench` and `test --container`. Adding one is an arm in each `match`
-/// below and in the commands the compiler then points to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Engine {
-    /// Docker Engine's `docker` CLI.
-    Docker,
-    /// Podman (`podman`, or podman-docker's `docker`, which is recognised as Podman).
-    Podman,
-    /// Apptainer: SIF images, kept in target/images/.
-    Apptainer,
-}
-
-/// What an engine's images are: OCI images in the engine's store, or SIF files.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ImageFormat {
-    Oci,
-    Sif,
-}
-
-impl Engine {
-    pub const ALL: [Engine; 3] = [Engine::Docker, Engine::Podman, Engine::Apptainer];
-
-    /// Its name (in reports and on the command line) and its program on PATH.
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::Docker => "docker",
-            Engine::Podman => "podman",
-            Engine::Apptainer => "apptainer",
-        }
-    }
-
-    pub fn format(self) -> ImageFormat {
-        match self {
-            Engine::Docker | Engine::Podman => ImageFormat::Oci,
-            Engine::Apptainer => ImageFormat::Sif,
-        }
-    }
-
-    /// The subcommand that runs a command in an image.
-    pub fn run_subcommand(self) -> &'static [&'static str] {
-        match self {
-            Engine::Docker | Engine::Podman => &["run", "--rm"],
-            Engine::Apptainer => &["exec"],
-        }
-    }
-
-    /// The flags of a run after [`Engine::run_subcommand`]: the common ones, the GPU devices
-    /// for GPU providers; under Podman explicit file and process limits (it does not inherit
-    /// Docker's defaults).
-    pub fn run_flags(self, gpu: bool) -> Vec<String> {
-        let own = |flags: &[&str]| flags.iter().map(|f| f.to_string()).collect::<Vec<_>>();
-        match self {
-            Engine::Docker | Engine::Podman => {
-                let mut flags = own(DOCKER_RUN_FLAGS);
-                if gpu {
-                    flags.extend(own(DOCKER_GPU_FLAGS));
-                }
-                if self == Engine::Podman {
-                    flags.extend(own(PODMAN_RUN_FLAGS));
-                }
-                flags
-            }
-            Engine::Apptainer => {
-                let mut flags = Vec::new();
-                if gpu {
-                    flags.extend(own(APPTAINER_GPU_FLAGS));
-                }
-                flags.extend(own(APPTAINER_RUN_FLAGS));
-                flags
-            }
-        }
-    }
-
-    /// The flag that mounts `host` read-only at `inside`.
-    pub fn bind_flag(self, host: &std::path::Path, inside: &str) -> String {
-        match self {
-            Engine::Docker | Engine::Podman => format!("--volume={}:{inside}:ro", host.display()),
-            Engine::Apptainer => format!("--bind={}:{inside}:ro", host.display()),
-        }
-    }
-}
-
-/// Podman's run flags beyond Docker's: explicit file and process limits.
-pub const PODMAN_RUN_FLAGS: &[&str] =
-    &["--ulimit=nofile=20000:20000", "--ulimit=nproc=96362:96362"];
-
 /// A build argument: Docker `ARG`, Apptainer `%arguments`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BuildArg {
@@ -773,8 +651,14 @@ impl Model {
 
     /// The image's default command: the conformance matrix with its default provider.
     pub fn command(&self) -> Vec<String> {
+        Self::matrix_test(self.default_provider, &[])
+    }
+
+    /// `symmem-matrix test --provider PROVIDER REST` as it runs inside the images.
+    pub fn matrix_test(provider: ProviderKind, rest: &[String]) -> Vec<String> {
         let mut command: Vec<String> = MATRIX_TEST.map(String::from).to_vec();
-        command.extend(["--provider".into(), self.default_provider.name().into()]);
+        command.extend(["--provider".into(), provider.name().into()]);
+        command.extend(rest.iter().cloned());
         command
     }
 

@@ -1,6 +1,7 @@
 //! `cargo xtask images publish`: this checkout's images pushed under their content tag.
 
-use super::model::{Base, Engine, ImageFormat, Model};
+use super::engine::{Engine, ImageFormat};
+use super::model::{Base, Model};
 use super::pull::{self, check_label, run_engine};
 use super::registry::{Failure, Registry};
 use super::tag;
@@ -63,11 +64,15 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
         "publishing the {} images for tag {tag} to {registry}",
         model.name
     );
-    if args.engine.contains(&Engine::Apptainer) && args.sign_key.is_none() {
+    let signs = args.engine.iter().find(|e| e.format() == ImageFormat::Sif);
+    if let Some(engine) = signs
+        && args.sign_key.is_none()
+    {
         bail!(
             "a SIF is signed before it is published, and no key was given: add --sign-key \
              PRIVATE.pem (`openssl genpkey -algorithm RSA -out key.pem` makes one), or leave \
-             apptainer out (--engine docker)"
+             {} out (--engine docker)",
+            engine.name()
         );
     }
     if let Err(why) = registry.check_reachable() {
@@ -78,17 +83,24 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
         );
     }
     for engine in args.engine {
-        let exe = crate::container::locate(engine, std::env::var_os("PATH").as_deref())?;
-        let engine = crate::container::resolve(sh, engine, &exe);
-        let pushed = match engine.format() {
-            ImageFormat::Oci => push_oci(sh, engine, &exe, &model, &tag, &registry)?,
+        let exe = engine.locate(std::env::var_os("PATH").as_deref())?;
+        let push = Push {
+            sh,
+            engine: engine.resolve(sh, &exe),
+            exe: &exe,
+            model: &model,
+            tag: &tag,
+            registry: &registry,
+        };
+        let pushed = match push.engine.format() {
+            ImageFormat::Oci => push.oci()?,
             ImageFormat::Sif => {
                 let sif = args
                     .sif
                     .clone()
                     .unwrap_or_else(|| target_dir().join("images").join(model.sif_name(&tag)));
                 let key = args.sign_key.as_deref().expect("checked above");
-                push_sif(sh, &exe, &model, &tag, &registry, &sif, key)?
+                push.sif(&sif, key)?
             }
         };
         println!("{pushed}");
@@ -96,114 +108,111 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Why a push failed, with the registry.
-fn push_failed(registry: &Registry, engine: Engine, image: &str, said: &pull::Said) -> String {
-    let failure = Failure::classify(&said.text, said.signal);
-    format!(
-        "pushing {image} to the registry {registry} failed: {}",
-        failure.reason(registry, engine)
-    )
+/// One engine's push of this checkout's image: the engine, its program, the image and where
+/// it goes.
+struct Push<'a> {
+    sh: &'a Shell,
+    engine: Engine,
+    exe: &'a Path,
+    model: &'a Model,
+    tag: &'a str,
+    registry: &'a Registry,
 }
 
-fn push_oci(
-    sh: &Shell,
-    engine: Engine,
-    exe: &Path,
-    model: &Model,
-    tag: &str,
-    registry: &Registry,
-) -> anyhow::Result<String> {
-    let local = model.docker_image(tag);
-    let Some(label) = pull::oci_label(sh, exe, &local) else {
-        bail!(
-            "{local} is not in {}'s store: build it first:\n  {}",
-            engine.name(),
-            pull::local_build(model, engine, tag)
-        );
-    };
-    check_label(&label, tag, &local).map_err(anyhow::Error::msg)?;
-    let remote = registry.reference(engine, model.name, tag);
-    if remote != local {
-        let said = run_engine(sh, exe, &["tag".into(), local.clone(), remote.clone()])?;
-        if !said.ok {
+impl Push<'_> {
+    /// Why a push failed, with the registry.
+    fn failed(&self, image: &str, said: &pull::Said) -> String {
+        let failure = Failure::classify(&said.text, said.signal);
+        format!(
+            "pushing {image} to the registry {} failed: {}",
+            self.registry,
+            failure.reason(self.registry, self.engine)
+        )
+    }
+
+    /// `PROGRAM push [LOOPBACK FLAGS] WHAT...`.
+    fn push(&self, what: &[String]) -> anyhow::Result<pull::Said> {
+        let mut push = vec!["push".to_string()];
+        push.extend(self.registry.transport_flags(self.engine));
+        push.extend(what.iter().cloned());
+        run_engine(self.sh, self.exe, &push)
+    }
+
+    /// The image in the engine's store, tagged for the registry and pushed.
+    fn oci(&self) -> anyhow::Result<String> {
+        let (sh, exe, engine, tag) = (self.sh, self.exe, self.engine, self.tag);
+        let local = self.model.docker_image(tag);
+        let Some(label) = pull::oci_label(sh, exe, &local) else {
             bail!(
-                "{} tag {local} {remote} failed (its message is above)",
-                engine.name()
+                "{local} is not in {}'s store: build it first:\n  {}",
+                engine.name(),
+                pull::local_build(self.model, engine, tag)
+            );
+        };
+        check_label(&label, tag, &local).map_err(anyhow::Error::msg)?;
+        let remote = self.registry.reference(engine, self.model.name, tag);
+        if remote != local {
+            let said = run_engine(sh, exe, &["tag".into(), local.clone(), remote.clone()])?;
+            if !said.ok {
+                bail!(
+                    "{} tag {local} {remote} failed (its message is above)",
+                    engine.name()
+                );
+            }
+        }
+        let said = self.push(std::slice::from_ref(&remote))?;
+        if !said.ok {
+            if remote != local {
+                // The name made for the push goes with it: only `local` stays.
+                let _ = run_engine(sh, exe, &["rmi".into(), remote.clone()]);
+            }
+            bail!("{}", self.failed(&remote, &said));
+        }
+        Ok(remote)
+    }
+
+    /// The SIF at `sif`, signed with `key` as a copy, pushed.
+    fn sif(&self, sif: &Path, key: &Path) -> anyhow::Result<String> {
+        if !sif.is_file() {
+            bail!(
+                "{} is missing: build it first:\n  {}",
+                sif.display(),
+                pull::local_build(self.model, self.engine, self.tag)
             );
         }
+        // Signed as a copy: the local SIF stays as it was built.
+        let signed = sif.with_extension("signed.sif");
+        std::fs::copy(sif, &signed).with_context(|| format!("copying {}", sif.display()))?;
+        let result = self.sign_and_push(&signed, key);
+        let _ = std::fs::remove_file(&signed);
+        result
     }
-    let mut push = vec!["push".to_string()];
-    push.extend(registry.transport_flags(engine));
-    push.push(remote.clone());
-    let said = run_engine(sh, exe, &push)?;
-    if !said.ok {
-        if remote != local {
-            // The name made for the push goes with it: only `local` stays.
-            let _ = run_engine(sh, exe, &["rmi".into(), remote.clone()]);
+
+    fn sign_and_push(&self, signed: &Path, key: &Path) -> anyhow::Result<String> {
+        let path = signed.display().to_string();
+        let sign = [
+            "sign".into(),
+            "--key".into(),
+            key.display().to_string(),
+            path.clone(),
+        ];
+        if !run_engine(self.sh, self.exe, &sign)?.ok {
+            bail!(
+                "{} sign --key {} failed (its message is above): the key must be a private PEM \
+                 key",
+                self.engine.name(),
+                key.display()
+            );
         }
-        bail!("{}", push_failed(registry, engine, &remote, &said));
+        let remote = self
+            .registry
+            .reference(self.engine, self.model.name, self.tag);
+        let said = self.push(&[path, remote.clone()])?;
+        if !said.ok {
+            bail!("{}", self.failed(&remote, &said));
+        }
+        Ok(remote)
     }
-    Ok(remote)
-}
-
-fn push_sif(
-    sh: &Shell,
-    exe: &Path,
-    model: &Model,
-    tag: &str,
-    registry: &Registry,
-    sif: &Path,
-    key: &Path,
-) -> anyhow::Result<String> {
-    let engine = Engine::Apptainer;
-    if !sif.is_file() {
-        bail!(
-            "{} is missing: build it first:\n  {}",
-            sif.display(),
-            pull::local_build(model, engine, tag)
-        );
-    }
-    // Signed as a copy: the local SIF stays as it was built.
-    let signed = sif.with_extension("signed.sif");
-    std::fs::copy(sif, &signed).with_context(|| format!("copying {}", sif.display()))?;
-    let result = sign_and_push(sh, exe, model, tag, registry, &signed, key);
-    let _ = std::fs::remove_file(&signed);
-    result
-}
-
-fn sign_and_push(
-    sh: &Shell,
-    exe: &Path,
-    model: &Model,
-    tag: &str,
-    registry: &Registry,
-    signed: &Path,
-    key: &Path,
-) -> anyhow::Result<String> {
-    let engine = Engine::Apptainer;
-    let path = signed.display().to_string();
-    let sign = [
-        "sign".into(),
-        "--key".into(),
-        key.display().to_string(),
-        path.clone(),
-    ];
-    if !run_engine(sh, exe, &sign)?.ok {
-        bail!(
-            "apptainer sign --key {} failed (its message is above): the key must be a private \
-             PEM key",
-            key.display()
-        );
-    }
-    let remote = registry.reference(engine, model.name, tag);
-    let mut push = vec!["push".to_string()];
-    push.extend(registry.transport_flags(engine));
-    push.extend([path, remote.clone()]);
-    let said = run_engine(sh, exe, &push)?;
-    if !said.ok {
-        bail!("{}", push_failed(registry, engine, &remote, &said));
-    }
-    Ok(remote)
 }
 
 #[cfg(test)]
@@ -239,14 +248,15 @@ mod tests {
     fn push(engine: Engine, arms: &str) -> (anyhow::Result<String>, String) {
         let dir = tempfile::tempdir().unwrap();
         let (exe, log) = fake(dir.path(), engine.name(), arms);
-        let pushed = push_oci(
-            &Shell::new().unwrap(),
+        let pushed = Push {
+            sh: &Shell::new().unwrap(),
             engine,
-            &exe,
-            &debian(),
-            TAG,
-            &local(),
-        );
+            exe: &exe,
+            model: &debian(),
+            tag: TAG,
+            registry: &local(),
+        }
+        .oci();
         (pushed, std::fs::read_to_string(log).unwrap_or_default())
     }
 
@@ -312,8 +322,16 @@ mod tests {
         let sif = dir.path().join("built.sif");
         std::fs::write(&sif, "sif").unwrap();
         let key = dir.path().join("key.pem");
-        let sh = Shell::new().unwrap();
-        let pushed = push_sif(&sh, &exe, &debian(), TAG, &local(), &sif, &key).unwrap();
+        let (sh, model, registry) = (Shell::new().unwrap(), debian(), local());
+        let push = Push {
+            sh: &sh,
+            engine: Engine::Apptainer,
+            exe: &exe,
+            model: &model,
+            tag: TAG,
+            registry: &registry,
+        };
+        let pushed = push.sif(&sif, &key).unwrap();
         let remote = format!("oras://127.0.0.1:5000/ci/symmem-debian-sif:{TAG}");
         assert_eq!(pushed, remote);
         let signed = sif.with_extension("signed.sif");
@@ -329,16 +347,7 @@ mod tests {
         );
         assert!(!signed.exists(), "the signed copy is removed");
         assert_eq!(std::fs::read_to_string(&sif).unwrap(), "sif");
-        let e = push_sif(
-            &sh,
-            &exe,
-            &debian(),
-            TAG,
-            &local(),
-            &dir.path().join("none.sif"),
-            &key,
-        )
-        .unwrap_err();
+        let e = push.sif(&dir.path().join("none.sif"), &key).unwrap_err();
         assert!(format!("{e:#}").contains("--engine apptainer"), "{e:#}");
     }
 }

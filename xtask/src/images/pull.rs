@@ -3,7 +3,8 @@
 //! signature). A failed pull names the registry, the reason and the local-build command, and
 //! leaves nothing that a later run would use.
 
-use super::model::{Base, Engine, ImageFormat, Model, TAG_ARG};
+use super::engine::{Engine, ImageFormat};
+use super::model::{Base, Model, TAG_ARG};
 use super::registry::{Failure, Registry, SIF_KEY, SifKey};
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
@@ -49,35 +50,25 @@ pub fn run_engine(sh: &Shell, exe: &Path, args: &[String]) -> anyhow::Result<Sai
 
 /// The command that builds the image here instead of pulling it.
 pub fn local_build(model: &Model, engine: Engine, tag: &str) -> String {
-    match (model.base, engine.format()) {
-        (Base::Debian, ImageFormat::Oci) => {
-            let load = if engine == Engine::Podman {
-                format!(
-                    " && docker save {image} | podman load",
-                    image = model.docker_image(tag)
-                )
-            } else {
-                String::new()
-            };
-            format!("cargo xtask images base && cargo xtask images build{load}")
-        }
-        (Base::Debian, ImageFormat::Sif) => {
-            "cargo xtask images base && cargo xtask images build --engine apptainer".into()
-        }
-        (Base::Amd, ImageFormat::Oci) => format!(
-            "{} build{} -f containers/Dockerfile --build-arg {TAG_ARG}={tag} -t {} .",
-            engine.name(),
-            if engine == Engine::Podman {
-                " --format docker"
-            } else {
-                ""
-            },
-            model.docker_image(tag)
+    let spec = engine.spec();
+    match (model.base, spec.format) {
+        (Base::Debian, _) => format!(
+            "cargo xtask images base && {}",
+            engine.debian_build(&model.docker_image(tag))
         ),
+        (Base::Amd, ImageFormat::Oci) => {
+            let flags: String = spec.build_flags.iter().map(|f| format!(" {f}")).collect();
+            format!(
+                "{} build{flags} -f containers/Dockerfile --build-arg {TAG_ARG}={tag} -t {} .",
+                spec.name,
+                model.docker_image(tag)
+            )
+        }
         (Base::Amd, ImageFormat::Sif) => format!(
-            "apptainer build --notest --build-arg {TAG_ARG}={tag} target/images/{} \
+            "{} build --notest --build-arg {TAG_ARG}={tag} target/images/{} \
              containers/symmem.def (`--notest` without an AMD GPU: a failing %test writes no \
              image)",
+            spec.name,
             model.sif_name(tag)
         ),
     }
@@ -221,13 +212,13 @@ fn sif_label(sh: &Shell, exe: &Path, sif: &Path) -> String {
 /// passed its checks).
 pub fn sif(
     sh: &Shell,
+    engine: Engine,
     exe: &Path,
     model: &Model,
     tag: &str,
     cache: &Path,
     source: &Source<'_>,
 ) -> anyhow::Result<PathBuf> {
-    let engine = Engine::Apptainer;
     let registry = source.registry;
     let sif = cache.join(model.sif_name(tag));
     if sif.is_file() {

@@ -3,11 +3,11 @@
 //! image in it, how each engine talks to it, and what a failed push or pull means.
 //!
 //! A registry on a loopback address (127.0.0.0/8, `localhost`) is spoken to over
-//! plain HTTP: Docker allows that for loopback registries by itself, Podman gets
-//! `--tls-verify=false`, Apptainer's `oras://` gets `--no-https`. Every other registry is
-//! HTTPS only.
+//! plain HTTP, with each engine's [`Spec::loopback`](super::engine::Spec::loopback) flags
+//! (Docker allows it by itself, Podman gets `--tls-verify=false`, Apptainer's `oras://` gets
+//! `--no-https`). Every other registry is HTTPS only.
 
-use super::model::{Engine, ImageFormat};
+use super::engine::{self, Engine, ImageFormat};
 use anyhow::bail;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
@@ -150,12 +150,12 @@ impl Registry {
         if !self.is_loopback() {
             return Vec::new();
         }
-        match engine {
-            // Docker allows plain HTTP to loopback registries by itself.
-            Engine::Docker => Vec::new(),
-            Engine::Podman => vec!["--tls-verify=false".into()],
-            Engine::Apptainer => vec!["--no-https".into()],
-        }
+        engine
+            .spec()
+            .loopback
+            .iter()
+            .map(|f| f.to_string())
+            .collect()
     }
 
     /// Fails within [`CONNECT_TIMEOUT`] unless the registry accepts a connection.
@@ -232,21 +232,13 @@ impl Failure {
                  main: uncommitted or unpublished changes?)"
             ),
             Failure::LoginNeeded => format!(
-                "{registry} needs a login: {}",
-                match engine {
-                    Engine::Docker => format!("`docker login {}`", registry.host),
-                    Engine::Podman => format!("`podman login {}`", registry.host),
-                    Engine::Apptainer => format!(
-                        "`apptainer registry login --username USER oras://{}`",
-                        registry.host
-                    ),
-                }
+                "{registry} needs a login: `{}`",
+                engine.login(&registry.host)
             ),
-            Failure::DiskFull => {
-                "the disk filled up while it was written: free space (`docker system prune`, \
-                 `podman system prune`, `apptainer cache clean`) and run again"
-                    .into()
-            }
+            Failure::DiskFull => format!(
+                "the disk filled up while it was written: free space ({}) and run again",
+                engine::prune_commands()
+            ),
             Failure::Interrupted => {
                 "it was interrupted; nothing of it is used, and the next run pulls again".into()
             }
@@ -304,7 +296,7 @@ mod tests {
         );
         assert_eq!(local.transport_flags(Engine::Apptainer), ["--no-https"]);
         let remote = Registry::parse("ghcr.io/symmem", "x").unwrap();
-        for engine in Engine::ALL {
+        for &engine in Engine::all() {
             assert!(remote.transport_flags(engine).is_empty());
         }
     }
