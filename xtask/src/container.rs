@@ -377,6 +377,52 @@ mod tests {
         assert!(run.contains("--ulimit=nofile=20000:20000"), "{run}");
     }
 
+    /// An engine no command knows by name (`images/engine/fourth.rs`, in tests only) is run,
+    /// pulled for and checked with its own words.
+    #[test]
+    fn a_fourth_engine_needs_nothing_but_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = fake_oci(dir.path(), "fourth", "", TAG);
+        let (_registry, address) = registry();
+        let mut shim = request(Some("rocshmem"));
+        let lib = dir.path().join("libshim.so");
+        std::fs::write(&lib, "").unwrap();
+        shim.shim_lib = Some(lib.clone());
+        shim.registry = Some(address.clone());
+        let code = execute(
+            &sh(),
+            Engine::Fourth,
+            &model(),
+            TAG,
+            &shim,
+            &host(dir.path(), true),
+        )
+        .unwrap();
+        assert_eq!(code, 0);
+        let remote = format!("{address}/symmem-rocm:{TAG}");
+        let log = std::fs::read_to_string(log).unwrap();
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines[0], "info", "its check: {log}");
+        assert!(lines.contains(&format!("pull --plain-http {remote}").as_str()));
+        let run = lines.last().unwrap();
+        assert_eq!(
+            *run,
+            format!(
+                "container start --remove --host-network --amd-gpus --share={}:\
+                 /mnt/symmem/shim/libshim.so:ro {remote} symmem-matrix test --provider \
+                 rocshmem --ranks 1,8 --timeout 120s --grace 1500ms --shim-lib \
+                 /mnt/symmem/shim/libshim.so",
+                lib.display()
+            )
+        );
+        // A missing program names its own install.
+        let e = error(
+            Engine::Fourth,
+            &host(tempfile::tempdir().unwrap().path(), true),
+        );
+        assert!(e.contains("install Fourth"), "{e}");
+    }
+
     #[test]
     fn the_host_provider_needs_no_gpu_and_a_local_build_is_used() {
         let dir = tempfile::tempdir().unwrap();

@@ -6,10 +6,12 @@
 //! format (an OCI store, SIF files) they match on [`ImageFormat`].
 //!
 //! A new engine is one more file and one more variant of [`Engine`] with its arm in
-//! [`Engine::spec`].
+//! [`Engine::spec`]; `fourth.rs`, an engine that exists only in tests, shows it.
 
 pub mod apptainer;
 mod docker;
+#[cfg(test)]
+mod fourth;
 mod podman;
 
 use anyhow::{Context, bail};
@@ -27,6 +29,12 @@ pub enum Engine {
     Podman,
     /// Apptainer: SIF images, kept in target/images/.
     Apptainer,
+    /// An engine that exists only in tests: a new engine needs nothing outside its file. Not
+    /// offered on the command line (nor in [`Engine::all`]), so that the flags' lists are the
+    /// same in tests.
+    #[cfg(test)]
+    #[value(skip)]
+    Fourth,
 }
 
 /// What an engine's images are: OCI images in the engine's store, or SIF files.
@@ -130,6 +138,8 @@ impl Engine {
             Engine::Docker => &docker::SPEC,
             Engine::Podman => &podman::SPEC,
             Engine::Apptainer => &apptainer::SPEC,
+            #[cfg(test)]
+            Engine::Fourth => &fourth::SPEC,
         }
     }
 
