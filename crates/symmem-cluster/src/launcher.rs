@@ -6,7 +6,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use symmem_launch::{Hosts, LeftBehind, Mpirun, Sweep, procfs};
+use symmem_launch::{Hosts, LeftBehind, Mpirun, Sweep};
+use symmem_process::procfs;
 
 use crate::procs::{self, NodeRef, Process};
 use crate::{Cluster, ClusterError, NODE_VIEW};

@@ -1,9 +1,9 @@
-//! Processes by node (mount namespace), from `/proc` through `symmem_launch::procfs`.
+//! Processes by node (mount namespace), from `/proc` through `symmem_process::procfs`.
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use symmem_launch::procfs;
+use symmem_process::procfs;
 
 /// A process seen in `/proc`.
 #[derive(Clone, Debug, PartialEq, Eq)]

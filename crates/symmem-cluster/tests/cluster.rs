@@ -12,9 +12,8 @@ use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use symmem_cluster::{CI_RUN_VARIABLE, Cluster, ClusterError, ORIGIN_VARIABLE};
-use symmem_launch::{
-    Ended, LaunchSpec, Launcher, Layout, Outcome, OutputLine, RunReport, Stream, procfs,
-};
+use symmem_launch::{Ended, LaunchSpec, Launcher, Layout, Outcome, OutputLine, RunReport, Stream};
+use symmem_process::procfs;
 
 /// The grace period of symmem's launcher: a job must be over this long after a kill.
 const GRACE: Duration = Duration::from_secs(5);

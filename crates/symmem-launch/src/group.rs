@@ -9,8 +9,8 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
-use crate::procfs;
-pub(crate) use crate::procfs::gone;
+use symmem_process::procfs;
+pub(crate) use symmem_process::procfs::gone;
 
 /// Puts the command in the run's process group (a new one led by the
 /// command itself when `pgid` is 0), with default signal actions

@@ -41,7 +41,6 @@ mod group;
 mod launcher;
 mod layout;
 mod output;
-pub mod procfs;
 mod report;
 mod signals;
 mod spec;

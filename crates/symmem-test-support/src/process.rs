@@ -25,7 +25,7 @@ pub fn group_empty(pgid: i32) -> bool {
 
 /// The live (non-zombie) processes of group `pgid`.
 pub fn group_members(pgid: i32) -> Vec<i32> {
-    symmem_launch::procfs::pids()
+    symmem_process::procfs::pids()
         .into_iter()
         .filter(|&pid| stat(pid).is_some_and(|s| s.pgrp == pgid))
         .filter(|&pid| !is_zombie(pid))
@@ -33,11 +33,11 @@ pub fn group_members(pgid: i32) -> Vec<i32> {
 }
 
 fn is_zombie(pid: i32) -> bool {
-    symmem_launch::procfs::gone(pid)
+    symmem_process::procfs::gone(pid)
 }
 
-fn stat(pid: i32) -> Option<symmem_launch::procfs::Stat> {
-    symmem_launch::procfs::stat(pid)
+fn stat(pid: i32) -> Option<symmem_process::procfs::Stat> {
+    symmem_process::procfs::stat(pid)
 }
 
 /// Whether `signal` is in the `SigIgn` mask of `status`, the text of a `/proc/<pid>/status`.

@@ -28,9 +28,9 @@ pub fn cluster(nodes: usize) -> Option<Cluster> {
     }
 }
 
-/// State and start time of a process (the one `/proc` reader, `symmem_launch::procfs`).
+/// State and start time of a process (the one `/proc` reader, `symmem_process::procfs`).
 pub fn state_and_start(pid: u32) -> Option<(char, u64)> {
-    symmem_launch::procfs::stat(pid as i32).map(|s| (s.state, s.start_time))
+    symmem_process::procfs::stat(pid as i32).map(|s| (s.state, s.start_time))
 }
 
 /// Every process on the nodes, holders included, as (pid, start time): taken while the

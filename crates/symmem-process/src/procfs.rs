@@ -1,6 +1,7 @@
 //! The one reader of `/proc/<pid>/stat` (and of the few other `/proc` files the house reads):
-//! the launcher's group and leftover checks, the emulated cluster's per-node processes and the
-//! tests' "is it gone" all ask here, so they agree on what a dead process is.
+//! the group stop of this crate, the launcher's leftover checks, the emulated cluster's
+//! per-node processes and the tests' "is it gone" all ask here, so they agree on what a dead
+//! process is.
 
 use std::path::Path;
 
