@@ -5,6 +5,8 @@
 use std::io;
 use std::path::PathBuf;
 
+use symmem_process::{Lingering, SignalsError};
+
 /// Why a run could not be started or cleaned up.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
@@ -129,12 +131,7 @@ pub enum LaunchError {
     },
 
     /// Processes of the run's process group survived `SIGKILL`.
-    #[error(
-        "processes {} of process group {pgid} are still alive after SIGKILL (stuck in the \
-         kernel, e.g. in a driver call?); check them with `ps -o pid,stat,wchan,cmd -g {pgid}` \
-         and kill them with `kill -KILL -- -{pgid}`",
-        list(pids)
-    )]
+    #[error("{}", Lingering { pgid: *pgid, pids: pids.clone() })]
     Leftover {
         /// The run's process group.
         pgid: i32,
@@ -168,11 +165,10 @@ impl LaunchError {
     }
 }
 
-fn list(pids: &[i32]) -> String {
-    pids.iter()
-        .map(i32::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
+impl From<SignalsError> for LaunchError {
+    fn from(e: SignalsError) -> Self {
+        LaunchError::Signals(e.cause)
+    }
 }
 
 #[cfg(test)]

@@ -1,117 +1,21 @@
-//! The process group of a run: how ranks are tied to it and to the launcher,
-//! signalling it, and telling whether anything in it is still alive.
+//! The process group of a run: how ranks are tied to it and to the launcher, and what of the
+//! run is still alive in it or escaped it. Signalling a group and naming its live members are
+//! `symmem_process`'s.
 
-use std::io;
-use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
-
+use symmem_process::default_signals;
 use symmem_process::procfs;
 pub(crate) use symmem_process::procfs::gone;
+pub(crate) use symmem_process::{live_members, signal_group};
 
-/// Puts the command in the run's process group (a new one led by the
-/// command itself when `pgid` is 0), with default signal actions
-/// ([`default_signals`]), and makes it die with the launcher.
+/// Puts the command in the run's process group (a new one led by the command itself when
+/// `pgid` is 0), with default signal actions ([`default_signals`]), and makes it die with the
+/// launcher: the thread running `launch`, which outlives the ranks, starts them.
 pub(crate) fn join_group(cmd: &mut Command, pgid: i32) {
+    use std::os::unix::process::CommandExt;
     cmd.process_group(pgid);
-    default_signals(cmd);
-    let launcher = std::process::id();
-    let die_with_launcher = move || -> io::Result<()> {
-        // SAFETY: prctl(PR_SET_PDEATHSIG) only changes an attribute of the
-        // calling (child) process and is async-signal-safe, as required
-        // between fork and exec.
-        let rc = unsafe {
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // If the launcher died between fork and prctl, the death signal will
-        // never come: we have been reparented already, so give up now.
-        // SAFETY: getppid has no preconditions and is async-signal-safe.
-        let parent = unsafe { libc::getppid() };
-        if u32::try_from(parent).ok() != Some(launcher) {
-            // from_raw_os_error does not allocate (no malloc after fork).
-            return Err(io::Error::from_raw_os_error(libc::ESRCH));
-        }
-        Ok(())
-    };
-    // SAFETY: the closure only calls async-signal-safe functions (prctl,
-    // getppid) and does not allocate, so it is sound in the forked child of
-    // a multi-threaded process. The death signal is tied to the thread that
-    // forks: the thread running `launch`, which outlives the ranks.
-    unsafe {
-        cmd.pre_exec(die_with_launcher);
-    }
-}
-
-/// Gives the command's process the default action of every signal a launcher or a shell may
-/// have left ignored in this one (a background job of a non-interactive shell starts with
-/// SIGINT and SIGQUIT ignored, `nohup` ignores SIGHUP): srun stops its tasks on two SIGINTs,
-/// and ranks and launchers end on the SIGTERM this launcher sends, only if they can see them.
-/// This launcher itself keeps what it inherited.
-pub(crate) fn default_signals(cmd: &mut Command) {
-    // SAFETY: between fork and exec only `signal`, which is async-signal-safe, is called, and
-    // nothing is allocated.
-    unsafe {
-        cmd.pre_exec(|| {
-            for signal in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP, libc::SIGTERM] {
-                if libc::signal(signal, libc::SIG_DFL) == libc::SIG_ERR {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-}
-
-/// Sends `signal` to the whole group. Returns false if the group is gone.
-/// Never called with a pgid of 0 or less, which would mean our own group.
-pub(crate) fn signal_group(pgid: i32, signal: Signal) -> bool {
-    if pgid <= 0 {
-        return false;
-    }
-    !matches!(killpg(Pid::from_raw(pgid), signal), Err(Errno::ESRCH))
-}
-
-/// The processes of the group that are still alive (not zombies).
-///
-/// `killpg(pgid, 0)` alone is not enough: a zombie still counts as a member,
-/// and an orphaned grandchild's zombie stays one for as long as init does not
-/// reap it (in containers, PID 1 often does not). A zombie has already
-/// released its memory and devices, so it is treated as gone.
-pub(crate) fn live_members(pgid: i32) -> Vec<i32> {
-    if pgid <= 0 {
-        return Vec::new();
-    }
-    match killpg(Pid::from_raw(pgid), None) {
-        Err(Errno::ESRCH) => Vec::new(),
-        _ => scan_proc(pgid),
-    }
-}
-
-fn scan_proc(pgid: i32) -> Vec<i32> {
-    if !std::path::Path::new("/proc/self").exists() {
-        // Without /proc we cannot name the members; report the group leader
-        // so that the caller still sees a live group.
-        return vec![pgid];
-    }
-    // The process may vanish between listing and reading: then it is gone.
-    let mut pids: Vec<i32> = procfs::pids()
-        .into_iter()
-        .filter(|&pid| procfs::stat(pid).is_some_and(|s| s.pgrp == pgid && !s.dead()))
-        .collect();
-    pids.sort_unstable();
-    pids
+    symmem_process::die_with_parent(default_signals(cmd));
 }
 
 /// Processes of a run that are not in its process group any more (they called `setsid` or
@@ -244,13 +148,5 @@ mod tests {
         assert!(!exiting(std::process::id()));
         // Gone (or never there) is not exiting either.
         assert!(!exiting(u32::MAX));
-    }
-
-    #[test]
-    fn our_own_group_is_alive_and_a_bogus_one_is_not() {
-        let ours = nix::unistd::getpgrp().as_raw();
-        assert!(live_members(ours).contains(&(std::process::id() as i32)));
-        assert!(live_members(0).is_empty());
-        assert!(!signal_group(0, Signal::SIGTERM));
     }
 }

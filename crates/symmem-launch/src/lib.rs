@@ -35,6 +35,9 @@
 //! `launcher` module. The program only relies on the environment described at [`launch`] or
 //! on what mpirun and srun set.
 
+// Its processes' plumbing (signals, groups, what a child runs before exec) is symmem-process's.
+#![forbid(unsafe_code)]
+
 mod culprit;
 mod error;
 mod group;
@@ -42,7 +45,6 @@ mod launcher;
 mod layout;
 mod output;
 mod report;
-mod signals;
 mod spec;
 mod watchdog;
 

@@ -1,11 +1,11 @@
 //! What to launch: [`LaunchSpec`], its defaults and its validation.
 
 use std::ffi::OsString;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use symmem::settings;
+use symmem_process::{ProgramError, SearchPath, find_program};
 
 use crate::error::LaunchError;
 use crate::layout::Layout;
@@ -139,8 +139,9 @@ impl LaunchSpec {
             .map(|(_, value)| value)
     }
 
-    /// Resolves the program up front so that a typo gives a clear error
-    /// naming the path, instead of N identical spawn failures.
+    /// Resolves the program up front so that a typo gives a clear error naming the path,
+    /// instead of N identical spawn failures. Like execvp: a name containing a slash is a
+    /// path, anything else is looked up in the spec's PATH (else this process's).
     fn resolve_program(&self) -> Result<PathBuf, LaunchError> {
         let program = &self.program;
         if program.as_os_str().is_empty() {
@@ -149,133 +150,40 @@ impl LaunchSpec {
                 hint: "the program path is empty".into(),
             });
         }
-        // Like execvp: a name containing a slash is a path, anything else is
-        // looked up in PATH.
-        if program.as_os_str().as_encoded_bytes().contains(&b'/') {
-            return match check_executable(program) {
-                Ok(()) => Ok(program.clone()),
-                Err(Problem::Missing) => Err(LaunchError::ProgramNotFound {
-                    program: program.clone(),
-                    hint: "no such file; check the path, or build the program first \
-                           (e.g. `cargo build`)"
-                        .into(),
-                }),
-                Err(Problem::NotRunnable(reason)) => Err(LaunchError::ProgramNotExecutable {
-                    path: program.clone(),
-                    reason,
-                }),
-            };
-        }
-        let path_var = self
+        let search = self
             .env
             .iter()
             .rev()
             .find(|(key, _)| key == "PATH")
-            .map(|(_, value)| value.clone())
-            .or_else(|| std::env::var_os("PATH"))
-            .unwrap_or_default();
-        let mut not_runnable = None;
-        for dir in std::env::split_paths(&path_var) {
-            // An empty PATH entry means the current directory.
-            let dir = if dir.as_os_str().is_empty() {
-                PathBuf::from(".")
-            } else {
-                dir
-            };
-            let candidate = dir.join(program);
-            match check_executable(&candidate) {
-                Ok(()) => return Ok(candidate),
-                Err(Problem::Missing) => {}
-                Err(Problem::NotRunnable(reason)) => {
-                    not_runnable.get_or_insert((candidate, reason));
-                }
+            .map(|(_, value)| SearchPath::new(value))
+            .unwrap_or_else(SearchPath::from_env);
+        find_program(program, &search, "").map_err(|e| match e {
+            ProgramError::NotRunnable { path, reason } => {
+                LaunchError::ProgramNotExecutable { path, reason }
             }
-        }
-        match not_runnable {
-            Some((path, reason)) => Err(LaunchError::ProgramNotExecutable { path, reason }),
-            None => Err(LaunchError::ProgramNotFound {
+            ProgramError::NotFound { searched: None, .. } => LaunchError::ProgramNotFound {
+                program: program.clone(),
+                hint: "no such file; check the path, or build the program first \
+                       (e.g. `cargo build`)"
+                    .into(),
+            },
+            ProgramError::NotFound { .. } => LaunchError::ProgramNotFound {
                 program: program.clone(),
                 hint: format!(
                     "not found in PATH ({}); give a path such as `./{}` or add its \
                      directory to PATH",
-                    path_var.to_string_lossy(),
+                    search.path().unwrap_or_default().to_string_lossy(),
                     program.display()
                 ),
-            }),
-        }
-    }
-}
-
-enum Problem {
-    Missing,
-    NotRunnable(String),
-}
-
-fn check_executable(path: &Path) -> Result<(), Problem> {
-    let meta = match std::fs::metadata(path) {
-        Ok(meta) => meta,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Err(Problem::Missing),
-        Err(err) => return Err(Problem::NotRunnable(format!("cannot inspect it: {err}"))),
-    };
-    if meta.is_dir() {
-        return Err(Problem::NotRunnable(
-            "it is a directory; give the program inside it".into(),
-        ));
-    }
-    if !meta.is_file() {
-        use std::os::unix::fs::FileTypeExt;
-        let kind = match meta.file_type() {
-            t if t.is_fifo() => "a named pipe",
-            t if t.is_socket() => "a socket",
-            t if t.is_char_device() || t.is_block_device() => "a device",
-            _ => "not a regular file",
-        };
-        return Err(Problem::NotRunnable(format!(
-            "it is {kind}, not a program file; give the program's path"
-        )));
-    }
-    if meta.permissions().mode() & 0o111 == 0 {
-        return Err(Problem::NotRunnable(
-            "it has no execute permission; `chmod +x` it, or launch its interpreter \
-             (e.g. `/bin/sh script.sh`)"
-                .into(),
-        ));
-    }
-    check_interpreter(path)
-}
-
-/// A script whose `#!` line names an interpreter that is not there fails to start with "No
-/// such file or directory" for a file that exists: name the interpreter instead.
-fn check_interpreter(path: &Path) -> Result<(), Problem> {
-    let mut head = [0u8; 256];
-    let read = std::fs::File::open(path).and_then(|mut f| std::io::Read::read(&mut f, &mut head));
-    let Ok(n) = read else {
-        return Ok(()); // unreadable but executable: the kernel decides
-    };
-    let Some(line) = head[..n].strip_prefix(b"#!") else {
-        return Ok(());
-    };
-    let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
-    let text = String::from_utf8_lossy(line);
-    let Some(interpreter) = text.split_whitespace().next() else {
-        return Ok(());
-    };
-    match std::fs::metadata(interpreter) {
-        Ok(meta) if meta.is_file() && meta.permissions().mode() & 0o111 != 0 => Ok(()),
-        Ok(_) => Err(Problem::NotRunnable(format!(
-            "its `#!` line names the interpreter `{interpreter}`, which is not an executable \
-             file; fix the `#!` line or launch the script with its interpreter"
-        ))),
-        Err(_) => Err(Problem::NotRunnable(format!(
-            "its `#!` line names the interpreter `{interpreter}`, which does not exist; install \
-             it, fix the `#!` line, or launch the script with its interpreter"
-        ))),
+            },
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     /// Issue 24 (N13): a named pipe failed at spawn with "Permission denied", and a script
     /// with a missing interpreter with "No such file or directory" for a file that exists.

@@ -44,14 +44,14 @@ done
 pub(crate) struct Watchdog {
     child: Child,
     pipe: Option<ChildStdin>,
-    folder: Option<tempfile::TempDir>,
+    folder: Option<symmem_process::TempDir>,
 }
 
 impl Watchdog {
     /// Starts the watchdog of run `run_id`, which also owns (and removes) `folder`.
     pub(crate) fn start(
         run_id: &str,
-        folder: Option<tempfile::TempDir>,
+        folder: Option<symmem_process::TempDir>,
     ) -> Result<Self, LaunchError> {
         let path = folder
             .as_ref()

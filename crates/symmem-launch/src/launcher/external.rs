@@ -16,7 +16,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::Sweep;
@@ -25,11 +25,11 @@ use crate::group::{command_name, exiting, live_members, signal_group};
 use crate::report::{
     EXIT_PEER_FAILED, Ended, LeftBehind, Lost, Outcome, OutputLine, RankEnd, RunReport, Stream,
 };
-use crate::signals::SignalGuard;
 use crate::spec::LaunchSpec;
 use crate::watchdog::{Watchdog, new_run_id};
 use symmem::Witness;
 use symmem::format_duration;
+use symmem_process::SignalGuard;
 
 /// How often the launcher is polled (and the longest a line waits).
 const POLL: Duration = Duration::from_millis(10);
@@ -135,7 +135,7 @@ pub(crate) fn run(
     let ended = match ended {
         Ok(ended) => ended,
         Err(cause) => {
-            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+            signal_group(pgid, Signal::SIGKILL);
             let _ = child.wait();
             return Err(LaunchError::Launcher {
                 command: shown,
@@ -198,7 +198,7 @@ fn command(job: &Job<'_>, spec: &LaunchSpec, run_id: &str) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    crate::group::default_signals(&mut command);
+    symmem_process::default_signals(&mut command);
     command
 }
 
@@ -628,8 +628,10 @@ fn end_group(pgid: i32, killed: bool) -> Vec<LeftBehind> {
 
 /// SIGKILL to the launcher's process group; true.
 fn kill_group(child: &Child) -> bool {
-    let pgid = i32::try_from(child.id()).unwrap_or(i32::MAX);
-    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    signal_group(
+        i32::try_from(child.id()).unwrap_or(i32::MAX),
+        Signal::SIGKILL,
+    );
     true
 }
 

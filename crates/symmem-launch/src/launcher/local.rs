@@ -4,7 +4,6 @@
 use std::ffi::OsString;
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -14,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use symmem::settings;
+use symmem_process::{Pace, SignalGuard};
 
 use crate::culprit::blame;
 use crate::error::LaunchError;
@@ -22,7 +22,6 @@ use crate::group::{
 };
 use crate::output::spawn_reader;
 use crate::report::{Ended, Escaped, Outcome, OutputLine, RankStatus, RunReport, Stream};
-use crate::signals::SignalGuard;
 use crate::spec::LaunchSpec;
 use crate::watchdog::{Watchdog, new_run_id};
 
@@ -217,17 +216,17 @@ fn free_port() -> Result<u16, LaunchError> {
 }
 
 /// The rendezvous directory, and the guard that removes it if we created it.
-fn rendezvous(spec: &LaunchSpec) -> Result<(PathBuf, Option<tempfile::TempDir>), LaunchError> {
+fn rendezvous(
+    spec: &LaunchSpec,
+) -> Result<(PathBuf, Option<symmem_process::TempDir>), LaunchError> {
     if let Some(dir) = spec.caller_rendezvous() {
         return Ok((PathBuf::from(dir), None));
     }
-    let parent = std::env::temp_dir();
-    let dir = tempfile::Builder::new()
-        .prefix("symmem-rdzv-")
-        // Private: other users must not plant files where ranks meet.
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir_in(&parent)
-        .map_err(|cause| LaunchError::Rendezvous { dir: parent, cause })?;
+    // Private: other users must not plant files where ranks meet.
+    let dir = symmem_process::private_dir("symmem-rdzv-").map_err(|e| LaunchError::Rendezvous {
+        dir: e.parent,
+        cause: e.cause,
+    })?;
     // Its path may be of any length: the ranks bind and connect through a descriptor of it
     // (`/proc/self/fd/N/rank0.sock`), never through the path itself.
     Ok((dir.path().to_path_buf(), Some(dir)))
@@ -559,61 +558,29 @@ impl Run<'_> {
         found
     }
 
-    /// SIGTERM, `grace`, SIGKILL to the ranks' group, reap, verify it is empty.
+    /// SIGTERM, `grace`, SIGKILL to the ranks' group, reap, verify it is empty. Also when all
+    /// ranks are done: background processes they left in the group are part of the run and
+    /// must not outlive it.
     fn stop_group(&mut self, grace: Duration, signals: &SignalGuard) -> Result<(), LaunchError> {
-        if self.pgid <= 0 {
-            return Ok(());
-        }
-        // Also when all ranks are done: background processes they left in
-        // the group are part of the run and must not outlive it.
-        if !self.all_gone() {
-            // Reaped again right before SIGTERM (scanning /proc in `all_gone`
-            // takes a while): these are the ranks alive as SIGTERM goes out.
-            let _ = self.reap();
-            for r in self.ranks.iter_mut().filter(|r| r.ended.is_none()) {
-                r.stopped = true;
-            }
-            let signals_before = signals.count();
-            signal_group(self.pgid, Signal::SIGTERM);
-            let deadline = Instant::now() + grace;
-            while Instant::now() < deadline {
-                self.pump(POLL);
-                if self.all_gone() {
-                    return Ok(());
-                }
-                // A signal since SIGTERM, or a second one in all: the user
-                // does not want to wait.
-                let count = signals.count();
-                if count > signals_before || count >= 2 {
-                    break;
-                }
-            }
-        }
-        let deadline = Instant::now() + KILL_SETTLE;
-        loop {
-            if self.all_gone() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                let mut pids = live_members(self.pgid);
-                pids.extend(
-                    self.ranks
-                        .iter()
-                        .filter(|r| r.ended.is_none())
-                        .filter_map(|r| i32::try_from(r.pid).ok()),
-                );
-                pids.sort_unstable();
-                pids.dedup();
-                return Err(LaunchError::Leftover {
-                    pgid: self.pgid,
-                    pids,
-                });
-            }
-            // Repeated: a process forking while the first SIGKILL was being
-            // delivered may have added a member.
-            signal_group(self.pgid, Signal::SIGKILL);
-            self.pump(POLL);
-        }
+        let pgid = self.pgid;
+        let mut stop = Stop {
+            run: self,
+            signals,
+            signals_before: 0,
+        };
+        let stopped = symmem_process::stop_group(pgid, grace, KILL_SETTLE, &mut stop);
+        stopped.map_err(|lingering| {
+            let mut pids = lingering.pids;
+            pids.extend(
+                self.ranks
+                    .iter()
+                    .filter(|r| r.ended.is_none())
+                    .filter_map(|r| i32::try_from(r.pid).ok()),
+            );
+            pids.sort_unstable();
+            pids.dedup();
+            LaunchError::Leftover { pgid, pids }
+        })
     }
 
     /// Delivers the remaining output and joins the reader threads, within
@@ -640,6 +607,42 @@ impl Run<'_> {
             if reader.is_finished() {
                 let _ = reader.join();
             }
+        }
+    }
+}
+
+/// A run while its group is stopped ([`Run::stop_group`]): gone once every rank is reaped and
+/// nothing is alive in the group; the output keeps flowing meanwhile.
+struct Stop<'r, 's> {
+    run: &'r mut Run<'s>,
+    signals: &'r SignalGuard,
+    /// Signals received before SIGTERM went out.
+    signals_before: usize,
+}
+
+impl symmem_process::Stopping for Stop<'_, '_> {
+    fn gone(&mut self, _pgid: i32) -> bool {
+        self.run.all_gone()
+    }
+
+    fn terminating(&mut self) {
+        // Reaped again right before SIGTERM (scanning /proc in `all_gone` takes a while):
+        // these are the ranks alive as SIGTERM goes out.
+        let _ = self.run.reap();
+        for r in self.run.ranks.iter_mut().filter(|r| r.ended.is_none()) {
+            r.stopped = true;
+        }
+        self.signals_before = self.signals.count();
+    }
+
+    fn pause(&mut self) -> Pace {
+        self.run.pump(POLL);
+        // A signal since SIGTERM, or a second one in all: the user does not want to wait.
+        let count = self.signals.count();
+        if count > self.signals_before || count >= 2 {
+            Pace::Hurry
+        } else {
+            Pace::Wait
         }
     }
 }
