@@ -2,7 +2,7 @@
 //! `pip install` is the whole set-up on a GPU machine.
 
 use crate::project::{project_root, target_dir};
-use crate::runner::{self, Interrupt, Output};
+use crate::runner::{self, Output};
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use symmem::ProviderKind;
@@ -478,7 +478,7 @@ fn staged_pyproject(
 /// when missing) and returns it (in `work/dist`, emptied first).
 fn maturin(sh: &Shell, work: &Path, project: &Path, release: bool) -> anyhow::Result<PathBuf> {
     let log = work.join("wheel.log");
-    let interrupt = Interrupt::install()?;
+    let interrupt = symmem_process::SignalGuard::install()?;
     let step = |command: Vec<String>| {
         eprintln!("[wheel] {}", runner::shell_words(&command));
         runner::run(sh, &command, &log, Output::Echo, &interrupt)
@@ -486,9 +486,10 @@ fn maturin(sh: &Shell, work: &Path, project: &Path, release: bool) -> anyhow::Re
     let venv = target_dir().join("py-ci/venv");
     let python = venv.join("bin/python");
     if !python.is_file() {
-        let python3 = crate::tools::which("python3").context(
-            "python3 not found: the wheel is built with maturin from PyPI in a venv (install \
-             python3 3.9+ with its venv module; Debian: python3-venv)",
+        let python3 = crate::tools::find(
+            "python3",
+            "the wheel is built with maturin from PyPI in a venv: install python3 3.9+ with its \
+             venv module (Debian: python3-venv)",
         )?;
         step(words([
             python3.as_os_str(),

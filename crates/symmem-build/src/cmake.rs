@@ -6,9 +6,10 @@
 //! of its own), while these commands need CMake's output line by line for progress and a log,
 //! and clean errors that name the fix.
 
-use crate::runner::{self, Interrupt, Output, StepError};
+use crate::runner::{self, Output, StepError};
 use crate::tools::Generator;
 use std::path::{Path, PathBuf};
+use symmem_process::SignalGuard;
 use xshell::Shell;
 
 /// The shim's CMake cache variables (`-D` names its CMakeLists.txt reads): which SHMEM library
@@ -196,7 +197,7 @@ pub struct Driver<'a> {
     sh: &'a Shell,
     log: PathBuf,
     echo: bool,
-    interrupt: Interrupt,
+    interrupt: SignalGuard,
 }
 
 impl<'a> Driver<'a> {
@@ -207,7 +208,7 @@ impl<'a> Driver<'a> {
             sh,
             log,
             echo,
-            interrupt: Interrupt::install()?,
+            interrupt: SignalGuard::install()?,
         })
     }
 

@@ -12,9 +12,9 @@
 //!
 //! The ROCm parts take what they read from the process as a [`Search`], so that tests run them
 //! over fixture trees without touching the process's PATH or environment.
-use crate::tools::is_executable;
 use anyhow::bail;
 use std::path::{Path, PathBuf};
+use symmem_process::{SearchPath, find_program, is_executable};
 use xshell::{Shell, cmd};
 
 /// The fix for a missing or unusable ROCm. Exporting ROCM_PATH is offered for AMD's installs
@@ -32,7 +32,7 @@ pub struct Search {
     /// `$HIPCC`, when set and not empty.
     pub hipcc_env: Option<PathBuf>,
     /// The folders of `$PATH`.
-    pub path: Vec<PathBuf>,
+    pub path: SearchPath,
     /// The last resort: `/opt/rocm`.
     pub default_rocm: PathBuf,
 }
@@ -47,18 +47,14 @@ impl Search {
         Self {
             rocm_path_env: var("ROCM_PATH"),
             hipcc_env: var("HIPCC"),
-            path: std::env::var_os("PATH")
-                .map(|p| std::env::split_paths(&p).collect())
-                .unwrap_or_default(),
+            path: SearchPath::from_env(),
             default_rocm: PathBuf::from("/opt/rocm"),
         }
     }
 
-    fn which(&self, name: &str) -> Option<PathBuf> {
-        self.path
-            .iter()
-            .map(|dir| dir.join(name))
-            .find(|candidate| is_executable(candidate))
+    /// `name` on PATH: a candidate, whose absence the caller words.
+    fn on_path(&self, name: &str) -> Option<PathBuf> {
+        find_program(name, &self.path, "").ok()
     }
 }
 
@@ -188,10 +184,10 @@ fn hipconfig_on_path(hipcc_given: Option<&Path>, s: &Search) -> Option<PathBuf> 
     hipcc_given
         .map(Path::to_path_buf)
         .or_else(|| s.hipcc_env.clone())
-        .or_else(|| s.which("hipcc"))
+        .or_else(|| s.on_path("hipcc"))
         .and_then(|hipcc| Some(non_empty_parent(&hipcc)?.join("hipconfig")))
         .filter(|p| is_executable(p))
-        .or_else(|| s.which("hipconfig"))
+        .or_else(|| s.on_path("hipconfig"))
 }
 
 /// A ROCm install and how it was found.
@@ -351,7 +347,7 @@ pub fn hipcc(given: Option<&Path>, rocm: &Path, s: &Search) -> anyhow::Result<(P
                 .filter(|p| is_executable(p))
                 .map(|p| (p, "in the ROCm folder"))
         })
-        .or_else(|| s.which("hipcc").map(|p| (p, "on PATH")));
+        .or_else(|| s.on_path("hipcc").map(|p| (p, "on PATH")));
     match candidate {
         Some((p, how)) if is_executable(&p) => {
             Ok((std::path::absolute(&p).unwrap_or(p), how.into()))
@@ -610,7 +606,7 @@ mod tests {
         Search {
             rocm_path_env: rocm_env.map(Path::to_path_buf),
             hipcc_env: None,
-            path: path.to_vec(),
+            path: SearchPath::dirs(path.to_vec()),
             default_rocm: root.join("opt/rocm"),
         }
     }

@@ -2,8 +2,9 @@
 //! `std::process` rather than through `xshell` alone: what xshell cannot do. Every command starts as an `xshell::Cmd` (so the
 //! Shell's folder and environment apply) and is converted here to stream its output:
 //! - [`run`]: one build step, its output line by line to a log file (and with
-//!   [`Output::Echo`] to stderr), `[x/y]` progress to a bar, Ctrl-C stops the child, and
-//!   failures come back with the log's tail and what to do;
+//!   [`Output::Echo`] to stderr), `[x/y]` progress to a bar, Ctrl-C (recorded by a
+//!   [`SignalGuard`]) stops the child's whole process group, and failures come back with the
+//!   log's tail and what to do;
 //! - [`status`]: a program with the terminal, whose exit code is the caller's answer;
 //! - [`pipe`]: one program's stdout into another's stdin.
 
@@ -12,30 +13,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-/// Set by SIGINT/SIGTERM/SIGHUP while a step runs.
-pub struct Interrupt(Arc<AtomicBool>);
-
-impl Interrupt {
-    pub fn install() -> anyhow::Result<Self> {
-        let flag = Arc::new(AtomicBool::new(false));
-        for signal in [
-            signal_hook::consts::SIGINT,
-            signal_hook::consts::SIGTERM,
-            signal_hook::consts::SIGHUP,
-        ] {
-            signal_hook::flag::register(signal, Arc::clone(&flag))
-                .context("installing the Ctrl-C handler")?;
-        }
-        Ok(Self(flag))
-    }
-    pub fn raised(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-}
+use symmem_process::{Pace, SignalGuard, Stopping};
 
 /// Parses ninja's `[12/345]` or make's `[ 45%]` at the start of a line as (done, total).
 pub fn progress_of(line: &str) -> Option<(u64, u64)> {
@@ -194,6 +174,10 @@ impl Sink {
 /// How long a stopped step's processes get to end after SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
+/// After SIGKILL, how long a step's processes get to disappear (only one stuck in the kernel
+/// takes this long; then the step is left to it).
+const KILL_SETTLE: Duration = Duration::from_secs(2);
+
 /// A step's process, leader of a process group of its own that its children (CMake's ninja
 /// or make, and their compilers) inherit. On every way out that does not see it end by
 /// itself (an interrupt, an error, a panic), the whole group is stopped: a signal to the
@@ -226,39 +210,24 @@ impl Group {
         Ok(status)
     }
 
-    /// Whether the leader has ended, without reaping it: while it is not reaped its process
-    /// group id cannot be reused, so signalling the group reaches only its own processes.
-    fn leader_ended(&self) -> bool {
-        // SAFETY: waitid writes into the zeroed siginfo it is given; WNOWAIT leaves the child
-        // to be reaped by `wait`.
-        unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            let pid = self.child.id() as libc::id_t;
-            let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
-            libc::waitid(libc::P_PID, pid, &mut info, flags) != 0 || info.si_pid() != 0
-        }
-    }
-
-    fn signal_group(&self, signal: libc::c_int) {
-        // SAFETY: kill(2) with a negative pid signals the process group of our child, which
-        // is not reaped yet (its id cannot name another group).
-        unsafe {
-            libc::kill(-(self.child.id() as libc::pid_t), signal);
-        }
-    }
-
     /// SIGTERM to the whole group, SIGKILL to what is left after a grace period, then reaps
-    /// the leader.
+    /// the leader. The leader is reaped only after the group is empty: until then its process
+    /// group id cannot be reused, so the signals reach only the step's own processes.
     fn stop(&mut self) {
         if self.reaped {
             return;
         }
-        self.signal_group(libc::SIGTERM);
-        let deadline = Instant::now() + STOP_GRACE;
-        while !self.leader_ended() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
+        /// Waits between looks at the group.
+        struct Pause;
+        impl Stopping for Pause {
+            fn pause(&mut self) -> Pace {
+                std::thread::sleep(Duration::from_millis(20));
+                Pace::Wait
+            }
         }
-        self.signal_group(libc::SIGKILL);
+        let pgid = i32::try_from(self.child.id()).unwrap_or(i32::MAX);
+        // A process stuck in the kernel past SIGKILL: nothing more to do than wait below.
+        let _ = symmem_process::stop_group(pgid, STOP_GRACE, KILL_SETTLE, &mut Pause);
         let _ = self.wait();
     }
 }
@@ -274,7 +243,7 @@ fn wait(
     group: &mut Group,
     rx: &mpsc::Receiver<String>,
     sink: &mut Sink,
-    interrupt: &Interrupt,
+    interrupt: &SignalGuard,
 ) -> Result<ExitStatus, StepError> {
     loop {
         match rx.recv_timeout(Duration::from_millis(100)) {
@@ -285,7 +254,7 @@ fn wait(
                 return finished(status, interrupt);
             }
         }
-        if interrupt.raised() {
+        if interrupt.caught().is_some() {
             // The step has a process group of its own: the terminal's Ctrl-C reached the
             // xtask only, and so did a `kill` of it. Stop the whole group.
             group.stop();
@@ -303,8 +272,8 @@ fn wait(
 }
 
 /// A step that failed while an interrupt was raised was interrupted, whatever it printed.
-fn finished(status: ExitStatus, interrupt: &Interrupt) -> Result<ExitStatus, StepError> {
-    if !status.success() && interrupt.raised() {
+fn finished(status: ExitStatus, interrupt: &SignalGuard) -> Result<ExitStatus, StepError> {
+    if !status.success() && interrupt.caught().is_some() {
         return Err(StepError::Interrupted);
     }
     Ok(status)
@@ -358,7 +327,7 @@ pub fn run(
     command: &[String],
     log: &Path,
     output: Output,
-    interrupt: &Interrupt,
+    interrupt: &SignalGuard,
 ) -> Result<(), StepError> {
     let dir = log.parent().unwrap_or(log);
     match run_logged(sh, command, log, output, interrupt) {
@@ -377,7 +346,7 @@ fn run_logged(
     command: &[String],
     log: &Path,
     output: Output,
-    interrupt: &Interrupt,
+    interrupt: &SignalGuard,
 ) -> Result<(), StepError> {
     let mut log_file = std::fs::OpenOptions::new()
         .create(true)
@@ -497,7 +466,7 @@ mod tests {
         let sh = Shell::new().unwrap();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("step.log");
-        let interrupt = Interrupt::install().unwrap();
+        let interrupt = SignalGuard::install().unwrap();
         let step = words(&["sh", "-c", "echo configured; echo broken >&2; exit 3"]);
         let e = run(&sh, &step, &log, Output::Log, &interrupt).unwrap_err();
         let StepError::Failed {
@@ -542,27 +511,26 @@ mod tests {
             "sleep 120 & echo $! > {0}.tmp; mv {0}.tmp {0}; wait",
             pids.display()
         );
-        let flag = Arc::new(AtomicBool::new(false));
-        let raise = Arc::clone(&flag);
-        let watched = pids.clone();
-        let raiser = std::thread::spawn(move || {
-            for _ in 0..600 {
-                if watched.exists() {
-                    break;
+        let interrupt = SignalGuard::install().unwrap();
+        let e = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for _ in 0..600 {
+                    if pids.exists() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
                 }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            raise.store(true, Ordering::SeqCst);
+                interrupt.raise(libc::SIGTERM);
+            });
+            run(
+                &sh,
+                &words(&["sh", "-c", &script]),
+                &log,
+                Output::Log,
+                &interrupt,
+            )
+            .unwrap_err()
         });
-        let e = run(
-            &sh,
-            &words(&["sh", "-c", &script]),
-            &log,
-            Output::Log,
-            &Interrupt(flag),
-        )
-        .unwrap_err();
-        raiser.join().unwrap();
         let grandchild = std::fs::read_to_string(&pids).unwrap();
         let grandchild = grandchild.trim();
         let mut gone = false;
@@ -596,7 +564,8 @@ mod tests {
         // step would succeed, which the test does not accept either.
         let script = format!("touch {}; kill -INT $$; exit 0", ran.display());
         let step = words(&["env", "--default-signal=INT", "sh", "-c", &script]);
-        let interrupt = Interrupt(Arc::new(AtomicBool::new(true)));
+        let interrupt = SignalGuard::install().unwrap();
+        interrupt.raise(libc::SIGINT);
         let e = run(&sh, &step, &log, Output::Log, &interrupt).unwrap_err();
         assert!(matches!(e, StepError::Interrupted), "{e:?}");
         assert!(e.to_string().starts_with("interrupted;"), "{e}");
@@ -613,7 +582,7 @@ mod tests {
         assert!(!disk_full(dir.path()));
         assert!(!dir.path().join(".symmem-space-probe").exists());
         let sh = Shell::new().unwrap();
-        let interrupt = Interrupt(Arc::new(AtomicBool::new(false)));
+        let interrupt = SignalGuard::install().unwrap();
         let step = words(&["sh", "-c", "echo 'the compiler is broken'; exit 1"]);
         let e = run(&sh, &step, Path::new("/dev/full"), Output::Log, &interrupt).unwrap_err();
         assert!(
@@ -722,7 +691,7 @@ mod tests {
         step.push(log.display().to_string());
         step.push(dir.display().to_string());
         let sh = Shell::new().unwrap();
-        let interrupt = Interrupt(Arc::new(AtomicBool::new(false)));
+        let interrupt = SignalGuard::install().unwrap();
         let e = run(&sh, &step, &log, Output::Log, &interrupt).unwrap_err();
         assert!(
             matches!(&e, StepError::DiskFull { dir: full } if *full == dir),

@@ -1196,7 +1196,7 @@ mod tests {
         let search = |path: Vec<PathBuf>| rocm::Search {
             rocm_path_env: None,
             hipcc_env: None,
-            path,
+            path: symmem_process::SearchPath::dirs(path),
             default_rocm: dir.path().join("opt/rocm"),
         };
         let found = rocm::hip_root(&sh, None, &search(vec![dir.path().join("bin")]))

@@ -1,8 +1,10 @@
 //! Finding programs on this machine (git, CMake, Ninja or Make, nvcc) for every command that
-//! needs them; each miss names the fix. ROCm's are found in [`crate::rocm`].
+//! needs them, through `symmem_process::find_program`; each miss names the fix. ROCm's are
+//! found in [`crate::rocm`].
 
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
+use symmem_process::{ProgramError, SearchPath, find_program};
 use xshell::{Shell, cmd};
 
 /// How CMake drives the build.
@@ -21,38 +23,31 @@ impl Generator {
     }
 }
 
-/// Finds `name` on PATH.
-pub fn which(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|candidate| is_executable(candidate))
+/// `program` on this process's PATH (or at its path, when it has a `/`); `hint` says how to
+/// get it when it is not there.
+pub fn find(program: impl AsRef<Path>, hint: &str) -> Result<PathBuf, ProgramError> {
+    find_program(program, &SearchPath::from_env(), hint)
 }
 
-/// `program` as a command line names it: a path when it has a `/`, else a name on PATH.
+/// `program` as a command line names it: a path when it has a `/`, else a name on PATH; `None`
+/// when it is not there, for a caller that words its own message.
 pub fn program(program: &Path) -> Option<PathBuf> {
-    if program.components().count() > 1 {
-        Some(program.to_path_buf()).filter(|p| is_executable(p))
-    } else {
-        which(program.to_str()?)
-    }
-}
-
-pub fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    path.metadata()
-        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    find(program, "").ok()
 }
 
 pub fn git() -> anyhow::Result<PathBuf> {
-    which("git").context("git not found on PATH: install git (apt-get install git), or build from a local checkout with --source DIR")
+    Ok(find(
+        "git",
+        "install git (apt-get install git), or build from a local checkout with --source DIR",
+    )?)
 }
 
 /// CMake >= 3.20 (rocSHMEM's minimum).
 pub fn cmake(sh: &Shell) -> anyhow::Result<PathBuf> {
-    let cmake = which("cmake").context(
-        "cmake not found on PATH: install CMake >= 3.20 (apt-get install cmake, pip install cmake) \
-         or run inside `nix develop`",
+    let cmake = find(
+        "cmake",
+        "install CMake >= 3.20 (apt-get install cmake, pip install cmake) or run inside `nix \
+         develop`",
     )?;
     let out = cmd!(sh, "{cmake} --version")
         .quiet()
@@ -83,7 +78,7 @@ pub fn nvcc(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     let found = given
         .map(Path::to_path_buf)
         .or_else(|| var("CUDACXX"))
-        .or_else(|| which("nvcc"))
+        .or_else(|| program(Path::new("nvcc")))
         .or_else(|| {
             var("CUDA_HOME")
                 .or_else(|| var("CUDA_PATH"))
@@ -101,9 +96,9 @@ pub fn nvcc(given: Option<&Path>) -> anyhow::Result<PathBuf> {
 
 /// Ninja when present, else Make.
 pub fn generator() -> anyhow::Result<Generator> {
-    if which("ninja").is_some() {
+    if program(Path::new("ninja")).is_some() {
         Ok(Generator::Ninja)
-    } else if which("make").is_some() {
+    } else if program(Path::new("make")).is_some() {
         Ok(Generator::Makefiles)
     } else {
         bail!(

@@ -143,7 +143,7 @@ pub fn run(sh: &Shell, ws: &Workspace, args: Args) -> anyhow::Result<()> {
     )?;
     let git = match &args.source {
         None => tools::git()?,
-        Some(_) => tools::which("git").unwrap_or_else(|| PathBuf::from("git")),
+        Some(_) => tools::program(Path::new("git")).unwrap_or_else(|| PathBuf::from("git")),
     };
     let source = source_of(sh, &args, &pin, &git)?;
     let jobs = args
