@@ -12,11 +12,12 @@ pub enum ClusterError {
          as root, e.g. `sudo -E cargo xtask test --nodes 2`, or in CI's root container"
     )]
     NotRoot,
-    #[error("`{tool}` was not found on PATH; install it: {fix}")]
-    ToolMissing {
-        tool: &'static str,
-        fix: &'static str,
-    },
+    /// A program the nodes or Slurm need is not installed (the message names its package).
+    #[error(transparent)]
+    ToolMissing(#[from] symmem_process::ProgramError),
+    /// The cluster's own folder could not be made.
+    #[error("the emulated cluster needs a folder of its own: {0}")]
+    Folder(#[from] symmem_process::TempDirError),
     #[error("a cluster needs 2 to {max} nodes, not {asked}", max = crate::MAX_NODES)]
     NodeCount { asked: usize },
     #[error(
@@ -30,6 +31,7 @@ pub enum ClusterError {
         .0.display()
     )]
     HiddenOnNodes(PathBuf),
+    /// What Slurm needs that is not a program (the user munge).
     #[error("{what} was not found; install {package}: {fix}", fix = SLURM_FIX)]
     SlurmMissing { what: String, package: &'static str },
     #[error(

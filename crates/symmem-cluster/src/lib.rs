@@ -43,7 +43,6 @@ use std::net::Ipv4Addr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// The most nodes a cluster has (names `node-a` .. `node-h`).
@@ -123,16 +122,14 @@ pub struct Teardown {
     pub killed: Vec<(String, Process)>,
 }
 
-/// Programs the nodes need, found on PATH.
-fn tool(name: &'static str, fix: &'static str) -> Result<PathBuf, ClusterError> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| {
-            p.metadata()
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-        .ok_or(ClusterError::ToolMissing { tool: name, fix })
+/// Programs the nodes need, found on PATH; `fix` installs them.
+fn tool(name: &str, fix: &str) -> Result<PathBuf, ClusterError> {
+    let search = symmem_process::SearchPath::from_env();
+    Ok(symmem_process::find_program(
+        name,
+        &search,
+        format!("install it: {fix}"),
+    )?)
 }
 
 /// The program `mpirun` of this machine, or the error naming the packages.
@@ -187,7 +184,8 @@ impl Cluster {
             Network::Isolated => Some(tool("ip", "apt-get install iproute2 (Debian / Ubuntu)")?),
         };
         let mut cluster = Cluster {
-            root: fresh_dir()?,
+            // Kept: teardown removes it, or the watchdog if this process is killed.
+            root: symmem_process::private_dir("symmem-cluster-")?.keep(),
             nodes: Vec::new(),
             mpirun,
             nsenter,
@@ -554,33 +552,6 @@ fn write(path: &Path, text: &str, mode: u32) -> Result<(), ClusterError> {
         .and_then(|()| std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)))
         .map_err(ClusterError::io(format!("writing {}", path.display())))
 }
-
-/// A new private folder under the temp folder.
-fn fresh_dir() -> Result<PathBuf, ClusterError> {
-    static COUNT: AtomicUsize = AtomicUsize::new(0);
-    let base = std::env::temp_dir();
-    for _ in 0..100 {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let dir = base.join(format!(
-            "symmem-cluster-{}-{}-{nanos:08x}",
-            std::process::id(),
-            COUNT.fetch_add(1, Ordering::Relaxed)
-        ));
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(ClusterError::io("creating the cluster's temp folder")(e)),
-        }
-    }
-    Err(ClusterError::io("creating the cluster's temp folder")(
-        std::io::ErrorKind::AlreadyExists.into(),
-    ))
-}
-
-use std::os::unix::fs::DirBuilderExt;
 
 #[cfg(test)]
 mod tests {

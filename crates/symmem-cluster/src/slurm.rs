@@ -12,12 +12,13 @@
 //! namespace.
 
 use crate::procs::Process;
-use crate::{Cluster, ClusterError, Node};
+use crate::{Cluster, ClusterError, Node, SLURM_FIX};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::{Pid, User, chown};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use symmem_process::{SearchPath, find_program};
 
 /// The daemons (and step programs) a [`Slurm`] stops, by program name.
 pub const SLURM_PROGRAMS: [&str; 5] = ["slurmctld", "slurmd", "slurmstepd", "munged", "srun"];
@@ -59,16 +60,13 @@ pub struct Slurm<'c> {
 
 /// A program on PATH or in the system folders (`sudo` may keep a PATH without /usr/sbin),
 /// or the error naming its package.
-fn program(name: &'static str, package: &'static str) -> Result<PathBuf, ClusterError> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/usr/bin", "/sbin"].map(PathBuf::from))
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-        .ok_or(ClusterError::SlurmMissing {
-            what: name.to_string(),
-            package,
-        })
+fn program(name: &str, package: &str) -> Result<PathBuf, ClusterError> {
+    let search = SearchPath::from_env().also(["/usr/sbin", "/usr/bin", "/sbin"]);
+    Ok(find_program(
+        name,
+        &search,
+        format!("install {package}: {SLURM_FIX}"),
+    )?)
 }
 
 impl Programs {

@@ -7,7 +7,6 @@
 
 use crate::ClusterError;
 use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 
@@ -60,16 +59,7 @@ impl Watchdog {
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // SAFETY: the closure runs between fork and exec and calls only setsid, which is
-        // async-signal-safe.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::setsid() < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        symmem_process::new_session(&mut command);
         let mut child = command.spawn().map_err(ClusterError::io(
             "starting the cluster's watchdog (/bin/sh)",
         ))?;

@@ -22,7 +22,11 @@ const SRUN_LIMIT: Duration = Duration::from_secs(60);
 fn slurm(cluster: &Cluster) -> Option<Slurm<'_>> {
     match cluster.slurm() {
         Ok(slurm) => Some(slurm),
-        Err(e @ (ClusterError::SlurmMissing { .. } | ClusterError::SlurmNoPmix { .. })) => {
+        Err(
+            e @ (ClusterError::SlurmMissing { .. }
+            | ClusterError::ToolMissing(_)
+            | ClusterError::SlurmNoPmix { .. }),
+        ) => {
             common::skip(e);
             None
         }
