@@ -1,25 +1,15 @@
 //! Commands the tests start and signal.
 
-use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-/// `program` with SIGINT, SIGTERM and SIGHUP at their defaults whatever this test inherited: a
-/// launcher honours signals it inherited as ignored (e.g. SIGINT when `cargo test` runs as a
-/// shell background job), and a test that signals it must not depend on how it was started.
+/// `program` with SIGINT, SIGQUIT, SIGTERM and SIGHUP at their defaults whatever this test
+/// inherited ([`symmem_process::default_signals`]): a launcher honours signals it inherited as
+/// ignored (e.g. SIGINT when `cargo test` runs as a shell background job), and a test that
+/// signals it must not depend on how it was started.
 pub fn with_default_signals(program: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut command = Command::new(program);
-    // SAFETY: between fork and exec only `signal`, which is async-signal-safe, is called.
-    unsafe {
-        command.pre_exec(|| {
-            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-                if libc::signal(signal, libc::SIG_DFL) == libc::SIG_ERR {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
+    symmem_process::default_signals(&mut command);
     command
 }
 

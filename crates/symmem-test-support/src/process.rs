@@ -3,7 +3,7 @@
 //! happen.
 
 use nix::errno::Errno;
-use nix::sys::signal::{kill, killpg};
+use nix::sys::signal::kill;
 use nix::unistd::Pid;
 use std::time::{Duration, Instant};
 
@@ -17,27 +17,16 @@ pub fn gone(pid: i32) -> bool {
 
 /// Whether nothing but zombies is left in process group `pgid`.
 pub fn group_empty(pgid: i32) -> bool {
-    if killpg(Pid::from_raw(pgid), None) == Err(Errno::ESRCH) {
-        return true;
-    }
     group_members(pgid).is_empty()
 }
 
-/// The live (non-zombie) processes of group `pgid`.
+/// The live (non-zombie) processes of group `pgid` ([`symmem_process::live_members`]).
 pub fn group_members(pgid: i32) -> Vec<i32> {
-    symmem_process::procfs::pids()
-        .into_iter()
-        .filter(|&pid| stat(pid).is_some_and(|s| s.pgrp == pgid))
-        .filter(|&pid| !is_zombie(pid))
-        .collect()
+    symmem_process::live_members(pgid)
 }
 
 fn is_zombie(pid: i32) -> bool {
     symmem_process::procfs::gone(pid)
-}
-
-fn stat(pid: i32) -> Option<symmem_process::procfs::Stat> {
-    symmem_process::procfs::stat(pid)
 }
 
 /// Whether `signal` is in the `SigIgn` mask of `status`, the text of a `/proc/<pid>/status`.
@@ -91,7 +80,10 @@ mod tests {
         let pid = child.id() as i32;
         // Not waited for: it stays a zombie, which holds nothing.
         assert!(eventually(Duration::from_secs(10), || gone(pid)));
-        assert!(stat(pid).is_some_and(|s| s.dead()), "not a zombie");
+        assert!(
+            symmem_process::procfs::stat(pid).is_some_and(|s| s.dead()),
+            "not a zombie"
+        );
         child.wait().expect("reap");
     }
 }
