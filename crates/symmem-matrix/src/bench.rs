@@ -1,4 +1,5 @@
-//! `symmem-matrix bench`: the GPU bench at several rank counts, through the launcher.
+//! `symmem-matrix bench`: the GPU bench at several rank counts, its ranks started through the
+//! job seam ([`Launcher`]) as the matrix's are.
 
 use crate::programs::{BENCH, shim_library};
 use anyhow::{Context, bail};
@@ -9,7 +10,7 @@ use std::process::ExitCode;
 use symmem::settings::{GPU_HEAP_SIZE, SHIM_LIB};
 use symmem::{ProviderKind, count_ranks};
 use symmem_launch::{
-    EXIT_INTERRUPTED, LaunchSpec, Outcome, OutputLine, Stream, launch, print_line,
+    EXIT_INTERRUPTED, LaunchSpec, Launcher, Outcome, OutputLine, Stream, print_line,
 };
 
 /// Measure a GPU provider: allocate + free latency against the library's raw malloc at each
@@ -82,6 +83,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .collect();
     // Two 4 GiB buffers per PE for the copy sweep.
     runs.push((2, vec![backend.name(), "--copy"], "9G"));
+    // The figures are one host's (its GPUs, peers on the same node): symmem's own launcher
+    // starts the ranks there.
+    let launcher = Launcher::Local;
     let mut failed = false;
     let mut interrupted = false;
     for (ranks, bench_args, heap) in runs {
@@ -93,7 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .env(SHIM_LIB.name, &shim)
             .env(GPU_HEAP_SIZE.name, heap)
             .timeout(std::time::Duration::from_secs(500));
-        let report = launch(&spec, &mut |line: &OutputLine| {
+        let report = launcher.launch(&spec, &mut |line: &OutputLine| {
             if line.rank == Some(0) && line.stream == Stream::Stdout && line.text.starts_with('{') {
                 eprintln!("  {}", line.text);
                 figures.push(line.text.clone());
