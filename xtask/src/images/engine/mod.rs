@@ -155,17 +155,8 @@ impl Engine {
     /// Finds its program on `path` (a PATH value), or says how to get it.
     pub fn locate(self, path: Option<&OsStr>) -> anyhow::Result<PathBuf> {
         let program = self.name();
-        let found = path.and_then(|path| {
-            std::env::split_paths(path)
-                .map(|dir| dir.join(program))
-                .find(|candidate| {
-                    use std::os::unix::fs::PermissionsExt;
-                    candidate
-                        .metadata()
-                        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-                })
-        });
-        found.with_context(|| {
+        let search = symmem_process::SearchPath::new(path.unwrap_or_default());
+        symmem_process::find_program(program, &search, self.spec().install).with_context(|| {
             format!(
                 "no container engine: `{program}` is not on PATH, so the prebuilt image cannot \
                  be run here. To get one: {}. Without containers, build rocSHMEM on this \
