@@ -435,9 +435,9 @@ mod tests {
     use crate::tcp::Secret;
     use crate::wire::PROTOCOL;
     use std::net::{IpAddr, Ipv4Addr};
-    use symmem::{Launcher, RankIdentity};
     use symmem::CollectiveKind;
     use symmem::settings::SOCKET_IFNAME;
+    use symmem::{Launcher, RankIdentity};
 
     fn alone() -> Result<RankIdentity, String> {
         RankIdentity::from_vars(|_| None).map_err(|e| e.to_string())

@@ -267,9 +267,11 @@ fn mpirun_never_names_a_witness_of_a_hung_rank() {
     );
     let text = report.to_string();
     assert!(
-        text.starts_with("rank 3 was still running (hung?)"),
+        text.starts_with("rank 3 on b was still running (hung?)"),
         "{text}"
     );
+    // mpirun placed rank 3 on the second host itself (`--host a:2,b:2`).
+    assert_eq!(report.culprit_node.as_deref(), Some("b"));
 }
 
 /// Every error by which symmem-bootstrap gives up on another rank (the engine's rendezvous, a

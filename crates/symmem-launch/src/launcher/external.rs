@@ -70,6 +70,8 @@ pub(crate) struct Job<'a> {
     /// How many ranks each node runs, in rank order (the lowest of each is its leader), when
     /// the launcher places them so; empty when unknown.
     pub(crate) placed: Vec<usize>,
+    /// Those nodes' names, in the same order (where known).
+    pub(crate) nodes: Vec<String>,
     /// The launcher's own lines that are kept for `reports` but not handed to the sink (a log
     /// asked for only to name a culprit the launcher's report may leave out).
     pub(crate) quiet: fn(&str) -> bool,
@@ -161,6 +163,7 @@ pub(crate) fn run(
         gone: &watch.gone,
         ranks: spec.ranks,
         placed: &job.placed,
+        nodes: &job.nodes,
     };
     let (outcome, culprit_node) = outcome(job.name, &ended, &told);
     Ok(RunReport {
@@ -237,6 +240,8 @@ struct Told<'a> {
     ranks: usize,
     /// Ranks per node in rank order ([`Job::placed`]); empty when unknown.
     placed: &'a [usize],
+    /// Their nodes' names ([`Job::nodes`]); empty when unknown.
+    nodes: &'a [String],
 }
 
 fn outcome(launcher: &'static str, end: &End, told: &Told<'_>) -> (Outcome, Option<String>) {
@@ -347,12 +352,29 @@ fn blame(told: &Told<'_>) -> Option<(Outcome, Option<String>)> {
         };
         return Some((outcome, node));
     }
+    // Where the launcher placed the ranks itself, a lone culprit's node is known.
+    let node = match silent.as_slice() {
+        [one] => node_of(told, *one),
+        _ => None,
+    };
     let outcome = Outcome::PeerLost {
         culprits: silent,
         reason: Lost::StillRunning,
         reporters,
     };
-    Some((outcome, None))
+    Some((outcome, node))
+}
+
+/// The node the launcher placed `rank` on, when it says.
+fn node_of(told: &Told<'_>, rank: usize) -> Option<String> {
+    let mut first = 0;
+    for (count, node) in told.placed.iter().zip(told.nodes) {
+        if rank < first + count {
+            return Some(node.clone());
+        }
+        first += count;
+    }
+    None
 }
 
 /// What a rank's line tells the culprit rules.
@@ -673,6 +695,7 @@ mod tests {
             gone: &BTreeMap::new(),
             ranks,
             placed: &[],
+            nodes: &[],
         };
         blame(&told).map(|(outcome, _)| outcome)
     }
@@ -696,6 +719,7 @@ mod tests {
                 gone: &BTreeMap::new(),
                 ranks: 4,
                 placed,
+                nodes: &[],
             };
             blame(&told).map(|(outcome, _)| outcome)
         };
@@ -727,6 +751,23 @@ mod tests {
             })
         );
         assert_eq!(leader_of_each(&[3, 1]), [0, 0, 0, 3]);
+        // Where the launcher named the nodes it placed them on, the culprit's comes with it.
+        let witnesses = BTreeSet::from([0, 1]);
+        let nodes = ["node-a".to_string(), "node-b".to_string()];
+        let told = Told {
+            reported: &reported,
+            witnesses: &witnesses,
+            late: &BTreeSet::new(),
+            accused: &BTreeSet::new(),
+            gone: &BTreeMap::new(),
+            ranks: 4,
+            placed: &[2, 2],
+            nodes: &nodes,
+        };
+        assert_eq!(
+            blame(&told).and_then(|(_, node)| node).as_deref(),
+            Some("node-b")
+        );
     }
 
     fn leader_of_each(placed: &[usize]) -> Vec<usize> {
@@ -791,6 +832,7 @@ mod tests {
             gone: &BTreeMap::new(),
             ranks: 4,
             placed: &[2, 2],
+            nodes: &[],
         };
         assert_eq!(
             blame(&told),
@@ -822,6 +864,7 @@ mod tests {
             gone: &BTreeMap::new(),
             ranks: 4,
             placed: &[2, 2],
+            nodes: &[],
         };
         assert_eq!(
             blame(&told).map(|(outcome, _)| outcome),
@@ -889,6 +932,7 @@ mod tests {
             gone: &gone,
             ranks: 4,
             placed: &[2, 2],
+            nodes: &[],
         };
         assert_eq!(
             blame(&told),

@@ -95,6 +95,7 @@ impl Mpirun {
             reports,
             // `--host a:N,b:M` and mpirun's default mapping by slot: in rank order.
             placed: spec.layout.counts(spec.ranks),
+            nodes: hosts.clone(),
             quiet: state_log,
             stop: Stop::Terminate,
             aborting,

@@ -62,6 +62,7 @@ impl Srun {
             reports,
             // Slurm may place the ranks otherwise than in order (its distribution).
             placed: Vec::new(),
+            nodes: Vec::new(),
             stop: Stop::InterruptTwice,
             // srun ends the step itself on a bad exit (--kill-on-bad-exit), bounded by Slurm.
             aborting: |_| false,
