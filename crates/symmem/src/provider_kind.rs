@@ -1,5 +1,10 @@
 //! The providers symmem knows, each with its one name: the name command lines take
 //! (`--provider nvshmem`), `SYMMEM_PROVIDER` holds, messages print and file names carry.
+//!
+//! Every fact about a provider is a `match` that lists every variant, here and in the crates
+//! that decide something per provider: no `_ =>` arm and no `matches!` on a `ProviderKind`
+//! (a tidy test, `xtask/tests/tidy.rs`, refuses them), so that a new variant is a compile
+//! error at each place that must decide for it.
 
 use std::fmt;
 use std::str::FromStr;
@@ -39,9 +44,14 @@ impl ProviderKind {
             .find(|kind| kind.name().eq_ignore_ascii_case(name))
     }
 
-    /// True for the providers that run on GPUs through the shim library.
+    /// True for the providers that run on GPUs through the shim library (those of [`GPU`]).
+    ///
+    /// [`GPU`]: Self::GPU
     pub const fn is_gpu(self) -> bool {
-        !matches!(self, Self::Host)
+        match self {
+            Self::Host => false,
+            Self::Nvshmem | Self::Rocshmem => true,
+        }
     }
 
     /// File name of the shim library a GPU provider loads (`libsymmem_shim_nvshmem.so`);
@@ -113,16 +123,26 @@ mod tests {
             ProviderKind::Rocshmem.shim_library().as_deref(),
             Some("libsymmem_shim_rocshmem.so")
         );
+        let gpu: Vec<ProviderKind> = ProviderKind::ALL
+            .into_iter()
+            .filter(|k| k.is_gpu())
+            .collect();
         assert_eq!(
-            ProviderKind::ALL.iter().filter(|k| k.is_gpu()).count(),
-            ProviderKind::GPU.len()
+            gpu,
+            ProviderKind::GPU,
+            "GPU lists the providers is_gpu says"
         );
+        for kind in ProviderKind::ALL {
+            assert_eq!(kind.shim_library().is_some(), kind.is_gpu(), "{kind}");
+        }
     }
 
+    /// Also: `ALL` lists every variant (clap's derive lists them all, by itself).
     #[cfg(feature = "clap")]
     #[test]
     fn clap_takes_the_same_names() {
         use clap::ValueEnum;
+        assert_eq!(ProviderKind::value_variants(), ProviderKind::ALL);
         for kind in ProviderKind::ALL {
             assert_eq!(
                 <ProviderKind as ValueEnum>::from_str(kind.name(), false),
