@@ -306,8 +306,11 @@ pub fn test(sh: &xshell::Shell, args: TestArgs) -> anyhow::Result<ExitCode> {
     let Some(engine) = args.container else {
         return args.matrix_run(SHIM_LIB.read_path()).exec(sh);
     };
-    if args.provider == Some(ProviderKind::Nvshmem) {
-        anyhow::bail!("--container runs the ROCm images, which have no NVSHMEM: drop --provider");
+    match args.provider {
+        Some(ProviderKind::Nvshmem) => anyhow::bail!(
+            "--container runs the ROCm images, which have no NVSHMEM: drop --provider"
+        ),
+        Some(ProviderKind::Host | ProviderKind::Rocshmem) | None => {}
     }
     let request = Request {
         provider: args.provider,

@@ -86,7 +86,8 @@ pub fn run(sh: &Shell, args: Args) -> anyhow::Result<()> {
     check_shim(&built, args.shim.backend, args.shim.arch.as_ref())?;
     let runtime = match built.backend {
         ProviderKind::Nvshmem => Some(nvshmem_runtime(&built, &pins)?),
-        _ => None,
+        // rocSHMEM is linked into the shim; the host provider has none (`installed` refuses it).
+        ProviderKind::Rocshmem | ProviderKind::Host => None,
     };
     let version = package_version(sh, &root)?;
     let commit = checkout_commit(sh, &root);
@@ -282,7 +283,11 @@ impl BuildInfo {
             GpuTargets::Cuda(list) => list.iter().map(ToString::to_string).collect(),
             GpuTargets::Hip(list) => list.iter().map(ToString::to_string).collect(),
         };
-        let rocshmem = built.backend == ProviderKind::Rocshmem;
+        // Whose fields the SHMEM library's version and commit go to (NVSHMEM's: the runtime's).
+        let rocshmem = match built.backend {
+            ProviderKind::Rocshmem => true,
+            ProviderKind::Nvshmem | ProviderKind::Host => false,
+        };
         Self {
             backend: built.backend.name(),
             library: built.backend.shim_library().unwrap_or_default(),

@@ -534,12 +534,14 @@ pub fn installed(out: &Path) -> anyhow::Result<Installed> {
                 None => (None, None),
             }
         }
-        _ => (
+        ProviderKind::Nvshmem => (
             input(NVSHMEM_VERSION_KEY)
                 .filter(|v| *v != UNKNOWN_VERSION)
                 .map(str::to_string),
             None,
         ),
+        // Refused above: a stamp names a GPU provider.
+        ProviderKind::Host => (None, None),
     };
     Ok(Installed {
         library,
@@ -549,6 +551,9 @@ pub fn installed(out: &Path) -> anyhow::Result<Installed> {
         shmem_commit,
     })
 }
+
+/// Why `--backend host` is refused.
+const HOST_HAS_NO_SHIM: &str = "the host provider has no shim: build-shim takes a GPU provider";
 
 /// What one shim build needs, decided before CMake runs.
 struct Setup {
@@ -641,7 +646,7 @@ pub fn default_out(target: &Path, backend: ProviderKind) -> PathBuf {
 /// The out folder of a run: `--out-dir`, else the backend's default.
 fn out_dir(ws: &Workspace, args: &Args) -> anyhow::Result<PathBuf> {
     if !args.backend.is_gpu() {
-        bail!("the host provider has no shim: build-shim takes a GPU provider");
+        bail!("{HOST_HAS_NO_SHIM}");
     }
     let out = args
         .out_dir
@@ -663,9 +668,7 @@ fn setup(sh: &Shell, ws: &Workspace, args: &Args, out: PathBuf) -> anyhow::Resul
     }
     let mut rocm_path_exported = None;
     let library = match backend {
-        ProviderKind::Host => {
-            bail!("the host provider has no shim: build-shim takes a GPU provider")
-        }
+        ProviderKind::Host => bail!("{HOST_HAS_NO_SHIM}"),
         ProviderKind::Nvshmem => nvshmem_setup(args, &mut defines)?,
         ProviderKind::Rocshmem => {
             let library = rocshmem_setup(sh, args, &mut defines)?;
@@ -753,10 +756,12 @@ fn missing_entry_points(setup: &Setup, symbols: &[String], log: &Path) -> anyhow
              and pass the prefix it prints (--rocshmem-home, or ROCSHMEM_HOME)",
             crate::rocshmem::support::WHY
         ),
-        _ => "the shim needs NVSHMEM 3.x or newer. Fix: point --nvshmem-home (or NVSHMEM_HOME) \
-              at an NVSHMEM 3.x install (`source scripts/gpu/nvshmem-sdk.sh` fetches the \
-              pinned one)"
+        ProviderKind::Nvshmem => "the shim needs NVSHMEM 3.x or newer. Fix: point \
+                                  --nvshmem-home (or NVSHMEM_HOME) at an NVSHMEM 3.x install \
+                                  (`source scripts/gpu/nvshmem-sdk.sh` fetches the pinned one)"
             .into(),
+        // `setup` refuses it before anything is linked.
+        ProviderKind::Host => HOST_HAS_NO_SHIM.into(),
     };
     anyhow::anyhow!(
         "linking the {} shim failed: {} does not define {}{} (see {}), which the shim calls: \

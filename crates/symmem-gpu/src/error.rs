@@ -23,29 +23,40 @@ pub(crate) fn no_gpu(backend: ProviderKind, reason: String) -> GpuError {
     GpuError::Unavailable {
         backend,
         reason,
-        fix: format!(
-            "run on a machine with a GPU and its driver ({})",
-            match backend {
-                ProviderKind::Rocshmem => "AMD, with /dev/kfd and /dev/dri accessible",
-                _ => "NVIDIA, driver new enough for the CUDA the shim was built with",
+        fix: match backend {
+            ProviderKind::Nvshmem => {
+                gpu_and_driver("NVIDIA, driver new enough for the CUDA the shim was built with")
             }
-        ),
+            ProviderKind::Rocshmem => gpu_and_driver("AMD, with /dev/kfd and /dev/dri accessible"),
+            // Refused as `NotGpu` before anything looks for a GPU.
+            ProviderKind::Host => host_needs_no_gpu(),
+        },
     }
+}
+
+fn gpu_and_driver(which: &str) -> String {
+    format!("run on a machine with a GPU and its driver ({which})")
+}
+
+fn host_needs_no_gpu() -> String {
+    "the host provider needs no GPU and no shim: start it with the symmem-host crate".into()
 }
 
 fn library_fix(backend: ProviderKind) -> String {
     match backend {
+        ProviderKind::Nvshmem => format!(
+            "build it with `cargo xtask build-shim --backend nvshmem` (or set {}), and put \
+             NVSHMEM's lib folder (libnvshmem_host.so.3) on LD_LIBRARY_PATH",
+            SHIM_LIB.name
+        ),
         ProviderKind::Rocshmem => format!(
             "build rocSHMEM and the shim with `cargo xtask build-rocshmem --arch <gfx>` and \
              `cargo xtask build-shim --backend rocshmem` (or set {}), with ROCm's libraries on \
              LD_LIBRARY_PATH",
             SHIM_LIB.name
         ),
-        _ => format!(
-            "build it with `cargo xtask build-shim --backend nvshmem` (or set {}), and put \
-             NVSHMEM's lib folder (libnvshmem_host.so.3) on LD_LIBRARY_PATH",
-            SHIM_LIB.name
-        ),
+        // Refused as `NotGpu` before any library is loaded.
+        ProviderKind::Host => host_needs_no_gpu(),
     }
 }
 

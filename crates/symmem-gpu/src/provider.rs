@@ -101,7 +101,7 @@ enum Role {
 pub fn check_nodes(backend: ProviderKind, identity: &RankIdentity) -> Result<(), GpuError> {
     match (backend, symmem::spans_nodes(identity)) {
         (ProviderKind::Rocshmem, Some(evidence)) => Err(GpuError::RocshmemSingleNode { evidence }),
-        _ => Ok(()),
+        (ProviderKind::Rocshmem, None) | (ProviderKind::Nvshmem | ProviderKind::Host, _) => Ok(()),
     }
 }
 
@@ -115,7 +115,7 @@ fn check_topology(backend: ProviderKind, topology: &Topology) -> Result<(), GpuE
                 topology.host_count()
             ),
         }),
-        _ => Ok(()),
+        ProviderKind::Rocshmem | ProviderKind::Nvshmem | ProviderKind::Host => Ok(()),
     }
 }
 

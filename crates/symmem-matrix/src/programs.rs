@@ -70,6 +70,15 @@ fn gpu_providers() -> String {
     names.join(" and ")
 }
 
+/// What building `backend`'s shim needs, for messages; `None` for a provider without one.
+fn shim_needs(backend: ProviderKind) -> Option<&'static str> {
+    match backend {
+        ProviderKind::Host => None,
+        ProviderKind::Nvshmem => Some("nvcc and NVSHMEM"),
+        ProviderKind::Rocshmem => Some("ROCm and `cargo xtask build-rocshmem`"),
+    }
+}
+
 /// The shim library handed to the ranks of a GPU provider: `--shim-lib`, else
 /// `$SYMMEM_SHIM_LIB`, else the provider's own default (the library next to the program the
 /// ranks run). It must exist: a provider the user named is never quietly skipped.
@@ -78,7 +87,7 @@ pub fn shim_library(
     backend: ProviderKind,
     ranks_run: &Path,
 ) -> anyhow::Result<PathBuf> {
-    let Some(file) = backend.shim_library() else {
+    let (Some(file), Some(needs)) = (backend.shim_library(), shim_needs(backend)) else {
         bail!(
             "provider {backend} has no shim library: only {} do",
             gpu_providers()
@@ -98,10 +107,7 @@ pub fn shim_library(
             SHIM_LIB.name,
             ranks_run.display(),
             backend.name(),
-            match backend {
-                ProviderKind::Rocshmem => "ROCm and `cargo xtask build-rocshmem`",
-                _ => "nvcc and NVSHMEM",
-            }
+            needs
         );
     }
     Ok(std::path::absolute(&path)?)

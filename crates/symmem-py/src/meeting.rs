@@ -63,8 +63,10 @@ pub(crate) fn arrive(
             // The provider's own settings, read after the meeting: an invalid one refuses now.
             let invalid = match kind {
                 symmem::ProviderKind::Host => symmem::settings::HOST_HEAP_SIZE.get().err(),
-                _ => (symmem::settings::GPU_HEAP_SIZE.read().err())
-                    .or(symmem::settings::DEVICE.read().err()),
+                symmem::ProviderKind::Nvshmem | symmem::ProviderKind::Rocshmem => {
+                    (symmem::settings::GPU_HEAP_SIZE.read().err())
+                        .or(symmem::settings::DEVICE.read().err())
+                }
             };
             if let Some(e) = invalid {
                 arrival.refuse(e.to_string());

@@ -6,8 +6,8 @@
 //!
 //! Who touches what: nothing here is shared between threads. [`provider_kind`] is the Python
 //! thread's, before any request; everything else runs on the session thread, inside a request.
-//! A new provider is a variant of `AnySession`, an arm of `on_session!` and of
-//! `start_session`, and a `Provider` impl, all in this file.
+//! A new provider is a variant of `AnySession`, an arm of `on_session!`, of `start_session`
+//! and of `dlpack_device_type`, and a `Provider` impl, all in this file.
 
 use super::state::{Provider, Session, Table};
 use super::{Fail, Options};
@@ -157,7 +157,7 @@ pub(super) fn start_session(kind: ProviderKind, options: Options) -> Result<AnyS
             };
             let provider = provider.map_err(symmem::Error::from)?;
             let cpu = DLDevice {
-                device_type: KDL_CPU,
+                device_type: dlpack_device_type(kind),
                 device_id: 0,
             };
             let session = Session::new(Context::new(provider), cpu, identity);
@@ -183,16 +183,22 @@ pub(super) fn start_session(kind: ProviderKind, options: Options) -> Result<AnyS
             };
             let provider = provider.map_err(fail)?;
             let device = DLDevice {
-                device_type: match kind {
-                    ProviderKind::Rocshmem => KDL_ROCM,
-                    _ => KDL_CUDA,
-                },
+                device_type: dlpack_device_type(kind),
                 device_id: provider.device(),
             };
             let session = Session::new(Context::new(provider), device, identity);
             AnySession::Gpu(Box::new(session))
         }
     })
+}
+
+/// The DLPack device type of `kind`'s memory: what torch and the others see the tensors on.
+fn dlpack_device_type(kind: ProviderKind) -> i32 {
+    match kind {
+        ProviderKind::Host => KDL_CPU,
+        ProviderKind::Nvshmem => KDL_CUDA,
+        ProviderKind::Rocshmem => KDL_ROCM,
+    }
 }
 
 /// `config` with the package's own shim library, where the user named none
