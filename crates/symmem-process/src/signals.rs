@@ -6,13 +6,13 @@
 //! inherit the ignore unless they are started with [`default_signals`](crate::default_signals).
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use signal_hook::SigId;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 
-use crate::sys::{self, Disposition};
+use crate::sys::{self, Caught, Disposition};
 
 /// The signals a guard records.
 const SIGNALS: [i32; 3] = [SIGINT, SIGTERM, SIGHUP];
@@ -33,23 +33,6 @@ struct State {
     /// Per signal of [`SIGNALS`]: whether signal-hook's handler is installed (it stays for the
     /// life of the process once it is).
     handled: [bool; SIGNALS.len()],
-}
-
-/// What one guard received: the first signal and how many.
-#[derive(Default)]
-pub(crate) struct Caught {
-    first: AtomicUsize,
-    count: AtomicUsize,
-}
-
-impl Caught {
-    /// Records `signal`. Async-signal-safe (atomics only): it runs in the signal handler.
-    pub(crate) fn record(&self, signal: usize) {
-        let _ = self
-            .first
-            .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
-        self.count.fetch_add(1, Ordering::SeqCst);
-    }
 }
 
 /// The signal handlers could not be installed.

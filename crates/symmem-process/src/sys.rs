@@ -9,10 +9,9 @@ use std::io;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use signal_hook::SigId;
-
-use crate::signals::Caught;
 
 /// A signal's action as the process has it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +38,23 @@ pub(crate) fn disposition(signal: i32) -> Disposition {
         libc::SIG_DFL => Disposition::Default,
         libc::SIG_IGN => Disposition::Ignored,
         _ => Disposition::Handler,
+    }
+}
+
+/// What one guard received: the first signal and how many.
+#[derive(Default)]
+pub(crate) struct Caught {
+    pub(crate) first: AtomicUsize,
+    pub(crate) count: AtomicUsize,
+}
+
+impl Caught {
+    /// Records `signal`. Async-signal-safe (atomics only): it runs in the signal handler.
+    pub(crate) fn record(&self, signal: usize) {
+        let _ = self
+            .first
+            .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
+        self.count.fetch_add(1, Ordering::SeqCst);
     }
 }
 
