@@ -592,7 +592,7 @@ fn a_term_to_the_xtask_stops_its_compilers() {
 fn a_second_build_into_one_out_folder_is_refused_naming_the_first() {
     let Some(f) = fixture() else { return };
     let out_dir = f.root.join("out");
-    let lock = symmem_build::lock::OutLock::take(&out_dir, "build-rocshmem").unwrap();
+    let lock = LockHolder::start(&out_dir);
     let (out, _) = xtask(&f, &["--arch", "gfx942"], &[]);
     let t = text(&out);
     assert_eq!(out.status.code(), Some(1), "{t}");
@@ -603,7 +603,7 @@ fn a_second_build_into_one_out_folder_is_refused_naming_the_first() {
             "another build-rocshmem is building in {}",
             out_dir.display()
         ),
-        format!("pid {}, `", std::process::id()),
+        format!("pid {}, `", lock.pid()),
         "`, for ".into(),
         "wait for it to finish, or pass another --out-dir".into(),
     ] {
@@ -625,7 +625,7 @@ fn a_second_build_into_one_out_folder_is_refused_naming_the_first() {
         assert!(out.status.success(), "{read_only}: {}", text(&out));
     }
 
-    drop(lock);
+    lock.release();
     let (out, _) = xtask(&f, &["--arch", "gfx942"], &[]);
     assert!(out.status.success(), "{}", text(&out));
     let _lock = symmem_build::lock::OutLock::take(&out_dir, "build-rocshmem").unwrap();
@@ -635,4 +635,63 @@ fn a_second_build_into_one_out_folder_is_refused_naming_the_first() {
         "{}",
         text(&out)
     );
+}
+
+/// The environment variable that tells [`hold_out_lock`] which out folder to lock.
+const HOLD_OUT_DIR: &str = "BUILD_ROCSHMEM_TEST_HOLD_OUT_DIR";
+
+/// An out folder's lock held by a process of its own ([`hold_out_lock`]), not by this test
+/// process: a lock (flock) held here would also be held, until they exec, by the children
+/// other test threads fork meanwhile, so releasing it here would not free it at once.
+struct LockHolder {
+    child: std::process::Child,
+    /// Its output, open until it ends (it writes the test harness's lines there).
+    output: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl LockHolder {
+    fn start(out_dir: &Path) -> Self {
+        use std::io::{BufRead, Read};
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "hold_out_lock", "--nocapture"])
+            .env(HOLD_OUT_DIR, out_dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the lock holder");
+        let mut output = std::io::BufReader::new(child.stdout.take().unwrap());
+        let held = output
+            .by_ref()
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line == "held");
+        assert!(held, "the lock holder did not take the lock");
+        Self { child, output }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Ends the holder (it waits for its stdin to close): its lock goes with it.
+    fn release(mut self) {
+        drop(self.child.stdin.take());
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut self.output, &mut rest).unwrap();
+        assert!(
+            self.child.wait().unwrap().success(),
+            "the lock holder failed: {rest}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "the lock holder of the test above, which runs it"]
+fn hold_out_lock() {
+    let out = std::env::var_os(HOLD_OUT_DIR).expect("run by LockHolder");
+    let _lock = symmem_build::lock::OutLock::take(Path::new(&out), "build-rocshmem").unwrap();
+    println!("held");
+    // Until the test closes our stdin.
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut rest).unwrap();
 }
