@@ -367,14 +367,8 @@ fn blame(told: &Told<'_>) -> Option<(Outcome, Option<String>)> {
 
 /// The node the launcher placed `rank` on, when it says.
 fn node_of(told: &Told<'_>, rank: usize) -> Option<String> {
-    let mut first = 0;
-    for (count, node) in told.placed.iter().zip(told.nodes) {
-        if rank < first + count {
-            return Some(node.clone());
-        }
-        first += count;
-    }
-    None
+    let (index, _) = placement(told.placed, rank)?;
+    told.nodes.get(index).cloned()
 }
 
 /// What a rank's line tells the culprit rules.
@@ -411,10 +405,16 @@ fn said(
 
 /// The leader (lowest rank) of `rank`'s node, when the placement is known.
 fn leader(placed: &[usize], rank: usize) -> Option<usize> {
+    placement(placed, rank).map(|(_, first)| first)
+}
+
+/// Where `placed` (ranks per node, in rank order) puts `rank`: its node's index and that
+/// node's lowest rank.
+fn placement(placed: &[usize], rank: usize) -> Option<(usize, usize)> {
     let mut first = 0;
-    for &count in placed {
+    for (index, &count) in placed.iter().enumerate() {
         if rank < first + count {
-            return Some(first);
+            return Some((index, first));
         }
         first += count;
     }
