@@ -33,14 +33,14 @@ pub(crate) struct ListenPlan {
 
 /// This rank's plan (see the module docs).
 pub(crate) fn listen_plan() -> Result<ListenPlan, BootstrapError> {
-    let interfaces = interfaces();
     if let Some(filter) = SOCKET_IFNAME.read()? {
-        return chosen(&filter, &interfaces).map(|primary| ListenPlan {
+        return chosen(&filter, &interfaces()).map(|primary| ListenPlan {
             primary,
             fallback: None,
         });
     }
-    let fallback = || first_usable(&interfaces);
+    // The interfaces are read only where the host name gives no address other hosts reach.
+    let fallback = || first_usable(&interfaces());
     match node_address() {
         Ok(addr) if addr.is_loopback() => Ok(ListenPlan {
             primary: addr,
