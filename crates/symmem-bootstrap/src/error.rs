@@ -240,6 +240,15 @@ pub enum BootstrapError {
         centre: usize,
         waited: Duration,
     },
+    #[error(
+        "rank {rank} went away during start-up: it joined rank {centre}'s rendezvous, then ended \
+         before every rank was in (killed, or crashed?); see its output"
+    )]
+    LeftBeforeWelcome {
+        rank: usize,
+        /// The rank the star meets around: rank 0, or its node's leader across nodes.
+        centre: usize,
+    },
     #[error("rendezvous handshake refused: {0}")]
     Handshake(String),
     #[error(
@@ -517,6 +526,9 @@ impl BootstrapError {
             | Self::EngineTimeout { op, .. }
             | Self::EnginePeerLost { op, .. } => (Vec::new(), None, during(op)),
             Self::AcceptTimeout { missing, .. } => (missing.clone(), None, "start-up".into()),
+            Self::LeftBeforeWelcome { rank: lost, .. } => {
+                (vec![*lost], Some((*lost, None)), "start-up".into())
+            }
             Self::ConnectTimeout { centre, .. } | Self::NoWelcome { centre, .. } => {
                 (vec![*centre], None, "start-up".into())
             }
@@ -555,6 +567,10 @@ impl BootstrapError {
                 path,
                 waited,
             },
+            Self::LeftBeforeWelcome { rank, .. } => Self::LeftBeforeWelcome {
+                rank: job(rank),
+                centre: job(0),
+            },
             Self::NoWelcome { waited, .. } => Self::NoWelcome {
                 centre: job(0),
                 waited,
@@ -586,6 +602,7 @@ impl ProviderError for BootstrapError {
             | Self::AcceptTimeout { .. }
             | Self::ConnectTimeout { .. }
             | Self::NoWelcome { .. }
+            | Self::LeftBeforeWelcome { .. }
             | Self::EngineTimeout { .. }
             | Self::EnginePeerLost { .. } => Blame::AnotherRank,
             _ => Blame::ThisRank,

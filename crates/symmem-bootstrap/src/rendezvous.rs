@@ -183,8 +183,23 @@ fn welcome_all(
         nodes: nodes.clone(),
         protocol: PROTOCOL,
     };
-    for (stream, _) in &streams {
-        wire::send(stream, &welcome, None)?;
+    for (index, (stream, _)) in streams.iter().enumerate() {
+        wire::send(stream, &welcome, None).map_err(|e| match e {
+            // Its end of the stream closed after its hello: the rank went away (killed, or
+            // crashed) while the others were still coming. Name it, as a witness would.
+            BootstrapError::Io { cause, .. }
+                if matches!(
+                    cause.kind(),
+                    ErrorKind::BrokenPipe | ErrorKind::ConnectionReset
+                ) =>
+            {
+                BootstrapError::LeftBeforeWelcome {
+                    rank: index + 1,
+                    centre: 0,
+                }
+            }
+            other => other,
+        })?;
     }
     Ok((streams.into_iter().map(|(s, _)| s).collect(), nodes))
 }
@@ -519,6 +534,7 @@ impl Drop for TermGuard {
 mod tests {
     use super::*;
     use std::io::Read;
+    use symmem::{Blame, ProviderError};
 
     /// A rank of this job on another build of the control protocol (here 1): rank 0 refuses it
     /// at once naming both versions, and fails itself, instead of waiting for a rank that can
@@ -569,6 +585,61 @@ mod tests {
         }
         let mut rest = Vec::new();
         let _ = (&stream).read_to_end(&mut rest);
+    }
+
+    /// A rank that said hello and then went away (killed) while the others were still coming:
+    /// the centre names it as gone, a witness's error (no "broken pipe" of its own that would
+    /// make the centre the culprit), in job ranks once seen from a node's own star.
+    #[test]
+    fn a_rank_gone_after_its_hello_is_named_by_the_centre() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        let timeout = Duration::from_secs(10);
+        let rank0 = std::thread::spawn(move || accept_all(&path, 3, 0, timeout).map(drop));
+        let socket = dir.path().join(RENDEZVOUS_SOCKET);
+        let hello = |rank| {
+            let stream = loop {
+                match UnixStream::connect(&socket) {
+                    Ok(stream) => break stream,
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            };
+            let hello = Message::Hello {
+                rank,
+                world_size: 3,
+                job: own_job(),
+                node: 0,
+                protocol: PROTOCOL,
+            };
+            wire::send(&stream, &hello, None).unwrap();
+            stream
+        };
+        drop(hello(1));
+        let _rank2 = hello(2);
+        let err = rank0.join().unwrap().expect_err("rank 1 went away");
+        assert!(
+            matches!(
+                err,
+                BootstrapError::LeftBeforeWelcome { rank: 1, centre: 0 }
+            ),
+            "{err}"
+        );
+        assert_eq!(err.blame(), Blame::AnotherRank, "{err}");
+        let witness = err.witness(0).expect("a witness's error");
+        assert_eq!(witness.accused, vec![1]);
+        assert_eq!(witness.gone, Some((1, None)));
+        let on_node = err.on_node(&[4, 5, 6]);
+        assert!(
+            matches!(
+                on_node,
+                BootstrapError::LeftBeforeWelcome { rank: 5, centre: 4 }
+            ),
+            "{on_node}"
+        );
+        assert!(
+            on_node.to_string().starts_with("rank 5 went away"),
+            "{on_node}"
+        );
     }
 
     /// The same seen from a rank: a rank 0 of another protocol (here 9) welcomes it, and it
