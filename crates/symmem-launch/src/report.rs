@@ -407,17 +407,36 @@ impl RunReport {
                 reporters,
             } => self.write_peer_lost(f, culprits, *reason, reporters),
             Outcome::TimedOut { still_running } => {
-                let noun = if still_running.len() == 1 {
-                    "rank"
-                } else {
-                    "ranks"
-                };
-                write!(
-                    f,
-                    "timed out after {}; {noun} still running: {}",
-                    format_duration(self.timeout),
-                    rank_list(still_running)
-                )
+                let waited = format_duration(self.timeout);
+                match (still_running.as_slice(), &self.culprit_node) {
+                    ([], _) => write!(
+                        f,
+                        "timed out after {waited}; every rank had ended, but the launcher had \
+                         not exited"
+                    ),
+                    ([rank], Some(node)) if self.world > 1 => write!(
+                        f,
+                        "timed out after {waited}; rank {rank} on {node} still running (stopped, \
+                         or hung?) after the other ranks had finished"
+                    ),
+                    ([rank], None) if self.world > 1 => write!(
+                        f,
+                        "timed out after {waited}; rank {rank} still running (stopped, or \
+                         hung?) after the other ranks had finished"
+                    ),
+                    _ => {
+                        let noun = if still_running.len() == 1 {
+                            "rank"
+                        } else {
+                            "ranks"
+                        };
+                        write!(
+                            f,
+                            "timed out after {waited}; {noun} still running: {}",
+                            rank_list(still_running)
+                        )
+                    }
+                }
             }
             Outcome::Interrupted { signal } => {
                 let name = signal_name(*signal).unwrap_or("a signal");
@@ -754,7 +773,35 @@ mod tests {
             &[5],
             8,
         );
-        assert_eq!(r.to_string(), "timed out after 3s; rank still running: 5");
+        assert_eq!(
+            r.to_string(),
+            "timed out after 3s; rank 5 still running (stopped, or hung?) after the other ranks \
+             had finished"
+        );
+        let r = RunReport {
+            culprit_node: Some("node-b".into()),
+            ..r
+        };
+        assert!(
+            r.to_string().contains("rank 5 on node-b still running"),
+            "{r}"
+        );
+        let r = report(
+            Outcome::TimedOut {
+                still_running: vec![0],
+            },
+            &[0],
+            1,
+        );
+        assert_eq!(r.to_string(), "timed out after 3s; rank still running: 0");
+        let r = report(
+            Outcome::TimedOut {
+                still_running: vec![],
+            },
+            &[],
+            2,
+        );
+        assert!(r.to_string().contains("every rank had ended"), "{r}");
         let all: Vec<usize> = (0..256).collect();
         let r = report(
             Outcome::TimedOut {

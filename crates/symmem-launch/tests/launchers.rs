@@ -198,6 +198,11 @@ exit 0
 
 /// Runs a stand-in mpirun of 4 ranks (2 x 2) printing `body`'s output.
 fn mpirun_says(body: &str) -> RunReport {
+    mpirun_says_within(body, Duration::from_secs(30))
+}
+
+/// [`mpirun_says`] with the job's `timeout`.
+fn mpirun_says_within(body: &str, timeout: Duration) -> RunReport {
     let (_dir, mpirun) = stand_in("mpirun", body);
     let launcher = Launcher::Mpirun(Mpirun {
         program: mpirun,
@@ -205,11 +210,50 @@ fn mpirun_says(body: &str) -> RunReport {
     });
     let spec = LaunchSpec::new("/bin/true", 4)
         .layout(Layout::even(2, 2))
-        .timeout(Duration::from_secs(30))
+        .timeout(timeout)
         .grace(Duration::from_secs(1));
     launcher
         .launch(&spec, &mut |_| {})
         .expect("the stand-in runs")
+}
+
+/// A rank stopped after its last collective: the others finish (mpirun's log of states says
+/// so) and mpirun waits for it until the timeout. Only that rank is named as still running,
+/// with its node, not every rank; what mpirun logs once told to end the job (it calls the
+/// ranks it killed ended normally) does not count.
+#[test]
+fn at_the_timeout_only_the_ranks_mpirun_did_not_see_end_are_still_running() {
+    let state = |node: &str, rank: usize, state: &str| {
+        format!(
+            "echo '[{node}:14800] [[20282,0],0] ACTIVATE PROC [[20282,1],{rank}] STATE {state} \
+             AT ../../orte/mca/state/base/state_base_fns.c:640' >&2\n"
+        )
+    };
+    let mut body = String::new();
+    for (node, rank) in [("node-a", 0), ("node-a", 1), ("node-b", 2)] {
+        body += &state(node, rank, "NORMALLY TERMINATED");
+    }
+    body += &format!(
+        "trap \"{}exit 1\" TERM\nwhile :; do sleep 0.1; done\n",
+        state("node-b", 3, "NORMALLY TERMINATED").replace('\n', "; ")
+    );
+    let report = mpirun_says_within(&body, Duration::from_secs(1));
+    assert_eq!(
+        report.outcome,
+        Outcome::TimedOut {
+            still_running: vec![3]
+        },
+        "{report}"
+    );
+    assert_eq!(report.culprit_node.as_deref(), Some("b"));
+    let text = report.to_string();
+    assert!(
+        text.contains(
+            "rank 3 on b still running (stopped, or hung?) after the other ranks had \
+                       finished"
+        ),
+        "{text}"
+    );
 }
 
 /// M3: a rank that exits 0 before the others are done is named, with its node, from mpirun's

@@ -165,7 +165,20 @@ pub(crate) fn run(
         placed: &job.placed,
         nodes: &job.nodes,
     };
-    let (outcome, culprit_node) = outcome(job.name, &ended, &told);
+    // At the timeout: the ranks the launcher had already seen end (status 0) before it was
+    // told to end the job are not among those still running.
+    let (own_seen, log_seen) = ended.seen_at_stop;
+    let before_stop = [
+        &watch.own[..own_seen.min(watch.own.len())],
+        &watch.log[..log_seen.min(watch.log.len())],
+    ]
+    .concat();
+    let finished: BTreeSet<usize> = (job.reports)(&before_stop, ended.status)
+        .iter()
+        .filter(|r| r.how.success())
+        .map(|r| r.rank)
+        .collect();
+    let (outcome, culprit_node) = outcome(job.name, &ended, &told, &finished);
     Ok(RunReport {
         outcome,
         ranks: Vec::new(),
@@ -209,6 +222,9 @@ fn command(job: &Job<'_>, spec: &LaunchSpec, run_id: &str) -> Command {
 struct End {
     status: ExitStatus,
     stopped: Option<Why>,
+    /// How many of the launcher's own lines and of its kept log had come when it was
+    /// stopped: what it said of the ranks before being told to end them.
+    seen_at_stop: (usize, usize),
     /// Whether its group got SIGKILL (it outlived the grace period).
     killed: bool,
     /// Whether that was because it hung in its abort ([`Job::aborting`]).
@@ -244,15 +260,17 @@ struct Told<'a> {
     nodes: &'a [String],
 }
 
-fn outcome(launcher: &'static str, end: &End, told: &Told<'_>) -> (Outcome, Option<String>) {
+/// How the job ended, and the culprit's node where known; `finished`: the ranks the launcher
+/// said had ended with status 0 before it was stopped at the timeout.
+fn outcome(
+    launcher: &'static str,
+    end: &End,
+    told: &Told<'_>,
+    finished: &BTreeSet<usize>,
+) -> (Outcome, Option<String>) {
     match end.stopped {
         Some(Why::Signal(signal)) => return (Outcome::Interrupted { signal }, None),
-        Some(Why::Timeout) => {
-            // The launcher does not say which ranks were still running: all of them, as far
-            // as this side can tell.
-            let still_running = (0..told.ranks).collect();
-            return (Outcome::TimedOut { still_running }, None);
-        }
+        Some(Why::Timeout) => return timed_out(told, finished),
         None => {}
     }
     if end.status.success() {
@@ -268,6 +286,18 @@ fn outcome(launcher: &'static str, end: &End, told: &Told<'_>) -> (Outcome, Opti
             None,
         ),
     }
+}
+
+/// A job stopped at the timeout: the ranks still running then, all but those the launcher
+/// had seen end (mpirun's log of states says; srun says nothing of a task that exits 0),
+/// with the node of a lone one where the launcher placed the ranks itself.
+fn timed_out(told: &Told<'_>, finished: &BTreeSet<usize>) -> (Outcome, Option<String>) {
+    let still_running: Vec<usize> = (0..told.ranks).filter(|r| !finished.contains(r)).collect();
+    let node = match still_running.as_slice() {
+        [one] => node_of(told, *one),
+        _ => None,
+    };
+    (Outcome::TimedOut { still_running }, node)
 }
 
 /// The culprit of a failed job, by the failure policy, from what the launcher reported and
@@ -541,6 +571,7 @@ impl Watch<'_> {
     ) -> std::io::Result<End> {
         let deadline = start.checked_add(spec.timeout);
         let mut stopped: Option<(Why, Instant)> = None;
+        let mut seen_at_stop = (usize::MAX, usize::MAX);
         let mut killed = false;
         let mut abort_hung = false;
         loop {
@@ -552,6 +583,7 @@ impl Watch<'_> {
                 return Ok(End {
                     status,
                     stopped,
+                    seen_at_stop,
                     killed,
                     abort_hung,
                 });
@@ -566,6 +598,7 @@ impl Watch<'_> {
                 (None, Some(why)) => {
                     stop(child.id(), job.stop);
                     stopped = Some((why, now));
+                    seen_at_stop = (self.own.len(), self.log.len());
                 }
                 (Some((_, at)), _) if now >= at + spec.grace => killed = kill_group(child),
                 // Aborting for longer than the grace period: stuck in its abort, which a
