@@ -11,6 +11,7 @@ use crate::wire::PROTOCOL;
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use symmem::settings;
 use symmem::{Launcher, RankIdentity};
 
 /// Where a rank runs, as it tells the others when the engine opens: its card.
@@ -24,14 +25,20 @@ pub(crate) struct Place {
     pub(crate) emulated: u64,
     /// Its host name, for messages.
     pub(crate) name: String,
-    /// Rank 0's only: where the node leaders reach it, and the job secret.
-    pub(crate) root: Option<RootContact>,
+    /// Where the node leaders below it reach it, and the secret they prove: rank 0's (in a
+    /// job of two ranks or more), and any rank's that may lead a node of a tree
+    /// ([`Arrival::at`]).
+    pub(crate) contact: Option<Contact>,
     /// Rank 0's only: the job's name, 16 hex digits of the kernel's random source.
     pub(crate) job: Option<String>,
-    /// Rank 0's only, where it has no `root`: why it could not listen (its host name does not
+    /// Where it should listen but has no `contact`: why it could not (its host name does not
     /// resolve, or its address cannot be bound), for the leaders' error.
     #[serde(default)]
-    pub(crate) no_root: Option<String>,
+    pub(crate) no_contact: Option<String>,
+    /// Its [`CONTROL_FANOUT`](symmem::settings::CONTROL_FANOUT): every rank must build the
+    /// same tree.
+    #[serde(default)]
+    pub(crate) fanout: usize,
     /// The provider this rank starts (a group's meeting only): every rank must start the same.
     #[serde(default)]
     pub(crate) provider: Option<String>,
@@ -61,9 +68,10 @@ impl Place {
             host,
             emulated: node,
             name: address::host_name(),
-            root: None,
+            contact: None,
             job: None,
-            no_root: None,
+            no_contact: None,
+            fanout: 0,
             provider: None,
             refusal: None,
             base: match crate::rendezvous::rendezvous_base_id() {
@@ -77,9 +85,9 @@ impl Place {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct RootContact {
+pub(crate) struct Contact {
     pub(crate) addr: SocketAddr,
-    /// Where `addr` is a loopback address: the address rank 0 also listens on (same port) for
+    /// Where `addr` is a loopback address: the address it also listens on (same port) for
     /// leaders that do not share its loopback ([`address::dial`]).
     #[serde(default)]
     pub(crate) fallback: Option<IpAddr>,
@@ -118,8 +126,8 @@ impl Host {
 }
 
 /// One rank's arrival at the job's first meeting: its card ([`card`](Self::card)) for the
-/// all-gather, and, rank 0 of a job of two ranks or more, the listener the other nodes'
-/// leaders will reach. Made before the all-gather, kept until the links open
+/// all-gather, and, where it may lead nodes below it (rank 0 of a job of two ranks or more;
+/// see [`Arrival::at`]), the listener their leaders will reach. Made before the all-gather, kept until the links open
 /// ([`Bootstrap::meet`]).
 pub struct Arrival {
     pub(crate) acceptor: Option<Acceptor>,
@@ -141,7 +149,13 @@ impl Arrival {
         node: u64,
         launcher: Result<RankIdentity, String>,
     ) -> Result<Self, BootstrapError> {
-        let mut arrival = match Self::at(rank, world_size, node, Host::named()) {
+        // The launcher's local rank, where it speaks of this group: only a host's first rank
+        // can lead its node (any rank of an emulated node).
+        let may_lead = node != 0
+            || launcher
+                .as_ref()
+                .map_or(true, |l| l.world_size != world_size || l.local_rank == 0);
+        let mut arrival = match Self::at(rank, world_size, node, Host::named(), may_lead) {
             Ok(arrival) => arrival,
             Err(e @ (BootstrapError::WorldSizeZero | BootstrapError::RankOutOfRange { .. })) => {
                 return Err(e);
@@ -177,11 +191,17 @@ impl Arrival {
         self.place.provider = Some(name.to_string());
     }
 
+    /// Rank `rank`'s arrival. It listens for the node leaders below it when it may have some:
+    /// rank 0 (the root) in a job of two ranks or more, and, where the job may span more
+    /// nodes than rank 0 serves alone ([`CONTROL_FANOUT`](settings::CONTROL_FANOUT)), any rank
+    /// that `may_lead` a node (its host's first, as far as the launcher says): which ranks lead
+    /// which nodes is known only once every card is in, and the leaders below connect then.
     pub(crate) fn at(
         rank: usize,
         world_size: usize,
         node: u64,
         host: Host,
+        may_lead: bool,
     ) -> Result<Self, BootstrapError> {
         if world_size == 0 {
             return Err(BootstrapError::WorldSizeZero);
@@ -190,14 +210,17 @@ impl Arrival {
             return Err(BootstrapError::RankOutOfRange { rank, world_size });
         }
         let mut place = Place::bare(rank, world_size, node, host);
-        let mut acceptor = None;
+        place.fanout = settings::CONTROL_FANOUT.get()?;
         if rank == 0 {
             place.job = Some(job_name()?);
-            if world_size > 1 {
-                match open_root()? {
-                    Ok((open, contact)) => (acceptor, place.root) = (Some(open), Some(contact)),
-                    Err(why) => place.no_root = Some(why),
-                }
+        }
+        let tree_possible = world_size > place.fanout.saturating_add(1);
+        let listens = world_size > 1 && (rank == 0 || (tree_possible && may_lead));
+        let mut acceptor = None;
+        if listens {
+            match open_listener()? {
+                Ok((open, contact)) => (acceptor, place.contact) = (Some(open), Some(contact)),
+                Err(why) => place.no_contact = Some(why),
             }
         }
         Ok(Self { acceptor, place })
@@ -256,6 +279,13 @@ impl Arrival {
             .find_map(|(rank, p)| p.refusal.clone().map(|reason| (rank, reason)))
         {
             return Err(BootstrapError::RankRefused { rank, reason });
+        }
+        if let Some(rank) = (1..places.len()).find(|&r| places[r].fanout != places[0].fanout) {
+            return Err(BootstrapError::FanoutsDisagree {
+                rank,
+                fanout: places[rank].fanout,
+                first: places[0].fanout,
+            });
         }
         if let Some(rank) = (1..places.len()).find(|&r| places[r].provider != places[0].provider) {
             return Err(BootstrapError::ProvidersDisagree {
@@ -350,7 +380,7 @@ impl Meeting {
 /// cannot listen (no address, or it cannot be bound), why: an error only if the job turns out
 /// to span hosts.
 #[allow(clippy::type_complexity)]
-pub(crate) fn open_root() -> Result<Result<(Acceptor, RootContact), String>, BootstrapError> {
+pub(crate) fn open_listener() -> Result<Result<(Acceptor, Contact), String>, BootstrapError> {
     let plan = match address::listen_plan() {
         Ok(plan) => plan,
         Err(e @ BootstrapError::Setting(_)) => return Err(e),
@@ -359,7 +389,7 @@ pub(crate) fn open_root() -> Result<Result<(Acceptor, RootContact), String>, Boo
     let listener = match tcp::listen(plan.primary, 0) {
         Ok(listener) => listener,
         Err(e) => {
-            tracing::debug!(error = %e, "rank 0 cannot listen: the job must stay on one host");
+            tracing::debug!(error = %e, "cannot listen: no node leader can connect to this rank");
             return Ok(Err(e.to_string()));
         }
     };
@@ -367,7 +397,7 @@ pub(crate) fn open_root() -> Result<Result<(Acceptor, RootContact), String>, Boo
         .local_addr()
         .map_err(|e| BootstrapError::io("reading the leaders' listener's address", e))?;
     let secret = Secret::generate()?;
-    let contact = RootContact {
+    let contact = Contact {
         addr,
         fallback: plan.fallback,
         secret: secret.clone(),
@@ -375,13 +405,14 @@ pub(crate) fn open_root() -> Result<Result<(Acceptor, RootContact), String>, Boo
     Ok(Ok((Acceptor::start(listener, secret)?, contact)))
 }
 
-/// Why rank 0 has no listener, as its card says.
-pub(crate) fn no_root(places: &[Place]) -> BootstrapError {
+/// Why node leader `rank` (rank 0, or a leader with leaders below it) has no listener, as
+/// its card says.
+pub(crate) fn no_contact(places: &[Place], rank: usize) -> BootstrapError {
     BootstrapError::NodeAddress {
-        host: places[0].name.clone(),
-        cause: places[0]
-            .no_root
+        host: places[rank].name.clone(),
+        cause: places[rank]
+            .no_contact
             .clone()
-            .unwrap_or_else(|| "rank 0 could not listen on it".into()),
+            .unwrap_or_else(|| format!("rank {rank} could not listen on it")),
     }
 }

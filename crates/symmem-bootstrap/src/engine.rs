@@ -9,24 +9,27 @@
 //! - a group ([`Meeting`]): the program ran the all-gather itself (symmem's Python package over
 //!   a `torch.distributed` process group) and hands the cards in.
 //!
-//! A card says where its rank runs (its host, emulated node and host name) and, rank 0's, its
-//! TCP address (its node's address, on a port the kernel picks), the job secret it made
-//! ([`tcp::Secret`]) and the job's name (a group's ranks share no launcher job id to name
-//! their folders after).
+//! A card says where its rank runs (its host, emulated node and host name), rank 0's the job's
+//! name (a group's ranks share no launcher job id to name their folders after) and, each
+//! rank's that listens for node leaders below it (rank 0's, and where a tree may need it any
+//! host's first rank's: [`Arrival::at`]), its TCP address (its node's address, on a port the
+//! kernel picks) and the secret it made for its listener ([`tcp::Secret`]).
 //!
 //! Then the ranks of each host meet over their own Unix star (`<rendezvous>/node-<host>`, the
-//! host's lowest rank at its centre: its node leader), and every other node's leader connects
-//! to rank 0 over TCP, proving it holds the secret ([`tcp`]). Each collective runs over those
-//! links ([`nodes`](crate::nodes)): a star of node leaders around rank 0, each at the centre
-//! of its node's star.
+//! host's lowest rank at its centre: its node leader), and the node leaders form a tree
+//! ([`crate::tree`], [`CONTROL_FANOUT`](symmem::settings::CONTROL_FANOUT)): each connects to
+//! the leader above it over TCP, proving it holds that leader's secret ([`tcp`]), and takes
+//! the links of those below it. Each collective runs over those links
+//! ([`nodes`](crate::nodes)), each leader at the centre of its node's star.
 
 use crate::address;
-use crate::card::{Arrival, Host, Meeting, Place, no_root};
+use crate::card::{Arrival, Host, Meeting, Place, no_contact};
 use crate::exchange::root_exchange;
-use crate::nodes::{self, Call, LEAF_MARGIN, Leader, NODE_MARGIN, Node, Uplink};
+use crate::nodes::{self, Call, Leader, NODE_MARGIN, Node, TreeLinks, Uplink, leaf_margin};
 use crate::pmix::{Client, peer_lost};
 use crate::star::{self, StarEnd};
 use crate::tcp::{self, Acceptor};
+use crate::tree::Tree;
 use crate::wire::deadline_in;
 use crate::{BootstrapError, Gathered};
 use std::net::SocketAddr;
@@ -51,11 +54,10 @@ fn fence_wait(timeout: Duration) -> Duration {
 /// so every rank counts alike).
 static ENGINES: AtomicU64 = AtomicU64::new(0);
 
-/// This rank's links across nodes: the node's Unix star, and (a node leader) TCP to rank 0.
+/// This rank's links across nodes: the node's Unix star, and (a node leader) TCP to the
+/// leaders above and below it in the tree.
 enum Up {
-    /// Rank 0: every other node's leader.
-    Root(Vec<Leader>),
-    Leader(Uplink),
+    Tree(TreeLinks),
     /// Not a node leader, or the only node.
     None,
 }
@@ -74,6 +76,9 @@ pub(crate) struct NodeLinks {
     node: String,
     star: StarEnd,
     up: Up,
+    /// Levels of node leaders below rank 0's ([`Tree::levels`]): every rank's waits grow with
+    /// them.
+    levels: u32,
 }
 
 impl NodeLinks {
@@ -103,7 +108,7 @@ impl NodeLinks {
         }
         // Its launcher's death ends it, collectives or not (M5).
         crate::launcher_watch::start(rank);
-        let arrival = Arrival::at(rank, world_size, node, Host::of(&client))?;
+        let arrival = Arrival::at(rank, world_size, node, Host::of(&client), may_lead(node))?;
         let cards = rendezvous(&client, world_size, &arrival.card(), timeout)?;
         let places = arrival.read(&cards)?;
         Self::open(arrival, places, dir, deadline, timeout, Some(client))
@@ -157,12 +162,22 @@ impl NodeLinks {
             timeout,
         )
         .map_err(|e| e.on_node(&local_ranks))?;
-        let spans_hosts = (0..world_size).any(|r| !topology.same_host(r, 0));
-        let up = match (local_rank, acceptor) {
-            (0, Some(acceptor)) => accept_nodes(acceptor, &places, &topology, timeout)?,
-            // Rank 0 found no address to listen on, and other hosts need it: say why.
-            (0, None) if rank == 0 && spans_hosts => return Err(no_root(&places)),
-            (0, None) if !topology.same_host(rank, 0) => connect_up(rank, &places, deadline)?,
+        let groups = node_groups(&topology, world_size);
+        let tree = Tree::new(groups.len(), places[0].fanout);
+        let up = match local_rank {
+            0 if groups.len() > 1 => {
+                let index = groups
+                    .iter()
+                    .position(|g| g[0] == rank)
+                    .expect("a leader leads its node");
+                let links = Links {
+                    places: &places,
+                    groups: &groups,
+                    tree,
+                    index,
+                };
+                Up::Tree(links.open(acceptor, deadline, timeout)?)
+            }
             _ => Up::None,
         };
         let links = Self {
@@ -174,6 +189,7 @@ impl NodeLinks {
             node: place.name,
             star,
             up,
+            levels: tree.levels(),
         };
         Ok((links, topology))
     }
@@ -210,8 +226,7 @@ impl NodeLinks {
             leaves,
         };
         match &self.up {
-            Up::Root(leaders) => nodes::root_collective(&node, leaders, call),
-            Up::Leader(up) => nodes::leader_collective(&node, up, call),
+            Up::Tree(tree) => nodes::tree_collective(&node, tree, call),
             // Every rank on this one host: the plain star.
             Up::None if leaves.is_empty() => Ok(Gathered {
                 payloads: vec![payload.to_vec()],
@@ -233,7 +248,7 @@ impl NodeLinks {
             centre,
             self.world_size,
             self.timeout,
-            LEAF_MARGIN,
+            leaf_margin(self.levels),
             call.op,
             call.payload,
             call.fd,
@@ -281,106 +296,193 @@ fn check_shared_base(places: &[Place], local_ranks: &[usize]) -> Result<(), Boot
     })
 }
 
-/// Rank 0: the leaders of every other host, each proven to hold the secret.
-fn accept_nodes(
-    acceptor: Acceptor,
-    places: &[Place],
-    topology: &Topology,
-    timeout: Duration,
-) -> Result<Up, BootstrapError> {
-    // The leaders wait on their own nodes' ranks first: when one of those never comes, the
-    // leader's report (naming it) is out before rank 0 gives up on the leader.
-    let waited = timeout.saturating_add(NODE_MARGIN);
-    let deadline = deadline_in(waited);
-    let contact = places[0]
-        .root
-        .as_ref()
-        .expect("rank 0 published its contact");
+/// Whether this rank may lead a node, as far as the launcher says before the cards are in:
+/// its host's first rank (local rank 0), any rank of an emulated node, or any rank where the
+/// launcher gives no local rank.
+fn may_lead(node: u64) -> bool {
+    node != 0
+        || symmem::RankIdentity::from_env()
+            .ok()
+            .is_none_or(|identity| identity.local_rank == 0)
+}
+
+/// The ranks of each host, the hosts in order of their lowest rank (rank 0's first): the
+/// nodes of the tree, each led by its first rank.
+fn node_groups(topology: &Topology, world_size: usize) -> Vec<Vec<usize>> {
     let mut groups: Vec<Vec<usize>> = Vec::new();
-    for rank in 0..places.len() {
+    for rank in 0..world_size {
         match groups.iter_mut().find(|g| topology.same_host(g[0], rank)) {
             Some(group) => group.push(rank),
             None => groups.push(vec![rank]),
         }
     }
-    groups.retain(|g| !topology.same_host(g[0], 0));
-    let expected: Vec<usize> = groups.iter().map(|g| g[0]).collect();
-    // Leaders that cannot reach rank 0's loopback address dial the fallback: listen there too.
-    let dialled: Vec<SocketAddr> = expected
-        .iter()
-        .map(|&leader| leader_dials(places, leader))
-        .collect::<Result<_, _>>()?;
-    if let Some(&other) = dialled.iter().find(|a| **a != contact.addr) {
-        acceptor.add(tcp::listen(other.ip(), other.port())?)?;
-    }
-    let links = match acceptor.leaders(&expected, deadline) {
-        Ok(links) => links,
-        Err(missing) => {
-            return Err(BootstrapError::LeadersMissing {
-                missing,
-                addr: dialled.first().copied().unwrap_or(contact.addr),
-                waited,
-            });
-        }
-    };
-    let leaders = groups
-        .into_iter()
-        .zip(links)
-        .map(|(ranks, link)| Leader {
-            rank: ranks[0],
-            node: places[ranks[0]].name.clone(),
-            ranks,
-            link,
-        })
-        .collect();
-    Ok(Up::Root(leaders))
+    groups
 }
 
-/// The address node leader `leader` dials for rank 0 ([`address::dial`]); where it has none,
-/// the error rank 0 and that leader both give at once.
-fn leader_dials(places: &[Place], leader: usize) -> Result<SocketAddr, BootstrapError> {
-    let Some(contact) = places[0].root.as_ref() else {
-        return Err(no_root(places));
+/// A node leader's view of the tree as it opens its links.
+struct Links<'a> {
+    places: &'a [Place],
+    /// The ranks of each node ([`node_groups`]).
+    groups: &'a [Vec<usize>],
+    tree: Tree,
+    /// This leader's node.
+    index: usize,
+}
+
+impl Links<'_> {
+    fn leader(&self, node: usize) -> usize {
+        self.groups[node][0]
+    }
+
+    /// Connects up to the leader above (proving the secret it published), then takes the
+    /// links of the leaders below as they prove theirs; the listener closes.
+    fn open(
+        &self,
+        acceptor: Option<Acceptor>,
+        deadline: std::time::Instant,
+        timeout: Duration,
+    ) -> Result<TreeLinks, BootstrapError> {
+        let me = self.leader(self.index);
+        let below: Vec<usize> = self.tree.children(self.index).collect();
+        // A leader with leaders below it found no address to listen on: say why, at once.
+        let acceptor = match acceptor {
+            Some(acceptor) if !below.is_empty() => Some(acceptor),
+            None if !below.is_empty() => return Err(no_contact(self.places, me)),
+            _ => None,
+        };
+        let parent = match self.tree.parent(self.index) {
+            Some(above) => Some(self.connect_up(self.leader(above), deadline)?),
+            None => None,
+        };
+        let children = match acceptor {
+            Some(acceptor) => self.accept_children(acceptor, &below, timeout)?,
+            None => Vec::new(),
+        };
+        Ok(TreeLinks {
+            parent,
+            children,
+            below: self.tree.below(self.index),
+            levels: self.tree.levels(),
+        })
+    }
+
+    /// The leaders of the nodes `below` this one, each proven to hold this leader's secret.
+    fn accept_children(
+        &self,
+        acceptor: Acceptor,
+        below: &[usize],
+        timeout: Duration,
+    ) -> Result<Vec<Leader>, BootstrapError> {
+        let me = self.leader(self.index);
+        // The leaders wait on their own nodes' ranks first: when one of those never comes, the
+        // leader's report (naming it) is out before this one gives up on the leader.
+        let waited = timeout.saturating_add(NODE_MARGIN);
+        let deadline = deadline_in(waited);
+        let contact = self.places[me]
+            .contact
+            .as_ref()
+            .expect("a leader that listens published its contact");
+        let expected: Vec<usize> = below.iter().map(|&node| self.leader(node)).collect();
+        // Leaders that cannot reach this one's loopback address dial the fallback: listen
+        // there too.
+        let dialled: Vec<SocketAddr> = expected
+            .iter()
+            .map(|&leader| leader_dials(self.places, me, leader))
+            .collect::<Result<_, _>>()?;
+        if let Some(&other) = dialled.iter().find(|a| **a != contact.addr) {
+            acceptor.add(tcp::listen(other.ip(), other.port())?)?;
+        }
+        let links = match acceptor.leaders(&expected, deadline) {
+            Ok(links) => links,
+            Err(missing) => {
+                return Err(BootstrapError::LeadersMissing {
+                    missing,
+                    centre: me,
+                    addr: dialled.first().copied().unwrap_or(contact.addr),
+                    waited,
+                });
+            }
+        };
+        Ok(below
+            .iter()
+            .zip(links)
+            .map(|(&node, link)| {
+                let mut ranks: Vec<usize> = self
+                    .tree
+                    .subtree(node)
+                    .into_iter()
+                    .flat_map(|n| self.groups[n].iter().copied())
+                    .collect();
+                ranks.sort_unstable();
+                let rank = self.leader(node);
+                Leader {
+                    rank,
+                    node: self.places[rank].name.clone(),
+                    ranks,
+                    link,
+                }
+            })
+            .collect())
+    }
+
+    /// This leader's proven link to the leader `above` it.
+    fn connect_up(
+        &self,
+        above: usize,
+        deadline: std::time::Instant,
+    ) -> Result<Uplink, BootstrapError> {
+        let rank = self.leader(self.index);
+        let addr = leader_dials(self.places, above, rank)?;
+        let contact = self.places[above]
+            .contact
+            .as_ref()
+            .expect("leader_dials checked it");
+        // Another host's leader reaching an address of its own: the name of the leader
+        // above resolved to an address that every host claims (a hosts file copied to every
+        // host). It would retry until the timeout; say why at once.
+        if let Ok(own) = address::node_address()
+            && own == addr.ip()
+            && !own.is_loopback()
+        {
+            return Err(BootstrapError::SharedAddress {
+                centre: above,
+                root_host: self.places[above].name.clone(),
+                addr: own,
+                host: address::host_name(),
+            });
+        }
+        let link = tcp::connect_root(addr, &contact.secret, rank, deadline)
+            .map_err(|e| e.towards(above))?;
+        Ok(Uplink {
+            link,
+            rank: above,
+            node: self.places[above].name.clone(),
+        })
+    }
+}
+
+/// The address node leader `leader` dials for the leader `above` it ([`address::dial`]);
+/// where it has none, the error both give at once.
+fn leader_dials(
+    places: &[Place],
+    above: usize,
+    leader: usize,
+) -> Result<SocketAddr, BootstrapError> {
+    let Some(contact) = places[above].contact.as_ref() else {
+        return Err(no_contact(places, above));
     };
-    let (root, theirs) = (&places[0].loopback, &places[leader].loopback);
+    let (theirs, ours) = (&places[above].loopback, &places[leader].loopback);
     address::dial(
         contact.addr,
         contact.fallback,
-        root.as_deref(),
         theirs.as_deref(),
+        ours.as_deref(),
     )
     .ok_or_else(|| BootstrapError::LoopbackOnly {
-        root_host: places[0].name.clone(),
+        centre: above,
+        root_host: places[above].name.clone(),
         addr: contact.addr.ip(),
     })
-}
-
-/// A node leader of another host than rank 0's: its proven link to rank 0.
-fn connect_up(
-    rank: usize,
-    places: &[Place],
-    deadline: std::time::Instant,
-) -> Result<Up, BootstrapError> {
-    let addr = leader_dials(places, rank)?;
-    let contact = places[0].root.as_ref().expect("leader_dials checked it");
-    // Another host's leader reaching an address of its own: rank 0's name resolved to an
-    // address that every host claims (a hosts file copied to every host). It would retry
-    // until the timeout; say why at once.
-    if let Ok(own) = address::node_address()
-        && own == addr.ip()
-        && !own.is_loopback()
-    {
-        return Err(BootstrapError::SharedAddress {
-            root_host: places[0].name.clone(),
-            addr: own,
-            host: address::host_name(),
-        });
-    }
-    let link = tcp::connect_root(addr, &contact.secret, rank, deadline)?;
-    Ok(Up::Leader(Uplink {
-        link,
-        root_node: places[0].name.clone(),
-    }))
 }
 
 /// The one PMIx all-gather of the job: every rank's card.
@@ -431,7 +533,7 @@ fn rendezvous(
 mod tests {
     use super::*;
     use crate::Bootstrap;
-    use crate::card::RootContact;
+    use crate::card::Contact;
     use crate::tcp::Secret;
     use crate::wire::PROTOCOL;
     use std::net::{IpAddr, Ipv4Addr};
@@ -604,14 +706,14 @@ mod tests {
         let listener = tcp::listen(IpAddr::V4(root), 0).unwrap();
         let addr = listener.local_addr().unwrap();
         let secret = Secret::from_bytes([4; 32]);
-        let mut rank0 = Arrival::at(0, 2, 0, host("a")).unwrap();
-        rank0.place.root = Some(RootContact {
+        let mut rank0 = Arrival::at(0, 2, 0, host("a"), true).unwrap();
+        rank0.place.contact = Some(Contact {
             addr,
             fallback: fallback.map(IpAddr::V4),
             secret: secret.clone(),
         });
         rank0.acceptor = Some(Acceptor::start(listener, secret).unwrap());
-        let mut rank1 = Arrival::at(1, 2, 0, host("b")).unwrap();
+        let mut rank1 = Arrival::at(1, 2, 0, host("b"), true).unwrap();
         rank1.place.loopback = Some("another host".into());
         [rank0, rank1]
     }

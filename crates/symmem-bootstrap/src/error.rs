@@ -1,7 +1,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
-use symmem::settings::{BOOTSTRAP, COLLECTIVE_TIMEOUT, RENDEZVOUS, SOCKET_IFNAME};
+use symmem::settings::{BOOTSTRAP, COLLECTIVE_TIMEOUT, CONTROL_FANOUT, RENDEZVOUS, SOCKET_IFNAME};
 use symmem::{
     Blame, CollectiveMismatch, CollectiveOp, ProviderError, count_ranks, describe_ranks,
     format_duration,
@@ -37,6 +37,20 @@ pub enum CollectiveFailure {
         node: String,
         op: CollectiveOp,
     },
+    /// Seen by a node leader below another in a tree: the link to the one above closed. Not
+    /// a claim that it went away on its own: a leader stopped in the middle of the tree keeps
+    /// the others' verdict from the leaders below it, which then see it ended by the launcher.
+    /// Its own parent (or rank 0) names how it failed.
+    #[error(
+        "rank {rank}, the node leader above this node's (on node {node}), was lost during \
+         collective {op}: it went away, or the launcher ended it after another rank failed; see \
+         the launcher's report"
+    )]
+    AboveLost {
+        rank: usize,
+        node: String,
+        op: CollectiveOp,
+    },
     #[error("rank {rank} broke the control protocol during collective {op}: {what}")]
     Protocol {
         rank: usize,
@@ -44,14 +58,14 @@ pub enum CollectiveFailure {
         what: String,
     },
     #[error(
-        "a control frame between rank 0 and rank {leader}, the leader of node {node}, failed \
-         authentication during collective {op}: it was altered in transit, or does not come \
-         from this job, so the collective was stopped. Something on the network between rank \
-         0's node and node {node} changes or injects TCP traffic: find it (a middlebox, or an \
-         attacker), then start the job again"
+        "a control frame between rank {leader}, the leader of node {node}, and the node leader \
+         above it (rank 0 in a star) failed authentication during collective {op}: it was \
+         altered in transit, or does not come from this job, so the collective was stopped. \
+         Something on the network between node {node} and the node above it changes or injects \
+         TCP traffic: find it (a middlebox, or an attacker), then start the job again"
     )]
     Unauthenticated {
-        /// The node leader at the other end of the link from rank 0.
+        /// The node leader at the lower end of the link.
         leader: usize,
         node: String,
         op: CollectiveOp,
@@ -101,29 +115,34 @@ pub enum BootstrapError {
     )]
     NodeAddress { host: String, cause: String },
     #[error(
-        "cannot reach rank 0's control socket at {addr} ({cause}); let TCP from this node \
-         reach that address (firewall), and make rank 0's host name resolve to an address the \
-         other nodes reach"
+        "cannot reach rank {centre}'s control socket at {addr} ({cause}); let TCP from this node \
+         reach that address (firewall), and make rank {centre}'s host name resolve to an address \
+         the other nodes reach"
     )]
     RootUnreachable {
+        /// The node leader it dialled: rank 0, or the leader above this one in the tree.
+        centre: usize,
         addr: std::net::SocketAddr,
         cause: String,
     },
     #[error(
-        "the control socket at {addr} is not rank 0 of this job, or refused this node ({cause}); \
-         is another job's process at that address? Start the job again"
+        "the control socket at {addr} is not rank {centre} of this job, or refused this node \
+         ({cause}); is another job's process at that address? Start the job again"
     )]
     RootRefused {
+        centre: usize,
         addr: std::net::SocketAddr,
         cause: String,
     },
     #[error(
-        "the leaders of other nodes ({}) never reached rank 0 at {addr} within {}; let TCP \
-         from every node reach that address (firewall), and see those ranks' output",
+        "the leaders of other nodes ({}) never reached rank {centre} at {addr} within {}; let \
+         TCP from every node reach that address (firewall), and see those ranks' output",
         describe_ranks(.missing), format_duration(*.waited)
     )]
     LeadersMissing {
         missing: Vec<usize>,
+        /// The leader they were to reach: rank 0, or theirs in the tree.
+        centre: usize,
         addr: std::net::SocketAddr,
         waited: Duration,
     },
@@ -249,6 +268,16 @@ pub enum BootstrapError {
         /// The rank the star meets around: rank 0, or its node's leader across nodes.
         centre: usize,
     },
+    #[error(
+        "rank {rank} has {} {fanout} but rank 0 has {first}: every rank must build the same \
+         tree of node leaders; export the same value to every rank",
+        CONTROL_FANOUT.name
+    )]
+    FanoutsDisagree {
+        rank: usize,
+        fanout: usize,
+        first: usize,
+    },
     #[error("rendezvous handshake refused: {0}")]
     Handshake(String),
     #[error(
@@ -321,18 +350,21 @@ pub enum BootstrapError {
         launcher_world: usize,
     },
     #[error(
-        "rank 0's host {root_host} published {addr}, which this host ({host}) resolves its own \
-         name to as well, so no other host reaches rank 0 there: map each host's name to an \
+        "rank {centre}'s host {root_host} published {addr}, which this host ({host}) resolves its \
+         own name to as well, so no other host reaches rank {centre} there: map each host's name \
+         to an \
          address the other hosts reach, in /etc/hosts or DNS (Debian and Ubuntu map it to \
          127.0.1.1 in /etc/hosts by default)"
     )]
     SharedAddress {
+        centre: usize,
         root_host: String,
         addr: std::net::IpAddr,
         host: String,
     },
     #[error(
-        "rank 0 ({root_host}) listens for the other nodes on {addr}, a loopback address no other \
+        "rank {centre} ({root_host}) listens for the other nodes on {addr}, a loopback address no \
+         other \
          host reaches (its host name resolves to it and no other interface is up, or {0} names \
          a loopback interface): map {root_host} to an address the other hosts reach in \
          /etc/hosts or DNS (Debian and Ubuntu write `127.0.1.1 <host name>` there), or set {0} \
@@ -340,6 +372,7 @@ pub enum BootstrapError {
         SOCKET_IFNAME.name
     )]
     LoopbackOnly {
+        centre: usize,
         root_host: String,
         addr: std::net::IpAddr,
     },
@@ -518,6 +551,9 @@ impl BootstrapError {
                 node,
                 op,
             }) => (vec![*lost], Some((*lost, Some(node.clone()))), during(op)),
+            Self::Collective(CollectiveFailure::AboveLost { rank: lost, op, .. }) => {
+                (vec![*lost], None, during(op))
+            }
             Self::Collective(_) => return None,
             Self::RootGone { op }
             | Self::RootSilent { op, .. }
@@ -574,6 +610,24 @@ impl BootstrapError {
             Self::NoWelcome { waited, .. } => Self::NoWelcome {
                 centre: job(0),
                 waited,
+            },
+            other => other,
+        }
+    }
+
+    /// This error of a connection to a node leader, naming `centre` (rank 0, or the leader
+    /// above in a tree) as the one dialled.
+    pub(crate) fn towards(self, to: usize) -> Self {
+        match self {
+            Self::RootUnreachable { addr, cause, .. } => Self::RootUnreachable {
+                centre: to,
+                addr,
+                cause,
+            },
+            Self::RootRefused { addr, cause, .. } => Self::RootRefused {
+                centre: to,
+                addr,
+                cause,
             },
             other => other,
         }

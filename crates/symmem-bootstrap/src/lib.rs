@@ -16,10 +16,11 @@
 //!
 //! Across hosts the launcher's PMIx server carries the rendezvous only (`engine.rs`, through
 //! the client of `pmix.rs`): one all-gather at start publishes every rank's place and rank 0's
-//! TCP address and job secret. Collectives then run over the same wire protocol: each host's
-//! ranks over their own Unix star around the host's lowest rank (its node leader), the leaders
-//! over TCP to rank 0 (at the address `address.rs` chooses), each connection proving it holds
-//! the secret and tagging every frame (`tcp.rs`); rank 0 compares every call (`nodes.rs`).
+//! TCP address and job secret (and those of the node leaders that lead others). Collectives
+//! then run over the same wire protocol: each host's ranks over their own Unix star around the
+//! host's lowest rank (its node leader), the leaders in a tree over TCP (`tree.rs`; each at the
+//! address `address.rs` chooses), each connection proving it holds the secret and tagging
+//! every frame (`tcp.rs`); rank 0, at the root, compares every call (`nodes.rs`).
 //! [`Bootstrap::join`] picks the engine ([`symmem::choose_engine`]).
 //!
 //! A program that already runs an all-gather of its own (symmem's Python package over a
@@ -45,6 +46,7 @@ mod pmix;
 mod rendezvous;
 mod star;
 mod tcp;
+mod tree;
 mod wire;
 
 pub use bootstrap::Bootstrap;

@@ -1,19 +1,28 @@
-//! One collective across nodes, over symmem's own wire protocol: a star of node leaders around
-//! rank 0 over TCP, each leader at the centre of its node's Unix star.
+//! One collective across nodes, over symmem's own wire protocol: the node leaders in a tree
+//! over TCP ([`crate::tree`]: k-ary, rank 0's node at its root; a star around rank 0 where the
+//! fan-out covers every node), each leader at the centre of its node's Unix star.
 //!
 //! - every rank sends `Arrive` to its node leader (its node's lowest rank) over the Unix star;
-//! - a node leader gathers its node's calls and forwards them to rank 0 in one `NodeArrive`
-//!   over TCP (or one `Fail`, naming the rank it lost, when its node failed);
-//! - rank 0 gathers its own node and every leader, compares all calls
-//!   ([`CollectiveMismatch`] naming ranks), and answers every leader alike: `Release` with
-//!   every rank's payload, or `Fail`;
+//! - a node leader gathers its node's calls and those of the leaders below it, and forwards
+//!   them up in one `NodeArrive` over TCP (or one `Fail`, naming the rank it lost, when its
+//!   node or one below failed);
+//! - rank 0 gathers its own node and the leaders below it, compares all calls
+//!   ([`CollectiveMismatch`] naming ranks), and answers them alike: `Release` with every
+//!   rank's payload, or `Fail`; each leader hands the answer on to the leaders below it;
 //! - each leader answers its node's ranks, handing on the descriptors of its node (they never
 //!   leave it).
 //!
+//! A failure spreads over the tree from where it is found: a leader tells every link but the
+//! one it came from, and its node. Each leader waits for those below it a margin longer per
+//! level below ([`NODE_MARGIN`]), so the one nearest a lost or late rank speaks first and
+//! names it, never a leader in between. Rank 0's work per collective grows with the fan-out,
+//! not the node count; a call crosses the tree's levels up and its answer down.
+//!
 //! Every TCP frame is authenticated ([`tcp::Link`]). One that fails its tag ends the collective
-//! with [`CollectiveFailure::Unauthenticated`], naming the leader and node of its link: rank 0
-//! tells every rank at once; a leader that finds rank 0's answer forged tells its node at once
-//! and rank 0 by a `Fail`, which rank 0 (already released) meets at its next collective.
+//! with [`CollectiveFailure::Unauthenticated`], naming the lower leader and node of its link:
+//! the leader that finds it tells every link and its node at once; a leader that finds the
+//! answer from above forged also tells the leader above by a `Fail`, which that one (already
+//! released) meets at its next collective.
 
 use crate::exchange::{self, Arrival, Own, fail_all, release};
 use crate::tcp::Link;
@@ -24,29 +33,65 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 use symmem::{CollectiveMismatch, CollectiveOp};
 
-/// Rank 0's wait for the other nodes beyond the collective timeout: their leaders' own
-/// verdicts (which name the late rank) reach it first.
+/// A leader's wait for the leaders below it beyond the collective timeout, per level below
+/// it: their own verdicts (which name the late rank) reach it first.
 pub(crate) const NODE_MARGIN: Duration = Duration::from_secs(2);
-/// A node leader's wait for rank 0's answer beyond the collective timeout.
+/// A node leader's wait for the answer from above beyond rank 0's wait for the whole tree.
 const LEADER_MARGIN: Duration = Duration::from_secs(6);
-/// The other ranks' wait for their leader's answer beyond the collective timeout.
+/// The other ranks' wait for their leader's answer beyond the collective timeout, in a star
+/// ([`leaf_margin`] adds a [`NODE_MARGIN`] per level beyond the first).
 pub(crate) const LEAF_MARGIN: Duration = Duration::from_secs(8);
 
-/// A node leader, as rank 0 holds it.
+/// A node leader right below this one in the tree, as its parent holds it.
 pub(crate) struct Leader {
     pub(crate) rank: usize,
     /// Its node's name (host name).
     pub(crate) node: String,
-    /// The ranks of its node, in rank order (its own first).
+    /// The ranks of its node and of every node below it, in rank order (its own first).
     pub(crate) ranks: Vec<usize>,
     pub(crate) link: Link,
 }
 
-/// A node leader's link to rank 0.
+/// A node leader's link to the leader above it (rank 0 in a star).
 pub(crate) struct Uplink {
     pub(crate) link: Link,
-    /// Rank 0's node name.
-    pub(crate) root_node: String,
+    /// That leader's rank and node name.
+    pub(crate) rank: usize,
+    pub(crate) node: String,
+}
+
+/// A node leader's place in the tree ([`crate::tree`]): its links up and down, and how many
+/// levels of leaders lie below it and below the root (each waits in proportion).
+pub(crate) struct TreeLinks {
+    /// `None` at rank 0, the root.
+    pub(crate) parent: Option<Uplink>,
+    pub(crate) children: Vec<Leader>,
+    pub(crate) below: u32,
+    pub(crate) levels: u32,
+}
+
+impl TreeLinks {
+    /// How long this leader waits for its children's calls, from the collective's start: the
+    /// timeout, and [`NODE_MARGIN`] for each level below it, so that a leader's verdict on a
+    /// rank of its own (or on a child of its own) reaches it first.
+    fn children_wait(&self, timeout: Duration) -> Duration {
+        timeout.saturating_add(NODE_MARGIN * self.below.max(1))
+    }
+
+    /// How long a leader waits for the answer from above: past the root's wait for the whole
+    /// tree, by [`LEADER_MARGIN`].
+    fn answer_wait(&self, timeout: Duration) -> Duration {
+        timeout
+            .saturating_add(NODE_MARGIN * self.levels.saturating_sub(1))
+            .saturating_add(LEADER_MARGIN)
+    }
+}
+
+/// How long the ranks other than their node's leader wait for its answer, beyond the
+/// collective timeout, under a tree of `levels` levels below the root: past every leader's
+/// wait, by [`LEAF_MARGIN`] less [`LEADER_MARGIN`].
+pub(crate) fn leaf_margin(levels: u32) -> Duration {
+    LEAF_MARGIN.saturating_add(NODE_MARGIN * levels.saturating_sub(1))
 }
 
 /// What a centre of a node's star knows of its node.
@@ -123,47 +168,48 @@ fn globalize(failure: CollectiveFailure, node: &Node<'_>) -> CollectiveFailure {
     }
 }
 
-/// Rank 0's side of one collective (see the module docs).
-pub(crate) fn root_collective(
+/// A node leader's side of one collective (see the module docs): its node's calls and those
+/// of the leaders below it go up (rank 0, the root, checks them all); the answer comes down
+/// and goes on to the leaders below and the node's ranks.
+pub(crate) fn tree_collective(
     node: &Node<'_>,
-    leaders: &[Leader],
+    tree: &TreeLinks,
     call: Call<'_>,
 ) -> Result<Gathered, BootstrapError> {
+    let op = call.op;
     // Counted from the start: the leaders' own deadlines run meanwhile.
-    let waited = node.timeout.saturating_add(NODE_MARGIN);
-    let remote_deadline = deadline_in(waited);
+    let waited = tree.children_wait(node.timeout);
+    let children_deadline = deadline_in(waited);
     let (arrivals, mut calls) = match gather_node(node, &call) {
         Ok(gathered) => gathered,
         Err(BootstrapError::Collective(failure)) => {
-            return Err(fail_everyone(node, leaders, failure));
+            return Err(fail_around(node, tree, From::Here, failure));
         }
         Err(e) => return Err(e),
     };
-    let verdict = gather_leaders(leaders, remote_deadline, waited, call.op)
-        .and_then(|remote| {
-            calls.extend(remote);
-            in_rank_order(calls, node.world_size, call.op)
-        })
-        .and_then(|calls| {
-            let ops: Vec<CollectiveOp> = calls.iter().map(|c| c.op.clone()).collect();
-            match CollectiveMismatch::detect(&ops) {
-                Some(mismatch) => Err(CollectiveFailure::Mismatch(mismatch)),
-                None => Ok(calls),
-            }
-        });
-    let calls = match verdict {
-        Ok(calls) => calls,
-        Err(failure) => return Err(fail_everyone(node, leaders, failure)),
+    match gather_leaders(&tree.children, children_deadline, waited, op) {
+        Ok(below) => calls.extend(below),
+        Err(failure) => return Err(fail_around(node, tree, From::Below, failure)),
+    }
+    let payloads = match &tree.parent {
+        None => match verdict(calls, node.world_size, op) {
+            Ok(payloads) => payloads,
+            Err(failure) => return Err(fail_around(node, tree, From::Here, failure)),
+        },
+        Some(up) => match answer(node, tree, up, calls, op) {
+            Ok(payloads) => payloads,
+            Err((failure, from)) => return Err(fail_around(node, tree, from, failure)),
+        },
     };
     let message = Message::Release {
-        payloads: calls.into_iter().map(|c| c.payload).collect(),
+        payloads,
         fd_ranks: Vec::new(),
     };
     let frame = crate::wire::encode(&message)?;
-    for leader in leaders {
-        if let Err(e) = leader.link.send_frame(&frame) {
-            let rank = leader.rank;
-            tracing::warn!(rank, error = %e, "could not release a node from collective {}", call.op);
+    for child in &tree.children {
+        if let Err(e) = child.link.send_frame(&frame) {
+            let rank = child.rank;
+            tracing::warn!(rank, error = %e, "could not release a node from collective {op}");
         }
     }
     let Message::Release { payloads, .. } = message else {
@@ -175,7 +221,7 @@ pub(crate) fn root_collective(
     };
     Ok(release(
         node.leaves,
-        call.op,
+        op,
         node.ranks,
         payloads,
         arrivals,
@@ -183,17 +229,103 @@ pub(crate) fn root_collective(
     ))
 }
 
-/// Tells every leader and this node's ranks that the collective failed.
-fn fail_everyone(
+/// Rank 0's check of every rank's call: their payloads in rank order, or why not.
+fn verdict(
+    calls: Vec<NodeCall>,
+    world_size: usize,
+    op: &CollectiveOp,
+) -> Result<Vec<Vec<u8>>, CollectiveFailure> {
+    let calls = in_rank_order(calls, world_size, op)?;
+    let ops: Vec<CollectiveOp> = calls.iter().map(|c| c.op.clone()).collect();
+    match CollectiveMismatch::detect(&ops) {
+        Some(mismatch) => Err(CollectiveFailure::Mismatch(mismatch)),
+        None => Ok(calls.into_iter().map(|c| c.payload).collect()),
+    }
+}
+
+/// A leader below the root: sends `calls` (its node's and those below it) up, and waits for
+/// the answer: every rank's payload, or the failure and where it came from.
+fn answer(
     node: &Node<'_>,
-    leaders: &[Leader],
+    tree: &TreeLinks,
+    up: &Uplink,
+    calls: Vec<NodeCall>,
+    op: &CollectiveOp,
+) -> Result<Vec<Vec<u8>>, (CollectiveFailure, From)> {
+    // Rank 0 alone is above in a star: its leaders name it gone, as it went (it is the one
+    // that gives every verdict, so nothing else ends it first). Further down, see
+    // [`CollectiveFailure::AboveLost`].
+    let lost = || match up.rank {
+        0 => CollectiveFailure::GoneFromNode {
+            rank: up.rank,
+            node: up.node.clone(),
+            op: op.clone(),
+        },
+        rank => CollectiveFailure::AboveLost {
+            rank,
+            node: up.node.clone(),
+            op: op.clone(),
+        },
+    };
+    if up.link.send(&Message::NodeArrive { calls }).is_err() {
+        return Err((lost(), From::Above));
+    }
+    let waited = tree.answer_wait(node.timeout);
+    let failure = match up.link.recv(deadline_in(waited)) {
+        Ok(Received::Frame(Message::Release { payloads, .. }, _))
+            if payloads.len() == node.world_size =>
+        {
+            return Ok(payloads);
+        }
+        Ok(Received::Frame(Message::Fail { failure }, _)) => failure,
+        Ok(Received::Frame(other, _)) => protocol(up.rank, op, format!("answered {other:?}")),
+        // The leader above released its own node already: it learns of this at its next
+        // collective.
+        Err(BootstrapError::FrameUnauthenticated) => {
+            let failure = CollectiveFailure::Unauthenticated {
+                leader: node.ranks[0],
+                node: node.name.to_string(),
+                op: op.clone(),
+            };
+            return Err((failure, From::Here));
+        }
+        Ok(Received::Closed) | Err(_) => lost(),
+        Ok(Received::TimedOut) => CollectiveFailure::NeverArrived {
+            op: op.clone(),
+            missing: vec![up.rank],
+            waited_ms: waited.as_millis() as u64,
+        },
+    };
+    Err((failure, From::Above))
+}
+
+/// Where a failure that ends a collective at a leader was found.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum From {
+    /// Here: on this node, by this leader, or rank 0's verdict.
+    Here,
+    /// Below: a leader below said so, or this one found it gone or silent.
+    Below,
+    /// Above: the answer from above, or the leader above is gone or silent.
+    Above,
+}
+
+/// Tells every link of this leader but the one the failure came from, and this node's ranks,
+/// that the collective failed: a failure spreads over the whole tree from where it was found.
+fn fail_around(
+    node: &Node<'_>,
+    tree: &TreeLinks,
+    from: From,
     failure: CollectiveFailure,
 ) -> BootstrapError {
     let message = Message::Fail {
         failure: failure.clone(),
     };
-    for leader in leaders {
-        let _ = leader.link.send(&message);
+    if let (Some(up), false) = (&tree.parent, from == From::Above) {
+        let _ = up.link.send(&message);
+    }
+    for child in &tree.children {
+        let _ = child.link.send(&message);
     }
     fail_all(node.leaves, failure).into()
 }
@@ -305,77 +437,6 @@ fn receive_node(leader: &Leader, op: &CollectiveOp) -> Result<Vec<NodeCall>, Col
         }),
         Err(_) => Err(gone()),
     }
-}
-
-/// A node leader's side of one collective (see the module docs).
-pub(crate) fn leader_collective(
-    node: &Node<'_>,
-    up: &Uplink,
-    call: Call<'_>,
-) -> Result<Gathered, BootstrapError> {
-    let op = call.op;
-    let (arrivals, calls) = match gather_node(node, &call) {
-        Ok(gathered) => gathered,
-        Err(BootstrapError::Collective(failure)) => {
-            let failure = failure_up(up, failure);
-            return Err(fail_all(node.leaves, failure).into());
-        }
-        Err(e) => return Err(e),
-    };
-    let lost = || CollectiveFailure::GoneFromNode {
-        rank: 0,
-        node: up.root_node.clone(),
-        op: op.clone(),
-    };
-    if up.link.send(&Message::NodeArrive { calls }).is_err() {
-        return Err(fail_all(node.leaves, lost()).into());
-    }
-    let waited = node.timeout.saturating_add(LEADER_MARGIN);
-    let failure = match up.link.recv(deadline_in(waited)) {
-        Ok(Received::Frame(Message::Release { payloads, .. }, _))
-            if payloads.len() == node.world_size =>
-        {
-            let own = Own {
-                fd: call.fd,
-                fd_group: call.fd_group,
-            };
-            return Ok(release(
-                node.leaves,
-                op,
-                node.ranks,
-                payloads,
-                arrivals,
-                own,
-            ));
-        }
-        Ok(Received::Frame(Message::Fail { failure }, _)) => failure,
-        Ok(Received::Frame(other, _)) => protocol(0, op, format!("answered {other:?}")),
-        // Rank 0 released its own node already: it learns of this at its next collective.
-        Err(BootstrapError::FrameUnauthenticated) => failure_up(
-            up,
-            CollectiveFailure::Unauthenticated {
-                leader: node.ranks[0],
-                node: node.name.to_string(),
-                op: op.clone(),
-            },
-        ),
-        Ok(Received::Closed) | Err(_) => lost(),
-        Ok(Received::TimedOut) => CollectiveFailure::NeverArrived {
-            op: op.clone(),
-            missing: vec![0],
-            waited_ms: waited.as_millis() as u64,
-        },
-    };
-    Err(fail_all(node.leaves, failure).into())
-}
-
-/// Tells rank 0 that this node failed the collective; `failure` back.
-fn failure_up(up: &Uplink, failure: CollectiveFailure) -> CollectiveFailure {
-    let message = Message::Fail {
-        failure: failure.clone(),
-    };
-    let _ = up.link.send(&message);
-    failure
 }
 
 #[cfg(test)]
@@ -509,9 +570,15 @@ mod tests {
                 name: "node-b",
                 leaves: &leaves,
             };
-            let up = Uplink {
-                link: up,
-                root_node: "node-a".into(),
+            let tree = TreeLinks {
+                parent: Some(Uplink {
+                    link: up,
+                    rank: 0,
+                    node: "node-a".into(),
+                }),
+                children: Vec::new(),
+                below: 0,
+                levels: 1,
             };
             let mut got = Vec::new();
             for op in calls(op2, rounds)? {
@@ -521,7 +588,7 @@ mod tests {
                     fd: None,
                     fd_group: 0,
                 };
-                got = leader_collective(&node, &up, call)?.payloads;
+                got = tree_collective(&node, &tree, call)?.payloads;
             }
             Ok(got)
         });
@@ -534,12 +601,17 @@ mod tests {
                 name: "node-a",
                 leaves: &leaves,
             };
-            let leaders = [Leader {
-                rank: 2,
-                node: "node-b".into(),
-                ranks: vec![2, 3],
-                link: down,
-            }];
+            let tree = TreeLinks {
+                parent: None,
+                children: vec![Leader {
+                    rank: 2,
+                    node: "node-b".into(),
+                    ranks: vec![2, 3],
+                    link: down,
+                }],
+                below: 1,
+                levels: 1,
+            };
             let mut got = Vec::new();
             for op in calls(op0, rounds)? {
                 let call = Call {
@@ -548,7 +620,7 @@ mod tests {
                     fd: None,
                     fd_group: 0,
                 };
-                got = root_collective(&node, &leaders, call)?.payloads;
+                got = tree_collective(&node, &tree, call)?.payloads;
             }
             Ok(got)
         })();
@@ -716,6 +788,197 @@ mod tests {
                     assert_eq!(*waited_ms, waited, "rank {rank}: {failure}");
                     assert!(failure.to_string().contains("within 7s"), "{failure}");
                 }
+                other => panic!("rank {rank}: {other:?}"),
+            }
+        }
+    }
+
+    /// A job of `nodes` nodes in threads, two ranks each (node i: leader 2i, rank 2i + 1),
+    /// the leaders in a tree of fan-out `fanout` over TCP on loopback. `leaves_out`: ranks that
+    /// return before the collective (closing their links); `stopped`: a leader that stops this
+    /// long (holding its links) first. Each rank's outcome of `rounds` collectives.
+    fn run_tree(
+        nodes: usize,
+        fanout: usize,
+        rounds: u64,
+        timeout: Duration,
+        leaves_out: &[usize],
+        stopped: Option<(usize, Duration)>,
+    ) -> Vec<Outcome> {
+        let tree = crate::tree::Tree::new(nodes, fanout);
+        let world = 2 * nodes;
+        // Each node's link up (its end, the parent's end).
+        let mut ups: Vec<Option<Link>> = (0..nodes).map(|_| None).collect();
+        let mut downs: Vec<Vec<Leader>> = (0..nodes).map(|_| Vec::new()).collect();
+        for child in 1..nodes {
+            let (near, far) = socket_pair();
+            let keys = FrameKeys::fixed(child as u8);
+            ups[child] = Some(Link::new(near, &keys, End::Leader));
+            let mut ranks: Vec<usize> = tree
+                .subtree(child)
+                .into_iter()
+                .flat_map(|n| [2 * n, 2 * n + 1])
+                .collect();
+            ranks.sort_unstable();
+            downs[tree.parent(child).unwrap()].push(Leader {
+                rank: 2 * child,
+                node: format!("node-{child}"),
+                ranks,
+                link: Link::new(far, &keys, End::Root),
+            });
+        }
+        let payload = |rank: usize| vec![rank as u8; 3];
+        let mut threads = Vec::new();
+        for (index, (up, children)) in ups.into_iter().zip(downs).enumerate() {
+            let (centre, leaf) = UnixStream::pair().unwrap();
+            let (leader_rank, leaf_rank) = (2 * index, 2 * index + 1);
+            let leaf_out = leaves_out.contains(&leaf_rank);
+            let levels = tree.levels();
+            threads.push(std::thread::spawn(move || -> Outcome {
+                if leaf_out {
+                    return Err(BootstrapError::WorldSizeZero);
+                }
+                let mut got = Vec::new();
+                for seq in 1..=rounds {
+                    let margin = leaf_margin(levels);
+                    let payload = payload(leaf_rank);
+                    let gathered =
+                        leaf_exchange(&leaf, world, timeout, margin, &op(seq), &payload, None, 0);
+                    got = gathered?.payloads;
+                }
+                Ok(got)
+            }));
+            let out = leaves_out.contains(&leader_rank);
+            let stop = stopped.filter(|(r, _)| *r == leader_rank).map(|(_, d)| d);
+            let parent = up.map(|link| {
+                let above = tree.parent(index).unwrap();
+                Uplink {
+                    link,
+                    rank: 2 * above,
+                    node: format!("node-{above}"),
+                }
+            });
+            let links = TreeLinks {
+                parent,
+                children,
+                below: tree.below(index),
+                levels: tree.levels(),
+            };
+            threads.push(std::thread::spawn(move || -> Outcome {
+                if out {
+                    return Err(BootstrapError::WorldSizeZero);
+                }
+                std::thread::sleep(stop.unwrap_or_default());
+                let leaves = [centre];
+                let ranks = [leader_rank, leaf_rank];
+                let name = format!("node-{index}");
+                let node = Node {
+                    world_size: world,
+                    timeout,
+                    ranks: &ranks,
+                    name: &name,
+                    leaves: &leaves,
+                };
+                let mut got = Vec::new();
+                for seq in 1..=rounds {
+                    let call = Call {
+                        op: &op(seq),
+                        payload: &payload(leader_rank),
+                        fd: None,
+                        fd_group: 0,
+                    };
+                    got = tree_collective(&node, &links, call)?.payloads;
+                }
+                Ok(got)
+            }));
+        }
+        // Threads were started leaf, leader per node: put them in rank order.
+        let mut outcomes: Vec<(usize, Outcome)> = threads
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let rank = 2 * (i / 2) + (1 - i % 2);
+                (rank, t.join().unwrap())
+            })
+            .collect();
+        outcomes.sort_by_key(|(rank, _)| *rank);
+        outcomes.into_iter().map(|(_, o)| o).collect()
+    }
+
+    /// Seven nodes in a binary tree (three levels of leaders): every rank gets every payload,
+    /// round after round.
+    #[test]
+    fn a_tree_of_leaders_gathers_every_payload_in_rank_order() {
+        let outcomes = run_tree(7, 2, 3, TIMEOUT, &[], None);
+        let want: Vec<Vec<u8>> = (0..14u8).map(|r| vec![r; 3]).collect();
+        for (rank, outcome) in outcomes.into_iter().enumerate() {
+            assert_eq!(outcome.unwrap(), want, "rank {rank}");
+        }
+    }
+
+    /// A rank that leaves on a node two levels below rank 0's is named, with its node, on every
+    /// other rank: the failure spreads over the whole tree from where it was found.
+    #[test]
+    fn a_rank_gone_deep_in_the_tree_is_named_on_every_rank() {
+        let outcomes = run_tree(7, 2, 1, TIMEOUT, &[11], None);
+        for (rank, outcome) in outcomes.into_iter().enumerate() {
+            if rank == 11 {
+                continue;
+            }
+            match outcome {
+                Err(BootstrapError::Collective(CollectiveFailure::GoneFromNode {
+                    rank: 11,
+                    node,
+                    ..
+                })) => assert_eq!(node, "node-5", "rank {rank}"),
+                other => panic!("rank {rank}: {other:?}"),
+            }
+        }
+    }
+
+    /// A leader in the middle of the tree (node 1's, rank 2) that is gone is named by the
+    /// leaders above it (as gone) and below it (as their leader above, lost), and so by every
+    /// rank.
+    #[test]
+    fn a_lost_leader_in_the_middle_is_named_above_and_below_it() {
+        let outcomes = run_tree(7, 2, 1, TIMEOUT, &[2], None);
+        for (rank, outcome) in outcomes.into_iter().enumerate() {
+            if rank == 2 || rank == 3 {
+                // Rank 3 waited on its leader alone: its own error names the leader.
+                continue;
+            }
+            match outcome {
+                // Below it (nodes 3 and 4): their link up closed, which says nothing of why.
+                Err(BootstrapError::Collective(CollectiveFailure::AboveLost {
+                    rank: 2,
+                    node,
+                    ..
+                })) if (6..10).contains(&rank) => assert_eq!(node, "node-1", "rank {rank}"),
+                Err(BootstrapError::Collective(CollectiveFailure::GoneFromNode {
+                    rank: 2,
+                    node,
+                    ..
+                })) if !(6..10).contains(&rank) => assert_eq!(node, "node-1", "rank {rank}"),
+                other => panic!("rank {rank}: {other:?}"),
+            }
+        }
+    }
+
+    /// A leader in the middle of the tree stopped past rank 0's wait is named alone on every
+    /// rank: rank 0 gives up on it, and its leaders below learn it from rank 0's verdict once
+    /// it goes on, or wait it out themselves naming it.
+    #[test]
+    fn a_stopped_leader_in_the_middle_is_named_alone() {
+        let timeout = Duration::from_secs(1);
+        let root_wait = timeout + NODE_MARGIN * 2;
+        let stop = root_wait + Duration::from_millis(500);
+        let outcomes = run_tree(7, 2, 1, timeout, &[], Some((2, stop)));
+        for (rank, outcome) in outcomes.into_iter().enumerate() {
+            match outcome {
+                Err(BootstrapError::Collective(CollectiveFailure::NeverArrived {
+                    missing,
+                    ..
+                })) => assert_eq!(missing, [2], "rank {rank}"),
                 other => panic!("rank {rank}: {other:?}"),
             }
         }

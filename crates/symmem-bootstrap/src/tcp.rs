@@ -53,8 +53,8 @@ use std::time::{Duration, Instant};
 
 /// Opens every handshake (both directions), so that a stray client of another protocol is told
 /// apart at once. Its seventh byte is the control protocol's version ([`PROTOCOL`]: 2 since
-/// frames carry tags), so that a leader of an older build is refused at its handshake, not
-/// blamed for forged frames.
+/// frames carry tags, 3 since node leaders form a tree), so that a leader of an older build is
+/// refused at its handshake, not blamed for forged frames.
 const MAGIC: &[u8; 8] = &[b's', b'y', b'm', b'm', b'e', b'm', PROTOCOL as u8, 0];
 const NONCE: usize = 32;
 /// The length of an HMAC-SHA256: a handshake's proofs, a frame's key and its tag.
@@ -451,13 +451,19 @@ fn serve_handshake(stream: &TcpStream, secret: &Secret) -> Result<(usize, FrameK
 
 /// A node leader's side: connects to rank 0 at `addr` (retrying until it listens) and proves
 /// it holds `secret` as rank `rank`; rank 0 proves it in turn. The link, keyed for its frames.
+/// A leader below another in a tree connects to that one alike ([`BootstrapError::towards`]
+/// names it in the errors).
 pub(crate) fn connect_root(
     addr: SocketAddr,
     secret: &Secret,
     rank: usize,
     deadline: Instant,
 ) -> Result<Link, BootstrapError> {
-    let refused = |cause: String| BootstrapError::RootRefused { addr, cause };
+    let refused = |cause: String| BootstrapError::RootRefused {
+        centre: 0,
+        addr,
+        cause,
+    };
     // Rank 0 closes connections at once while it is flooded: connect again until its nonce
     // comes (bounded by `deadline`).
     let (stream, hello) = loop {
@@ -504,7 +510,11 @@ pub(crate) fn connect_root(
 
 /// A connection to `addr`, retried while nothing listens there yet (until `deadline`).
 fn connect(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, BootstrapError> {
-    let unreachable = |cause: String| BootstrapError::RootUnreachable { addr, cause };
+    let unreachable = |cause: String| BootstrapError::RootUnreachable {
+        centre: 0,
+        addr,
+        cause,
+    };
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {

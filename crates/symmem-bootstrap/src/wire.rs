@@ -14,7 +14,7 @@ use symmem::CollectiveOp;
 /// engines' cards and the TCP handshake carry it, and ranks of different versions refuse each
 /// other at once, naming both ([`BootstrapError::ProtocolMismatch`]). Raise it with any change
 /// to a message's meaning or layout (a build from before it had none: 0).
-pub(crate) const PROTOCOL: u32 = 2;
+pub(crate) const PROTOCOL: u32 = 3;
 
 /// Frames bigger than this are a protocol error (payloads are small: ids, sizes).
 const MAX_FRAME: usize = 16 << 20;

@@ -97,7 +97,11 @@ fn cluster(network: Network) -> Option<Cluster> {
 }
 
 fn named_cluster(network: Network, host_names: HostNames) -> Option<Cluster> {
-    match Cluster::up_named(2, network, host_names) {
+    cluster_of(2, network, host_names)
+}
+
+fn cluster_of(nodes: usize, network: Network, host_names: HostNames) -> Option<Cluster> {
+    match Cluster::up_named(nodes, network, host_names) {
         Ok(cluster) => Some(cluster),
         Err(e @ (ClusterError::NotRoot | ClusterError::ToolMissing { .. })) => {
             skip(e);
@@ -127,10 +131,22 @@ fn launch(
     env: &[(&str, &str)],
     fault: &mut dyn FnMut(),
 ) -> (RunReport, Vec<OutputLine>, usize) {
+    launch_on(cluster, 2, limit, env, fault)
+}
+
+/// [`launch`] with two ranks on each of the cluster's `nodes` nodes.
+fn launch_on(
+    cluster: &Cluster,
+    nodes: usize,
+    limit: Duration,
+    env: &[(&str, &str)],
+    fault: &mut dyn FnMut(),
+) -> (RunReport, Vec<OutputLine>, usize) {
     let me = std::env::current_exe().unwrap();
+    let ranks = 2 * nodes;
     let mut spec = LaunchSpec::new(cluster.visible(&me).unwrap(), 0)
         .args(["--ignored", "--exact", "rank_loop", "--nocapture"])
-        .layout(Layout::even(2, 2))
+        .layout(Layout::even(nodes, 2))
         .timeout(limit);
     for &(name, value) in env {
         spec = spec.env(name, value);
@@ -141,7 +157,7 @@ fn launch(
         .launch(&spec, &mut |line| {
             if line.rank.is_some() && line.text == "ready" {
                 ready += 1;
-                if ready == 4 {
+                if ready == ranks {
                     fault();
                 }
             }
@@ -409,5 +425,89 @@ fn a_rank_of_node_b_that_returns_early_is_named_and_the_others_are_witnesses() {
     assert_eq!(report.culprit_node.as_deref(), Some("node-b"), "{report}");
     others_are_witnesses(&report, LAST_B);
     witnesses_lost(&lines, &[0, 1, 2], "rank 3 on node node-b was lost");
+    nothing_left(cluster);
+}
+
+/// Three nodes of two ranks, their leaders in a chain (fan-out 1): node-a's leader (rank 0)
+/// at the root, node-b's (rank 2) in the middle, node-c's (rank 4) below it. Once every rank
+/// is ready, `fault` runs once.
+fn run_chain(
+    barriers: Option<&str>,
+    fault: &mut dyn FnMut(&Cluster),
+) -> Option<(Cluster, RunReport, Vec<OutputLine>)> {
+    let cluster = cluster_of(3, Network::Shared, HostNames::Addresses)?;
+    let mut env = vec![(symmem::settings::CONTROL_FANOUT.name, "1")];
+    if let Some(barriers) = barriers {
+        env.push((BARRIERS, barriers));
+    }
+    let limit = Duration::from_secs(60);
+    let (report, lines, ready) = launch_on(&cluster, 3, limit, &env, &mut || fault(&cluster));
+    assert_eq!(ready, 6, "{report}\n{}", show(&lines));
+    Some((cluster, report, lines))
+}
+
+/// Issue 44: the leaders in a tree of three levels (a chain) run a job to its end.
+#[test]
+fn a_job_whose_leaders_form_a_chain_of_three_nodes_passes() {
+    let Some((cluster, report, lines)) = run_chain(Some("200"), &mut |_| {}) else {
+        return;
+    };
+    assert!(report.success(), "{report}\n{}", show(&lines));
+    nothing_left(cluster);
+}
+
+/// Issue 44: kill -9 of the leader in the middle of the tree (node-b's): the ranks above and
+/// below it name it with its node, and the report names it alone.
+#[test]
+fn kill_9_of_the_leader_in_the_middle_of_the_tree_is_named_above_and_below() {
+    let Some((cluster, report, lines)) = run_chain(None, &mut |cluster| {
+        let (node, _) = cluster.signal_rank(LEADER_B, Signal::SIGKILL).unwrap();
+        assert_eq!(node, "node-b");
+    }) else {
+        return;
+    };
+    assert_eq!(
+        report.outcome,
+        Outcome::RankFailed {
+            rank: LEADER_B,
+            how: Ended::Signaled(9)
+        },
+        "{report}\n{}",
+        show(&lines)
+    );
+    node_a_lost(&lines, "rank 2 on node node-b was lost");
+    // Below it, node-c's ranks name it as their leader's link up (if their lines come before
+    // mpirun ends them: it ends the job at rank 2's death).
+    let below = "rank 2, the node leader above this node's (on node node-b), was lost";
+    for line in lines
+        .iter()
+        .filter(|l| l.rank.is_some_and(|r| r == 4 || r == 5) && l.text.starts_with("lost: "))
+    {
+        assert!(line.text.contains(below), "{line}\n{}", show(&lines));
+    }
+    nothing_left(cluster);
+}
+
+/// Issue 44: SIGSTOP of the leader in the middle of the tree: named alone, not the leader
+/// below it (whose node arrived) nor the ranks behind either.
+#[test]
+fn sigstop_of_the_leader_in_the_middle_of_the_tree_names_it_alone() {
+    let Some((cluster, report, lines)) = run_chain(None, &mut |cluster| {
+        cluster.signal_rank(LEADER_B, Signal::SIGSTOP).unwrap();
+    }) else {
+        return;
+    };
+    match &report.outcome {
+        Outcome::PeerLost {
+            culprits,
+            reason: Lost::StillRunning,
+            ..
+        } => assert_eq!(culprits, &[LEADER_B], "{report}\n{}", show(&lines)),
+        _ => panic!(
+            "the stopped rank 2 is not named: {report}\n{}",
+            show(&lines)
+        ),
+    }
+    node_a_lost(&lines, "rank 2 never arrived");
     nothing_left(cluster);
 }

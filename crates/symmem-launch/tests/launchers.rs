@@ -370,7 +370,7 @@ fn every_witness_error_gives_a_line_the_runner_reads() {
         BootstrapError::LeaderSilent {
             leader: 2,
             node,
-            op,
+            op: op.clone(),
             waited,
         },
         BootstrapError::AcceptTimeout {
@@ -388,11 +388,19 @@ fn every_witness_error_gives_a_line_the_runner_reads() {
         BootstrapError::NoWelcome { centre: 2, waited },
         BootstrapError::LeadersMissing {
             missing: vec![2],
+            centre: 0,
             addr: "127.0.0.2:5000".parse().expect("an address"),
             waited,
         },
+        CollectiveFailure::AboveLost {
+            rank: 2,
+            node: "node-a".into(),
+            op,
+        }
+        .into(),
+        BootstrapError::LeftBeforeWelcome { rank: 3, centre: 2 },
     ];
-    let accused: [&[usize]; 13] = [
+    let accused: [&[usize]; 15] = [
         &[],
         &[],
         &[1],
@@ -406,6 +414,8 @@ fn every_witness_error_gives_a_line_the_runner_reads() {
         &[2],
         &[2],
         &[2],
+        &[2],
+        &[3],
     ];
     for (report, accused) in reports.iter().zip(accused) {
         let witness = report
@@ -416,7 +426,12 @@ fn every_witness_error_gives_a_line_the_runner_reads() {
         assert_eq!(symmem::Witness::parse(&line), Some(witness), "{line}");
     }
     let gone: Vec<_> = reports.iter().filter_map(|r| r.witness(5)?.gone).collect();
-    assert_eq!(gone, [(1, None), (3, Some("node-b".to_string()))]);
+    // A leader above lost is no claim that it went away on its own (the launcher may have
+    // ended it); a rank gone before its welcome is.
+    assert_eq!(
+        gone,
+        [(1, None), (3, Some("node-b".to_string())), (3, None)]
+    );
     // Errors of this rank's own give none.
     assert_eq!(BootstrapError::WorldSizeZero.witness(5), None);
 }

@@ -329,6 +329,24 @@ pub const SOCKET_IFNAME: Setting<crate::InterfaceFilter> = Setting {
     parse: crate::InterfaceFilter::parse,
 };
 
+/// How many node leaders each node leader links to below it across nodes.
+pub const CONTROL_FANOUT: Defaulted<usize> = Defaulted::new(
+    Setting {
+        name: "SYMMEM_CONTROL_FANOUT",
+        doc: "across nodes, how many node leaders each node leader serves in the control plane's tree (rank 0's at its root): every collective crosses about 2 log_k(nodes) links and each leader handles 2k messages; a value at or above the node count gives a star around rank 0; same on every rank",
+        default: "",
+        expected: "a whole number above 0 such as 8",
+        audience: Audience::User,
+        parse: parse_fanout,
+    },
+    8,
+    show_plain,
+);
+
+fn parse_fanout(text: &str) -> Option<usize> {
+    whole::<usize>(text).filter(|&k| k > 0)
+}
+
 /// The run a process belongs to, set by symmem-run.
 pub const RUN_ID: Setting<String> = Setting {
     name: "SYMMEM_RUN_ID",
@@ -378,6 +396,7 @@ pub fn all() -> Vec<Entry> {
         entry(&GPU_HEAP_SIZE),
         entry(&DEVICE),
         entry(&SOCKET_IFNAME),
+        entry_with(&CONTROL_FANOUT),
         entry(&RUN_ID),
     ]
 }
