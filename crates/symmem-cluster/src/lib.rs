@@ -45,8 +45,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// The most nodes a cluster has (names `node-a` .. `node-h`).
-pub const MAX_NODES: usize = 8;
+/// The most nodes a cluster has (names `node-a` .. `node-z`, then `node-aa` .. `node-af`; see
+/// [`node_name`]). Node i is 127.0.0.(i + 2), or 198.18.0.(i + 2) on an isolated network.
+pub const MAX_NODES: usize = 32;
 
 /// Where a node sees the cluster's folder (the agent script, [`Cluster::shared_dir`]).
 pub const NODE_VIEW: &str = "/run/symmem-cluster";
@@ -137,9 +138,19 @@ pub fn find_mpirun() -> Result<PathBuf, ClusterError> {
     tool("mpirun", OPEN_MPI_FIX)
 }
 
-/// Names `node-a`, `node-b`, ...
+/// Names `node-a`, `node-b`, ... `node-z`, then on as spreadsheet columns: `node-aa`,
+/// `node-ab`, ... (index 0 is `node-a`, 26 is `node-aa`).
 pub fn node_name(index: usize) -> String {
-    format!("node-{}", (b'a' + index as u8) as char)
+    // Bijective base 26: the letters of index + 1, 'a' being 1 and 'z' 26.
+    let mut letters = Vec::new();
+    let mut rest = index + 1;
+    while rest > 0 {
+        rest -= 1;
+        letters.push(char::from(b'a' + (rest % 26) as u8));
+        rest /= 26;
+    }
+    let name: String = letters.into_iter().rev().collect();
+    format!("node-{name}")
 }
 
 /// Single-quotes `text` for /bin/sh.
@@ -555,6 +566,26 @@ fn write(path: &Path, text: &str, mode: u32) -> Result<(), ClusterError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn nodes_are_named_as_spreadsheet_columns() {
+        let names: Vec<String> = [0, 1, 7, 25, 26, 27, 31, 51, 52, 701, 702]
+            .into_iter()
+            .map(super::node_name)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "node-a", "node-b", "node-h", "node-z", "node-aa", "node-ab", "node-af", "node-az",
+                "node-ba", "node-zz", "node-aaa"
+            ]
+        );
+        let all: Vec<String> = (0..super::MAX_NODES).map(super::node_name).collect();
+        let mut unique = all.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), all.len(), "{all:?}");
+    }
+
     #[test]
     fn the_origin_names_the_cluster_and_the_ci_run() {
         assert_eq!(

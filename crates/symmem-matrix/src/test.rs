@@ -653,9 +653,9 @@ mod tests {
             Ok(Target::Local)
         ));
         assert!(
-            place(&["--nodes", "9"])
+            place(&["--nodes", "33"])
                 .unwrap_err()
-                .contains("9 is not in 1..=8")
+                .contains("33 is not in 1..=32")
         );
         let target = |args: &[&str]| {
             place(args)
