@@ -16,6 +16,15 @@
 //! each tenth of them, and the
 //! resident memory of each rank's parent (the launcher's daemon on its node: mpirun or orted,
 //! slurmstepd) before and after the barriers.
+//!
+//! Around the barriers each rank also takes its own CPU time (`getrusage(RUSAGE_SELF)`, user
+//! plus system, all its threads) and its count of control frames
+//! ([`symmem_bootstrap::control_frames`]: the authenticated TCP frames between node leaders,
+//! sent plus received; the Unix star within a node is not counted), each per barrier. The line
+//! has rank 0's (`rank0_cpu_us_per_barrier`, `rank0_frames_per_barrier`) and, over the other
+//! node leaders (the lowest rank of each other host name), their min, median and max
+//! (`leaders_cpu_us_per_barrier`, `leaders_frames_per_barrier`; null on one host). Under the
+//! star, rank 0 handles 2 (N - 1) frames per barrier for N nodes and every other leader 2.
 
 use std::time::{Duration, Instant};
 use symmem::{CollectiveKind, CollectiveOp, Context};
@@ -54,6 +63,41 @@ fn parent() -> (u32, String, u64) {
     (ppid, field("Name:"), rss)
 }
 
+/// This process's CPU time so far, user plus system, all its threads.
+fn cpu_time() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage writes a whole `rusage` to the pointer it is given, which points to
+    // one; RUSAGE_SELF is a valid `who`, so it cannot fail (checked anyway).
+    let status = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    assert_eq!(status, 0, "getrusage(RUSAGE_SELF)");
+    // SAFETY: initialised by the successful call above.
+    let usage = unsafe { usage.assume_init() };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+/// `value` rounded to `places` decimals, for the report.
+fn round(value: f64, places: i32) -> f64 {
+    let scale = 10f64.powi(places);
+    (value * scale).round() / scale
+}
+
+/// Min, median and max of `values`, or null when there are none.
+fn spread(values: &[f64]) -> serde_json::Value {
+    if values.is_empty() {
+        return serde_json::Value::Null;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    serde_json::json!({
+        "min": sorted[0],
+        "median": sorted[sorted.len() / 2],
+        "max": sorted[sorted.len() - 1],
+    })
+}
+
 fn alloc_free(ctx: &mut Context<HostProvider>) -> anyhow::Result<Vec<Duration>> {
     let mut times = Vec::with_capacity(ALLOC_FREE);
     for _ in 0..ALLOC_FREE {
@@ -83,11 +127,17 @@ fn main() -> anyhow::Result<()> {
 
     let alloc_first = alloc_free(&mut ctx)?;
     let mut barriers = Vec::with_capacity(collectives);
+    let (cpu_before, frames_before) = (cpu_time(), symmem_bootstrap::control_frames());
     for _ in 0..collectives {
         let t = Instant::now();
         ctx.barrier()?;
         barriers.push(t.elapsed());
     }
+    let (cpu, frames_after) = (cpu_time() - cpu_before, symmem_bootstrap::control_frames());
+    let frames =
+        (frames_after.sent - frames_before.sent) + (frames_after.received - frames_before.received);
+    let cpu_us_per_barrier = round(cpu.as_secs_f64() * 1e6 / collectives as f64, 2);
+    let frames_per_barrier = round(frames as f64 / collectives as f64, 3);
     let alloc_last = alloc_free(&mut ctx)?;
     let rss_after = parent();
     ctx.finalize()?;
@@ -100,6 +150,8 @@ fn main() -> anyhow::Result<()> {
     let mine = serde_json::json!({
         "rendezvous_us": rendezvous.as_micros() as u64,
         "daemon": [host, rss_before.0, rss_before.1, rss_before.2, rss_after.2],
+        "cpu_us_per_barrier": cpu_us_per_barrier,
+        "frames_per_barrier": frames_per_barrier,
     });
     let op = CollectiveOp {
         seq: 0,
@@ -121,6 +173,20 @@ fn main() -> anyhow::Result<()> {
         .iter()
         .filter_map(|r| r["rendezvous_us"].as_u64())
         .max();
+    // The other node leaders: the first rank (the lowest) of each host name but rank 0's.
+    let mut hosts_seen = vec![reports[0]["daemon"][0].clone()];
+    let mut leaders = Vec::new();
+    for report in &reports[1..] {
+        let host = &report["daemon"][0];
+        if !hosts_seen.contains(host) {
+            hosts_seen.push(host.clone());
+            leaders.push(report);
+        }
+    }
+    let of_leaders = |field: &str| {
+        let values: Vec<f64> = leaders.iter().filter_map(|r| r[field].as_f64()).collect();
+        spread(&values)
+    };
     // One line per daemon (ranks of a node share theirs): [host, pid, name, kB before, after].
     let mut daemons: Vec<serde_json::Value> = reports.iter().map(|r| r["daemon"].clone()).collect();
     daemons.sort_by_key(|d| (d[0].to_string(), d[1].as_u64()));
@@ -146,6 +212,10 @@ fn main() -> anyhow::Result<()> {
                 .map(|c| stats(c)["median"].clone())
                 .collect::<Vec<_>>(),
             "daemons_kb": daemons,
+            "rank0_cpu_us_per_barrier": cpu_us_per_barrier,
+            "rank0_frames_per_barrier": frames_per_barrier,
+            "leaders_cpu_us_per_barrier": of_leaders("cpu_us_per_barrier"),
+            "leaders_frames_per_barrier": of_leaders("frames_per_barrier"),
         })
     );
     Ok(())

@@ -55,3 +55,4 @@ pub use error::{BootstrapError, CollectiveFailure};
 pub use exchange::Gathered;
 pub use identity::identify;
 pub use rendezvous::default_rendezvous;
+pub use tcp::{ControlFrames, control_frames};
