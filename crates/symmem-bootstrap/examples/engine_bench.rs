@@ -25,6 +25,9 @@
 //! node leaders (the lowest rank of each other host name), their min, median and max
 //! (`leaders_cpu_us_per_barrier`, `leaders_frames_per_barrier`; null on one host). Under the
 //! star, rank 0 handles 2 (N - 1) frames per barrier for N nodes and every other leader 2.
+//! `all_cpu_us_per_barrier` and `all_frames_per_barrier` sum them over every rank: the work a
+//! barrier costs the whole job (on a machine with fewer cores than ranks, what its latency
+//! follows).
 
 use std::time::{Duration, Instant};
 use symmem::{CollectiveKind, CollectiveOp, Context};
@@ -216,6 +219,20 @@ fn main() -> anyhow::Result<()> {
             "rank0_frames_per_barrier": frames_per_barrier,
             "leaders_cpu_us_per_barrier": of_leaders("cpu_us_per_barrier"),
             "leaders_frames_per_barrier": of_leaders("frames_per_barrier"),
+            "all_cpu_us_per_barrier": round(
+                reports
+                    .iter()
+                    .filter_map(|r| r["cpu_us_per_barrier"].as_f64())
+                    .sum::<f64>(),
+                2
+            ),
+            "all_frames_per_barrier": round(
+                reports
+                    .iter()
+                    .filter_map(|r| r["frames_per_barrier"].as_f64())
+                    .sum::<f64>(),
+                3
+            ),
         })
     );
     Ok(())
