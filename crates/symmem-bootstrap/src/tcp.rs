@@ -494,13 +494,13 @@ pub(crate) fn connect_root(
     // Rank 0 closes connections at once while it is flooded: connect again until its nonce
     // comes (bounded by `deadline`).
     let (stream, hello) = loop {
-        let stream = connect(addr, deadline)?;
+        let stream = connect(addr, rank, deadline)?;
         let mut hello = [0u8; 8 + NONCE];
         let wait = deadline.min(Instant::now() + HANDSHAKE_WAIT * 2);
         match read_all(&stream, &mut hello, wait) {
             Ok(()) => break (stream, hello),
             Err(e) if Instant::now() >= deadline => return Err(refused(e)),
-            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            Err(_) => std::thread::sleep(jitter(Duration::from_millis(10), rank)),
         }
     };
     let deadline = deadline.min(Instant::now() + HANDSHAKE_WAIT * 2);
@@ -535,8 +535,24 @@ pub(crate) fn connect_root(
     Ok(Link::new(stream, &keys, End::Leader))
 }
 
+/// `base` to twice `base`, drawn afresh each call (seeded by the clock and `rank`): leaders
+/// that retry a busy or not yet listening leader above them spread out instead of coming back
+/// all at once.
+fn jitter(base: Duration, rank: usize) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64);
+    // splitmix64's finaliser: a cheap, well-spread mix of the seed.
+    let mut x = nanos ^ (rank as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    let span = base.as_nanos().max(1) as u64;
+    base + Duration::from_nanos(x % span)
+}
+
 /// A connection to `addr`, retried while nothing listens there yet (until `deadline`).
-fn connect(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, BootstrapError> {
+fn connect(addr: SocketAddr, rank: usize, deadline: Instant) -> Result<TcpStream, BootstrapError> {
     let unreachable = |cause: String| BootstrapError::RootUnreachable {
         centre: 0,
         addr,
@@ -550,7 +566,7 @@ fn connect(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, BootstrapEr
         match TcpStream::connect_timeout(&addr, left) {
             Ok(stream) => return Ok(stream),
             Err(e) if e.kind() == ErrorKind::ConnectionRefused => {
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(jitter(Duration::from_millis(5), rank));
             }
             Err(e) => return Err(unreachable(e.to_string())),
         }
@@ -1107,5 +1123,20 @@ mod tests {
         let addr = SocketAddr::new(other, port);
         connect_root(addr, &secret(1), 5, soon(10)).unwrap();
         assert_eq!(acceptor.leaders(&[5], soon(5)).unwrap().len(), 1);
+    }
+
+    /// Retries of many leaders spread over [base, 2 base), not all on one instant.
+    #[test]
+    fn retries_are_spread_over_twice_their_base() {
+        let base = Duration::from_millis(5);
+        let waits: Vec<Duration> = (0..64).map(|rank| jitter(base, rank)).collect();
+        assert!(
+            waits.iter().all(|w| *w >= base && *w < base * 2),
+            "{waits:?}"
+        );
+        let mut distinct = waits.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert!(distinct.len() > 32, "{waits:?}");
     }
 }

@@ -435,7 +435,16 @@ fn run_chain(
     barriers: Option<&str>,
     fault: &mut dyn FnMut(&Cluster),
 ) -> Option<(Cluster, RunReport, Vec<OutputLine>)> {
-    let cluster = cluster_of(3, Network::Shared, HostNames::Addresses)?;
+    run_chain_on(Network::Shared, barriers, fault)
+}
+
+/// [`run_chain`] on `network`.
+fn run_chain_on(
+    network: Network,
+    barriers: Option<&str>,
+    fault: &mut dyn FnMut(&Cluster),
+) -> Option<(Cluster, RunReport, Vec<OutputLine>)> {
+    let cluster = cluster_of(3, network, HostNames::Addresses)?;
     let mut env = vec![(symmem::settings::CONTROL_FANOUT.name, "1")];
     if let Some(barriers) = barriers {
         env.push((BARRIERS, barriers));
@@ -484,6 +493,51 @@ fn kill_9_of_the_leader_in_the_middle_of_the_tree_is_named_above_and_below() {
         .filter(|l| l.rank.is_some_and(|r| r == 4 || r == 5) && l.text.starts_with("lost: "))
     {
         assert!(line.text.contains(below), "{line}\n{}", show(&lines));
+    }
+    nothing_left(cluster);
+}
+
+/// Issue 44: node-b, in the middle of the tree, cut off the network for good: the ranks above
+/// it and below it name its leader (which never arrived, or whose link went silent), never
+/// node-c's, and the job ends by itself well inside the launcher's limit.
+#[test]
+fn a_partition_of_the_node_in_the_middle_of_the_tree_names_its_leader() {
+    if let Err(e) = std::process::Command::new("nft").arg("--version").output() {
+        return skip(format!("nft (Debian package nftables) cannot run: {e}"));
+    }
+    let mut cut_at = None;
+    let Some((cluster, report, lines)) = run_chain_on(Network::Isolated, None, &mut |cluster| {
+        let fabric = cluster
+            .fabric_pid()
+            .expect("an isolated network")
+            .to_string();
+        let rules = "table bridge cut {\n chain forward {\n type filter hook forward priority \
+                     0;\n ip saddr 198.18.0.3 drop\n ip daddr 198.18.0.3 drop\n }\n}\n";
+        let mut nft = std::process::Command::new("nsenter")
+            .args(["-t", &fabric, "-n", "--", "nft", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("nsenter nft");
+        std::io::Write::write_all(&mut nft.stdin.take().unwrap(), rules.as_bytes()).unwrap();
+        assert!(nft.wait().unwrap().success(), "nft refused {rules}");
+        cut_at = Some(Instant::now());
+    }) else {
+        return;
+    };
+    let after_cut = cut_at.expect("the cut was made").elapsed();
+    eprintln!("after the cut, the job ended in {after_cut:?}: {report}");
+    assert!(!report.success(), "{report}");
+    assert!(
+        !matches!(report.outcome, Outcome::TimedOut { .. }),
+        "the launcher's limit ended the job: {report}\n{}",
+        show(&lines)
+    );
+    node_a_lost(&lines, "rank 2 never arrived");
+    for line in lines
+        .iter()
+        .filter(|l| l.rank.is_some_and(|r| r == 4 || r == 5) && l.text.starts_with("lost: "))
+    {
+        assert!(line.text.contains("rank 2"), "{line}\n{}", show(&lines));
     }
     nothing_left(cluster);
 }
