@@ -247,9 +247,20 @@ impl Bootstrap {
 fn witnessed(rank: usize, error: BootstrapError) -> BootstrapError {
     if let Some(witness) = error.witness(rank) {
         eprintln!("{}", witness.line());
+        if matches!(error, BootstrapError::EngineTimeout { .. }) {
+            std::thread::sleep(FENCE_SETTLE);
+        }
     }
     error
 }
+
+/// After its report that the PMIx rendezvous timed out, how long a rank holds the error before
+/// returning it (and so its exit). PMIx cannot say which rank never came, so the launcher names
+/// the one that wrote no witness's report: the ranks still waiting, whose own fence started a
+/// little later (another node's ranks start later), must get to write theirs before the first
+/// witness's exit ends the job. Without it a stopped leaf's node leader, still waiting, was
+/// sometimes named in the leaf's place (mpirun, SIGSTOP at start-up: 1 run in 20).
+const FENCE_SETTLE: Duration = Duration::from_secs(2);
 
 impl Drop for Bootstrap {
     /// Across nodes, a rank that panics keeps its links open until its process ends: closed
