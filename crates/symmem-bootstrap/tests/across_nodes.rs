@@ -268,10 +268,6 @@ fn dropped_traffic_between_the_nodes_ends_the_job_within_its_waits() {
     let Some(cluster) = cluster(Network::Isolated) else {
         return;
     };
-    let fabric = cluster
-        .fabric_pid()
-        .expect("an isolated network")
-        .to_string();
     // The cut also parts mpirun from node-b's daemon (M5). Open MPI's keepalive on their link
     // (symmem_launch::OOB_KEEPALIVE) tells node-b's orted that mpirun is gone: it ends its
     // ranks and exits by itself. mpirun's own order to end node-b's ranks is never
@@ -280,15 +276,7 @@ fn dropped_traffic_between_the_nodes_ends_the_job_within_its_waits() {
     let limit = Duration::from_secs(60);
     let mut cut_at = None;
     let (report, lines) = run_job(&cluster, limit, &[], &mut || {
-        let rules = "table bridge cut {\n chain forward {\n type filter hook forward priority \
-                     0;\n ip saddr 198.18.0.3 drop\n ip daddr 198.18.0.3 drop\n }\n}\n";
-        let mut nft = std::process::Command::new("nsenter")
-            .args(["-t", &fabric, "-n", "--", "nft", "-f", "-"])
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .expect("nsenter nft");
-        std::io::Write::write_all(&mut nft.stdin.take().unwrap(), rules.as_bytes()).unwrap();
-        assert!(nft.wait().unwrap().success(), "nft refused {rules}");
+        cut_off_node_b(&cluster);
         cut_at = Some(Instant::now());
     });
     let after_cut = cut_at.expect("the cut was made").elapsed();
@@ -310,6 +298,24 @@ fn dropped_traffic_between_the_nodes_ends_the_job_within_its_waits() {
     // ended by themselves.
     assert_eq!(report.left_behind, [], "{report}");
     nothing_left(cluster);
+}
+
+/// Drops every packet to and from node-b (198.18.0.3) on an isolated network's fabric, for
+/// good (the rule goes with the fabric's network namespace when the cluster is down).
+fn cut_off_node_b(cluster: &Cluster) {
+    let fabric = cluster
+        .fabric_pid()
+        .expect("an isolated network")
+        .to_string();
+    let rules = "table bridge cut {\n chain forward {\n type filter hook forward priority \
+                 0;\n ip saddr 198.18.0.3 drop\n ip daddr 198.18.0.3 drop\n }\n}\n";
+    let mut nft = std::process::Command::new("nsenter")
+        .args(["-t", &fabric, "-n", "--", "nft", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("nsenter nft");
+    std::io::Write::write_all(&mut nft.stdin.take().unwrap(), rules.as_bytes()).unwrap();
+    assert!(nft.wait().unwrap().success(), "nft refused {rules}");
 }
 
 /// R2: each node's `/etc/hosts` as Debian and Ubuntu install it (its own name on 127.0.1.1),
@@ -507,19 +513,7 @@ fn a_partition_of_the_node_in_the_middle_of_the_tree_names_its_leader() {
     }
     let mut cut_at = None;
     let Some((cluster, report, lines)) = run_chain_on(Network::Isolated, None, &mut |cluster| {
-        let fabric = cluster
-            .fabric_pid()
-            .expect("an isolated network")
-            .to_string();
-        let rules = "table bridge cut {\n chain forward {\n type filter hook forward priority \
-                     0;\n ip saddr 198.18.0.3 drop\n ip daddr 198.18.0.3 drop\n }\n}\n";
-        let mut nft = std::process::Command::new("nsenter")
-            .args(["-t", &fabric, "-n", "--", "nft", "-f", "-"])
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .expect("nsenter nft");
-        std::io::Write::write_all(&mut nft.stdin.take().unwrap(), rules.as_bytes()).unwrap();
-        assert!(nft.wait().unwrap().success(), "nft refused {rules}");
+        cut_off_node_b(cluster);
         cut_at = Some(Instant::now());
     }) else {
         return;
