@@ -149,12 +149,12 @@ impl Arrival {
         node: u64,
         launcher: Result<RankIdentity, String>,
     ) -> Result<Self, BootstrapError> {
-        // The launcher's local rank, where it speaks of this group: only a host's first rank
-        // can lead its node (any rank of an emulated node).
-        let may_lead = node != 0
-            || launcher
-                .as_ref()
-                .map_or(true, |l| l.world_size != world_size || l.local_rank == 0);
+        let launcher_local = launcher
+            .as_ref()
+            .ok()
+            .filter(|l| l.world_size == world_size)
+            .map(|l| l.local_rank);
+        let may_lead = may_lead(launcher_local);
         let mut arrival = match Self::at(rank, world_size, node, Host::named(), may_lead) {
             Ok(arrival) => arrival,
             Err(e @ (BootstrapError::WorldSizeZero | BootstrapError::RankOutOfRange { .. })) => {
@@ -302,6 +302,15 @@ impl Arrival {
         }
         Ok(places)
     }
+}
+
+/// Whether a rank may lead a node, as far as can be told before the cards are in: its host's
+/// first rank by the launcher (`local_rank`, where it gives one), and any rank where the
+/// launcher gives none or nodes are emulated ([`NODE_ID`](settings::NODE_ID) set: an emulated
+/// node's first rank need not be its host's).
+pub(crate) fn may_lead(local_rank: Option<usize>) -> bool {
+    let emulated = settings::NODE_ID.read().ok().flatten().is_some();
+    emulated || local_rank.is_none_or(|local| local == 0)
 }
 
 /// Where a launcher's variables (`launcher`, read from the environment) name another rank of

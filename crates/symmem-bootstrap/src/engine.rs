@@ -23,7 +23,7 @@
 //! ([`nodes`](crate::nodes)), each leader at the centre of its node's star.
 
 use crate::address;
-use crate::card::{Arrival, Host, Meeting, Place, no_contact};
+use crate::card::{Arrival, Host, Meeting, Place, may_lead, no_contact};
 use crate::exchange::root_exchange;
 use crate::nodes::{self, Call, Leader, NODE_MARGIN, Node, TreeLinks, Uplink, leaf_margin};
 use crate::pmix::{Client, peer_lost};
@@ -108,7 +108,15 @@ impl NodeLinks {
         }
         // Its launcher's death ends it, collectives or not (M5).
         crate::launcher_watch::start(rank);
-        let arrival = Arrival::at(rank, world_size, node, Host::of(&client), may_lead(node))?;
+        // PMIx's own local rank: its nodes are the engine's hosts.
+        let local_rank = client.identity().ok().map(|identity| identity.local_rank);
+        let arrival = Arrival::at(
+            rank,
+            world_size,
+            node,
+            Host::of(&client),
+            may_lead(local_rank),
+        )?;
         let cards = rendezvous(&client, world_size, &arrival.card(), timeout)?;
         let places = arrival.read(&cards)?;
         Self::open(arrival, places, dir, deadline, timeout, Some(client))
@@ -294,16 +302,6 @@ fn check_shared_base(places: &[Place], local_ranks: &[usize]) -> Result<(), Boot
             format!("{a} (rank {first}) and {b} (rank {other})")
         },
     })
-}
-
-/// Whether this rank may lead a node, as far as the launcher says before the cards are in:
-/// its host's first rank (local rank 0), any rank of an emulated node, or any rank where the
-/// launcher gives no local rank.
-fn may_lead(node: u64) -> bool {
-    node != 0
-        || symmem::RankIdentity::from_env()
-            .ok()
-            .is_none_or(|identity| identity.local_rank == 0)
 }
 
 /// The ranks of each host, the hosts in order of their lowest rank (rank 0's first): the
