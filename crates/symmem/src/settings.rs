@@ -335,11 +335,11 @@ pub const CONTROL_FANOUT: Defaulted<usize> = Defaulted::new(
         name: "SYMMEM_CONTROL_FANOUT",
         doc: "across nodes, how many node leaders each node leader serves in the control plane's tree (rank 0's at its root): every collective crosses about 2 log_k(nodes) links and each leader handles 2k messages; a value at or above the node count gives a star around rank 0; same on every rank",
         default: "",
-        expected: "a whole number above 0 such as 8",
+        expected: "a whole number above 0 such as 4",
         audience: Audience::User,
         parse: parse_fanout,
     },
-    8,
+    4,
     show_plain,
 );
 
