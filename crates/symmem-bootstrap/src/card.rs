@@ -149,10 +149,12 @@ impl Arrival {
         node: u64,
         launcher: Result<RankIdentity, String>,
     ) -> Result<Self, BootstrapError> {
+        // Only a launcher that knows the ranks per node says which rank is a node's first: one
+        // that gives no local variables makes every rank local (local rank = rank, one node).
         let launcher_local = launcher
             .as_ref()
             .ok()
-            .filter(|l| l.world_size == world_size)
+            .filter(|l| l.world_size == world_size && l.local_world_size < world_size)
             .map(|l| l.local_rank);
         let may_lead = may_lead(launcher_local);
         let mut arrival = match Self::at(rank, world_size, node, Host::named(), may_lead) {

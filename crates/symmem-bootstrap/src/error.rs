@@ -629,6 +629,7 @@ impl BootstrapError {
                 addr,
                 cause,
             },
+            Self::NoWelcome { waited, .. } => Self::NoWelcome { centre: to, waited },
             other => other,
         }
     }

@@ -491,6 +491,7 @@ pub(crate) fn connect_root(
         addr,
         cause,
     };
+    let started = Instant::now();
     // Rank 0 closes connections at once while it is flooded: connect again until its nonce
     // comes (bounded by `deadline`).
     let (stream, hello) = loop {
@@ -499,6 +500,15 @@ pub(crate) fn connect_root(
         let wait = deadline.min(Instant::now() + HANDSHAKE_WAIT * 2);
         match read_all(&stream, &mut hello, wait) {
             Ok(()) => break (stream, hello),
+            // Its kernel took the connection, but it never said a word: stopped or hung (a
+            // foreign listener, or one of a flood, closes at once or answers otherwise). A
+            // witness's error, naming it.
+            Err(e) if Instant::now() >= deadline && e == TIMED_OUT => {
+                return Err(BootstrapError::NoWelcome {
+                    centre: 0,
+                    waited: started.elapsed(),
+                });
+            }
             Err(e) if Instant::now() >= deadline => return Err(refused(e)),
             Err(_) => std::thread::sleep(jitter(Duration::from_millis(10), rank)),
         }
@@ -582,12 +592,15 @@ fn write_all(mut stream: &TcpStream, bytes: &[u8], deadline: Instant) -> Result<
 }
 
 /// Reads `buf` whole by `deadline`, however the peer slices it.
+/// What [`read_all`] says when the peer sent nothing more in time.
+const TIMED_OUT: &str = "the peer stalled";
+
 fn read_all(mut stream: &TcpStream, buf: &mut [u8], deadline: Instant) -> Result<(), String> {
     let mut got = 0;
     while got < buf.len() {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err("the peer stalled".into());
+            return Err(TIMED_OUT.into());
         }
         stream
             .set_read_timeout(Some(left))
@@ -964,6 +977,24 @@ mod tests {
         write_all(&server, &[0u8; MAC], soon(5)).unwrap();
         let err = client.join().unwrap().expect_err("a false rank 0");
         assert!(matches!(err, BootstrapError::RootRefused { .. }), "{err}");
+    }
+
+    /// The leader above stopped after the fence: its kernel takes the connection, but no nonce
+    /// ever comes. The leader below names it, a witness's error, not a foreign listener's
+    /// refusal of its own.
+    #[test]
+    fn a_leader_above_that_never_says_hello_is_named_as_silent() {
+        let listener = listen(LOOPBACK, 0).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let err = connect_root(addr, &secret(1), 2, soon(1))
+            .map_err(|e| e.towards(6))
+            .expect_err("a silent leader above");
+        assert!(
+            matches!(err, BootstrapError::NoWelcome { centre: 6, .. }),
+            "{err}"
+        );
+        assert_eq!(err.witness(2).map(|w| w.accused), Some(vec![6]));
+        drop(listener);
     }
 
     #[test]
