@@ -76,9 +76,9 @@ pub(crate) struct NodeLinks {
     node: String,
     star: StarEnd,
     up: Up,
-    /// Levels of node leaders below rank 0's ([`Tree::levels`]): every rank's waits grow with
-    /// them.
-    levels: u32,
+    /// How long this node's ranks other than its leader wait for it beyond the timeout
+    /// ([`leaf_margin`]: it grows with the tree's levels and this node's depth in it).
+    leaf_margin: Duration,
 }
 
 impl NodeLinks {
@@ -172,6 +172,10 @@ impl NodeLinks {
         .map_err(|e| e.on_node(&local_ranks))?;
         let groups = node_groups(&topology, world_size);
         let tree = Tree::new(groups.len(), places[0].fanout);
+        let node_depth = groups
+            .iter()
+            .position(|g| g.contains(&rank))
+            .map_or(0, |index| tree.depth(index));
         let up = match local_rank {
             0 if groups.len() > 1 => {
                 let index = groups
@@ -197,7 +201,7 @@ impl NodeLinks {
             node: place.name,
             star,
             up,
-            levels: tree.levels(),
+            leaf_margin: leaf_margin(tree.levels(), node_depth),
         };
         Ok((links, topology))
     }
@@ -256,7 +260,7 @@ impl NodeLinks {
             centre,
             self.world_size,
             self.timeout,
-            leaf_margin(self.levels),
+            self.leaf_margin,
             call.op,
             call.payload,
             call.fd,
@@ -361,6 +365,7 @@ impl Links<'_> {
             children,
             below: self.tree.below(self.index),
             levels: self.tree.levels(),
+            depth: self.tree.depth(self.index),
         })
     }
 

@@ -68,6 +68,8 @@ pub(crate) struct TreeLinks {
     pub(crate) children: Vec<Leader>,
     pub(crate) below: u32,
     pub(crate) levels: u32,
+    /// Levels of leaders above this one: 0 at rank 0.
+    pub(crate) depth: u32,
 }
 
 impl TreeLinks {
@@ -78,20 +80,31 @@ impl TreeLinks {
         timeout.saturating_add(NODE_MARGIN * self.below.max(1))
     }
 
-    /// How long a leader waits for the answer from above: past the root's wait for the whole
-    /// tree, by [`LEADER_MARGIN`].
+    /// How long a leader waits for the answer from above, from its call's going up: past the
+    /// root's wait for the whole tree, by [`LEADER_MARGIN`], and a [`NODE_MARGIN`] more for each
+    /// level above it but one. A leader sends up only once the leaders below it have, so without
+    /// it those below would give up first and name it when one above it stalls: with the
+    /// margin the leader right below the stalled one names it, and its verdict comes down.
     fn answer_wait(&self, timeout: Duration) -> Duration {
-        timeout
-            .saturating_add(NODE_MARGIN * self.levels.saturating_sub(1))
-            .saturating_add(LEADER_MARGIN)
+        answer_wait(timeout, self.levels, self.depth)
     }
 }
 
+/// [`TreeLinks::answer_wait`] of a leader `depth` levels below the root of a tree of `levels`.
+fn answer_wait(timeout: Duration, levels: u32, depth: u32) -> Duration {
+    timeout
+        .saturating_add(NODE_MARGIN * levels.saturating_sub(1))
+        .saturating_add(LEADER_MARGIN)
+        .saturating_add(NODE_MARGIN * depth.saturating_sub(1))
+}
+
 /// How long the ranks other than their node's leader wait for its answer, beyond the
-/// collective timeout, under a tree of `levels` levels below the root: past every leader's
-/// wait, by [`LEAF_MARGIN`] less [`LEADER_MARGIN`].
-pub(crate) fn leaf_margin(levels: u32) -> Duration {
-    LEAF_MARGIN.saturating_add(NODE_MARGIN * levels.saturating_sub(1))
+/// collective timeout, on a node `depth` levels below the root of a tree of `levels`: past
+/// their leader's wait, by [`LEAF_MARGIN`] less [`LEADER_MARGIN`].
+pub(crate) fn leaf_margin(levels: u32, depth: u32) -> Duration {
+    LEAF_MARGIN
+        .saturating_add(NODE_MARGIN * levels.saturating_sub(1))
+        .saturating_add(NODE_MARGIN * depth.saturating_sub(1))
 }
 
 /// What a centre of a node's star knows of its node.
@@ -189,7 +202,9 @@ pub(crate) fn tree_collective(
     };
     match gather_leaders(&tree.children, children_deadline, waited, op) {
         Ok(below) => calls.extend(below),
-        Err(failure) => return Err(fail_around(node, tree, From::Below, failure)),
+        Err((failure, sender)) => {
+            return Err(fail_around(node, tree, From::Below(sender), failure));
+        }
     }
     let payloads = match &tree.parent {
         None => match verdict(calls, node.world_size, op) {
@@ -304,8 +319,9 @@ fn answer(
 enum From {
     /// Here: on this node, by this leader, or rank 0's verdict.
     Here,
-    /// Below: a leader below said so, or this one found it gone or silent.
-    Below,
+    /// Below: a leader below said so (its index among the children), or this one found it
+    /// gone or silent (`None`).
+    Below(Option<usize>),
     /// Above: the answer from above, or the leader above is gone or silent.
     Above,
 }
@@ -324,8 +340,12 @@ fn fail_around(
     if let (Some(up), false) = (&tree.parent, from == From::Above) {
         let _ = up.link.send(&message);
     }
-    for child in &tree.children {
-        let _ = child.link.send(&message);
+    for (index, child) in tree.children.iter().enumerate() {
+        // The leader that sent it has returned already: a copy would wait on its link and
+        // answer its next collective.
+        if from != From::Below(Some(index)) {
+            let _ = child.link.send(&message);
+        }
     }
     fail_all(node.leaves, failure).into()
 }
@@ -362,13 +382,13 @@ fn in_rank_order(
 }
 
 /// Waits for every leader's `NodeArrive` until `deadline` (`waited` from the start): their
-/// calls, or the first failure.
+/// calls, or the first failure, with the index of the leader that sent it as its `Fail`.
 fn gather_leaders(
     leaders: &[Leader],
     deadline: Instant,
     waited: Duration,
     op: &CollectiveOp,
-) -> Result<Vec<NodeCall>, CollectiveFailure> {
+) -> Result<Vec<NodeCall>, (CollectiveFailure, Option<usize>)> {
     let mut pending: Vec<usize> = (0..leaders.len()).collect();
     let mut calls = Vec::new();
     while !pending.is_empty() {
@@ -377,19 +397,23 @@ fn gather_leaders(
             // A leader that waited in vain for a rank of its own node said so before this
             // deadline (it waits only the timeout): the silent one is the leader itself. The
             // other ranks of its node may have arrived; they are not named.
-            return Err(CollectiveFailure::NeverArrived {
+            let failure = CollectiveFailure::NeverArrived {
                 op: op.clone(),
                 missing: pending.iter().map(|&i| leaders[i].rank).collect(),
                 waited_ms: waited.as_millis() as u64,
-            });
+            };
+            return Err((failure, None));
         }
         let fds: Vec<BorrowedFd<'_>> = pending.iter().map(|&i| leaders[i].link.as_fd()).collect();
         let ready = exchange::poll_readable(&fds, left).map_err(|e| {
             let leader = &leaders[pending[0]];
-            protocol(leader.rank, op, e.to_string())
+            (protocol(leader.rank, op, e.to_string()), None)
         })?;
         for index in ready.into_iter().map(|i| pending[i]).collect::<Vec<_>>() {
-            calls.extend(receive_node(&leaders[index], op)?);
+            match receive_node(&leaders[index], op) {
+                Ok(below) => calls.extend(below),
+                Err((failure, said)) => return Err((failure, said.then_some(index))),
+            }
             pending.retain(|&i| i != index);
         }
     }
@@ -404,39 +428,43 @@ fn protocol(rank: usize, op: &CollectiveOp, what: String) -> CollectiveFailure {
     }
 }
 
-/// Reads the calls of `leader`'s node, whose socket is readable.
-fn receive_node(leader: &Leader, op: &CollectiveOp) -> Result<Vec<NodeCall>, CollectiveFailure> {
+/// Reads the calls of `leader`'s node and those below it, whose socket is readable; or the
+/// failure, and whether the leader said it (its `Fail`) rather than this one found it.
+fn receive_node(
+    leader: &Leader,
+    op: &CollectiveOp,
+) -> Result<Vec<NodeCall>, (CollectiveFailure, bool)> {
     let gone = || CollectiveFailure::GoneFromNode {
         rank: leader.rank,
         node: leader.node.clone(),
         op: op.clone(),
     };
-    match leader.link.recv(deadline_in(Duration::from_secs(10))) {
+    let found = match leader.link.recv(deadline_in(Duration::from_secs(10))) {
         Ok(Received::Frame(Message::NodeArrive { calls }, _)) => {
             let mut ranks: Vec<usize> = calls.iter().map(|c| c.rank).collect();
             ranks.sort_unstable();
             if ranks == leader.ranks {
-                Ok(calls)
-            } else {
-                let what = format!("forwarded the calls of ranks {ranks:?}, not of its node");
-                Err(protocol(leader.rank, op, what))
+                return Ok(calls);
             }
+            let what = format!("forwarded the calls of ranks {ranks:?}, not of its node");
+            protocol(leader.rank, op, what)
         }
-        Ok(Received::Frame(Message::Fail { failure }, _)) => Err(failure),
-        Ok(Received::Frame(other, _)) => Err(protocol(
+        Ok(Received::Frame(Message::Fail { failure }, _)) => return Err((failure, true)),
+        Ok(Received::Frame(other, _)) => protocol(
             leader.rank,
             op,
             format!("sent {other:?} instead of its node's calls"),
-        )),
-        Ok(Received::Closed) => Err(gone()),
-        Ok(Received::TimedOut) => Err(protocol(leader.rank, op, "stopped inside a message".into())),
-        Err(BootstrapError::FrameUnauthenticated) => Err(CollectiveFailure::Unauthenticated {
+        ),
+        Ok(Received::Closed) => gone(),
+        Ok(Received::TimedOut) => protocol(leader.rank, op, "stopped inside a message".into()),
+        Err(BootstrapError::FrameUnauthenticated) => CollectiveFailure::Unauthenticated {
             leader: leader.rank,
             node: leader.node.clone(),
             op: op.clone(),
-        }),
-        Err(_) => Err(gone()),
-    }
+        },
+        Err(_) => gone(),
+    };
+    Err((found, false))
 }
 
 #[cfg(test)]
@@ -579,6 +607,7 @@ mod tests {
                 children: Vec::new(),
                 below: 0,
                 levels: 1,
+                depth: 1,
             };
             let mut got = Vec::new();
             for op in calls(op2, rounds)? {
@@ -611,6 +640,7 @@ mod tests {
                 }],
                 below: 1,
                 levels: 1,
+                depth: 0,
             };
             let mut got = Vec::new();
             for op in calls(op0, rounds)? {
@@ -770,7 +800,7 @@ mod tests {
             ops: [all.clone(), all.clone(), all.clone(), all],
             rounds: 1,
             tamper: None,
-            leader_stopped: TIMEOUT + NODE_MARGIN + Duration::from_millis(500),
+            leader_stopped: TIMEOUT + NODE_MARGIN + Duration::from_millis(1500),
         });
         for (rank, outcome) in outcomes.into_iter().enumerate().take(2) {
             match outcome {
@@ -833,14 +863,14 @@ mod tests {
             let (centre, leaf) = UnixStream::pair().unwrap();
             let (leader_rank, leaf_rank) = (2 * index, 2 * index + 1);
             let leaf_out = leaves_out.contains(&leaf_rank);
-            let levels = tree.levels();
+            let (levels, depth) = (tree.levels(), tree.depth(index));
             threads.push(std::thread::spawn(move || -> Outcome {
                 if leaf_out {
                     return Err(BootstrapError::WorldSizeZero);
                 }
                 let mut got = Vec::new();
                 for seq in 1..=rounds {
-                    let margin = leaf_margin(levels);
+                    let margin = leaf_margin(levels, depth);
                     let payload = payload(leaf_rank);
                     let gathered =
                         leaf_exchange(&leaf, world, timeout, margin, &op(seq), &payload, None, 0);
@@ -863,6 +893,7 @@ mod tests {
                 children,
                 below: tree.below(index),
                 levels: tree.levels(),
+                depth: tree.depth(index),
             };
             threads.push(std::thread::spawn(move || -> Outcome {
                 if out {
@@ -971,7 +1002,7 @@ mod tests {
     fn a_stopped_leader_in_the_middle_is_named_alone() {
         let timeout = Duration::from_secs(1);
         let root_wait = timeout + NODE_MARGIN * 2;
-        let stop = root_wait + Duration::from_millis(500);
+        let stop = root_wait + Duration::from_millis(1500);
         let outcomes = run_tree(7, 2, 1, timeout, &[], Some((2, stop)));
         for (rank, outcome) in outcomes.into_iter().enumerate() {
             match outcome {
@@ -982,5 +1013,76 @@ mod tests {
                 other => panic!("rank {rank}: {other:?}"),
             }
         }
+    }
+
+    /// Rank 0 stopped past its leaders' wait for its answer: the leaders right below it name
+    /// it, and those further down learn it from them before their own (longer) wait ends,
+    /// never naming their own leader above, which is innocent.
+    #[test]
+    fn a_stopped_rank_0_is_named_at_every_depth_not_the_leaders_in_between() {
+        let timeout = Duration::from_secs(1);
+        let first_level = answer_wait(timeout, 2, 1);
+        assert!(answer_wait(timeout, 2, 2) >= first_level + NODE_MARGIN);
+        let stop = first_level + Duration::from_millis(1500);
+        let outcomes = run_tree(7, 2, 1, timeout, &[], Some((0, stop)));
+        for (rank, outcome) in outcomes.into_iter().enumerate().skip(2) {
+            match outcome {
+                Err(BootstrapError::Collective(CollectiveFailure::NeverArrived {
+                    missing,
+                    ..
+                })) => assert_eq!(missing, [0], "rank {rank}"),
+                other => panic!("rank {rank}: {other:?}"),
+            }
+        }
+    }
+
+    /// A failure a leader below sent up is passed on to every other link, not back to the
+    /// leader that sent it: that one has returned, and a copy would answer its next collective.
+    #[test]
+    fn a_failure_from_below_is_not_sent_back_to_its_sender() {
+        let keys = FrameKeys::fixed(3);
+        let ((near0, far0), (near1, far1)) = (socket_pair(), socket_pair());
+        let child = |rank: usize, stream: TcpStream| Leader {
+            rank,
+            node: format!("node-{rank}"),
+            ranks: vec![rank],
+            link: Link::new(stream, &keys, End::Root),
+        };
+        let tree = TreeLinks {
+            parent: None,
+            children: vec![child(1, far0), child(2, far1)],
+            below: 1,
+            levels: 1,
+            depth: 0,
+        };
+        let node = Node {
+            world_size: 3,
+            timeout: TIMEOUT,
+            ranks: &[0],
+            name: "node-0",
+            leaves: &[],
+        };
+        let failure = CollectiveFailure::PeerGone { rank: 1, op: op(1) };
+        drop(fail_around(
+            &node,
+            &tree,
+            From::Below(Some(0)),
+            failure.clone(),
+        ));
+        let (sender, other) = (
+            Link::new(near0, &keys, End::Leader),
+            Link::new(near1, &keys, End::Leader),
+        );
+        match other.recv(deadline_in(TIMEOUT)) {
+            Ok(Received::Frame(Message::Fail { failure: got }, _)) => assert_eq!(got, failure),
+            _ => panic!("the other leader was not told"),
+        }
+        assert!(
+            matches!(
+                sender.recv(deadline_in(Duration::from_millis(200))),
+                Ok(Received::TimedOut)
+            ),
+            "the sender got its own failure back"
+        );
     }
 }

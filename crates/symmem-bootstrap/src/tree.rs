@@ -50,6 +50,16 @@ impl Tree {
         all
     }
 
+    /// Levels of nodes above `node`: 0 for the root.
+    pub(crate) fn depth(&self, node: usize) -> u32 {
+        let (mut depth, mut at) = (0, node);
+        while let Some(up) = self.parent(at) {
+            depth += 1;
+            at = up;
+        }
+        depth
+    }
+
     /// Levels of nodes below `node`: 0 for a node without children.
     pub(crate) fn below(&self, node: usize) -> u32 {
         let mut levels = 0;
@@ -128,5 +138,9 @@ mod tests {
         assert_eq!(two.below(2), 3);
         assert_eq!(two.below(15), 1);
         assert_eq!(two.below(16), 0);
+        assert_eq!(
+            (two.depth(0), two.depth(1), two.depth(15), two.depth(31)),
+            (0, 1, 4, 5)
+        );
     }
 }
