@@ -1,14 +1,15 @@
 //! Fault injection for testing the launcher and the control plane with real failures:
 //! `SYMMEM_CONFORMANCE_FAULT=<kind>@<rank>:<check>` ([`CONFORMANCE_FAULT`]), kind one of
 //! `panic`, `exit`, `hang`, `hang-ignore-term`: rank `<rank>` misbehaves when it reaches check
-//! `<check>`.
+//! `<check>`, or with `<check>` = [`AT_START`] before its provider starts (before the ranks
+//! meet).
 
 use symmem::settings::{Audience, Setting};
 
 /// The fault `symmem-conformance` injects into itself (symmem's tests of the failure reports).
 pub const CONFORMANCE_FAULT: Setting<PlannedFault> = Setting {
     name: "SYMMEM_CONFORMANCE_FAULT",
-    doc: "fault `symmem-conformance` injects into itself: `<kind>@<rank>:<check>`, kind `panic`, `exit`, `hang`, `hang-ignore-term` (tests of the failure reports)",
+    doc: "fault `symmem-conformance` injects into itself: `<kind>@<rank>:<check>`, kind `panic`, `exit`, `hang`, `hang-ignore-term`, check a check's id or `start` (before the provider starts) (tests of the failure reports)",
     default: "no fault",
     expected: "<panic|exit|hang|hang-ignore-term>@<rank>:<check>",
     audience: Audience::Development,
@@ -64,6 +65,17 @@ impl PlannedFault {
             check: check.to_string(),
         })
     }
+}
+
+/// The check name of the point before the provider starts: a fault there strikes during the
+/// job's start-up, before any rank has met another.
+pub const AT_START: &str = "start";
+
+/// Makes rank `rank` misbehave before its provider starts, if [`CONFORMANCE_FAULT`] plans a
+/// fault for it at [`AT_START`]; a value that does not parse is an error.
+pub fn at_start(rank: usize) -> Result<(), String> {
+    apply(PlannedFault::from_env()?.as_ref(), rank, AT_START);
+    Ok(())
 }
 
 /// Makes this rank misbehave as `planned` says, if it plans a fault for `rank` at `check`.

@@ -20,6 +20,6 @@ pub use checks::{
     CHECKS, CheckInfo, Extras, SuiteOutcome, Unavailable, UnknownCheck, check, run_checks,
     run_suite, valid_ids,
 };
-pub use fault::{CONFORMANCE_FAULT, Fault, PlannedFault};
+pub use fault::{AT_START, CONFORMANCE_FAULT, Fault, PlannedFault, at_start};
 pub use host::HostExtras;
 pub use result::{CheckResult, Status};

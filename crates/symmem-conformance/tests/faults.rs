@@ -112,6 +112,39 @@ fn a_rank_that_exits_before_a_collective_is_named() {
     assert!(f.elapsed < GRACE + MARGIN, "took {:?}", f.elapsed);
 }
 
+/// Faults at start-up, before the ranks meet (`<kind>@<rank>:start`): a rank that exits 0
+/// and one that hangs are named as such, the others being witnesses of the rendezvous.
+#[test]
+fn a_rank_that_exits_or_hangs_at_start_up_is_named() {
+    let f = run_suite(4, "exit@1:start", "2s", Duration::from_secs(60));
+    let (culprits, reason, reporters) = peer_lost(&f.report);
+    assert_eq!(
+        (culprits, reason),
+        ([1].as_slice(), Lost::ExitedEarly),
+        "{}",
+        f.output
+    );
+    assert!(!reporters.contains(&1), "{reporters:?}");
+    assert_eq!(f.report.ranks[1].ended, Some(Ended::Exited(0)));
+    let f = run_suite(4, "hang@2:start", "2s", Duration::from_secs(60));
+    let (culprits, reason, reporters) = peer_lost(&f.report);
+    assert_eq!(
+        (culprits, reason),
+        ([2].as_slice(), Lost::StillRunning),
+        "{}",
+        f.output
+    );
+    assert!(
+        !reporters.is_empty() && !reporters.contains(&2),
+        "{reporters:?}"
+    );
+    assert!(
+        f.elapsed < Duration::from_secs(2) + GRACE + MARGIN,
+        "took {:?}",
+        f.elapsed
+    );
+}
+
 #[test]
 fn a_hung_rank_is_named_and_stopped() {
     let f = run_suite(4, "hang@3:4", "2s", Duration::from_secs(60));

@@ -135,6 +135,11 @@ fn witnessed(e: &anyhow::Error) -> bool {
 
 fn run() -> anyhow::Result<SuiteOutcome> {
     let args = args();
+    // A fault planned at start-up strikes before the provider starts (the launcher's
+    // variables name the rank; without them there is no job to fault).
+    if let Ok(identity) = symmem::RankIdentity::from_env() {
+        symmem_conformance::at_start(identity.rank).map_err(anyhow::Error::msg)?;
+    }
     match args.provider {
         ProviderKind::Host => {
             let config = HostConfig::from_env().context("configuring the host provider")?;
