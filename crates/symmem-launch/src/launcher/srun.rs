@@ -5,6 +5,11 @@
 //! whole step at once, as [`Launcher::Local`](crate::Launcher::Local) and `mpirun` end a run
 //! on the first failure; without it, the surviving tasks would wait for the lost one until
 //! their collective timeout, whatever the cluster's `KillOnBadExit` says.
+//!
+//! And with `-v`: srun then also says which task ended with status 0, and on which node
+//! (`_task_finish: node-b: task 3: Completed`), which it says nowhere else: a task that leaves
+//! early with status 0 (before the ranks even meet) is named as such. Those lines and the rest
+//! of what `-v` adds are kept from the sink ([`verbose`]).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -66,7 +71,7 @@ impl Srun {
             stop: Stop::InterruptTwice,
             // srun ends the step itself on a bad exit (--kill-on-bad-exit), bounded by Slurm.
             aborting: |_| false,
-            quiet: |_| false,
+            quiet: verbose,
             sweep: self.sweep.as_ref(),
         };
         external::run(job, spec, sink)
@@ -96,7 +101,7 @@ impl Srun {
         let mut words: Vec<OsString> = self.wrapper.clone();
         words.push(self.program.clone().into());
         words.extend(
-            ["--mpi=pmix", "--label", "--kill-on-bad-exit=1"]
+            ["--mpi=pmix", "--label", "--kill-on-bad-exit=1", "-v"]
                 .into_iter()
                 .map(OsString::from),
         );
@@ -190,19 +195,66 @@ fn slurm_ended(how: &str) -> Option<Ended> {
         .map(|&(_, signal)| Ended::Signaled(signal))
 }
 
-/// Every task `srun` reported ending, in its order.
+/// What `srun -v` adds to srun's own lines: its options, the job's nodes, each node's launch
+/// and each task's start and end. Not for the user's eyes; kept for [`reports`].
+fn verbose(line: &str) -> bool {
+    let Some(rest) = line.strip_prefix("srun: ") else {
+        return false;
+    };
+    const ADDED: &[&str] = &[
+        "defined options",
+        "end of defined options",
+        "-----",
+        "jobid ",
+        "launching ",
+        "route/",
+        "launch/slurm: launch_p_step_launch",
+        "launch/slurm: _task_start",
+        "launch/slurm: _task_finish",
+    ];
+    // `ntasks-per-node     : 2`: an option and its value.
+    let option = rest.split_once(" : ").is_some_and(|(name, _)| {
+        let name = name.trim_end();
+        !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-')
+    });
+    option || ADDED.iter().any(|a| rest.starts_with(a))
+}
+
+/// One `srun: launch/slurm: _task_finish: NODE: task(s) LIST: Completed` line of `srun -v`:
+/// tasks that ended with status 0.
+fn completed(line: &str) -> Option<(String, Vec<usize>)> {
+    let rest = line
+        .trim()
+        .strip_prefix("srun: launch/slurm: _task_finish: ")?
+        .strip_suffix(": Completed")?;
+    let (node, tasks) = rest.split_once(": ")?;
+    let list = tasks
+        .strip_prefix("tasks ")
+        .or_else(|| tasks.strip_prefix("task "))?;
+    Some((node.to_string(), task_list(list)?))
+}
+
+/// Every task `srun` reported ending, in its order: those that failed, and those that ended
+/// with status 0 before any failed (after the first failure srun ends the others itself).
 fn reports(lines: &[String], _: ExitStatus) -> Vec<RankEnd> {
-    lines
-        .iter()
-        .filter_map(|l| task_report(l))
-        .flat_map(|(node, tasks, how)| {
-            tasks.into_iter().map(move |rank| RankEnd {
-                rank,
-                node: Some(node.clone()),
-                how,
-            })
-        })
-        .collect()
+    let mut ends = Vec::new();
+    let mut failed = false;
+    for line in lines {
+        let (node, tasks, how) = match (task_report(line), completed(line)) {
+            (Some(report), _) => {
+                failed = true;
+                report
+            }
+            (None, Some((node, tasks))) if !failed => (node, tasks, Ended::Exited(0)),
+            _ => continue,
+        };
+        ends.extend(tasks.into_iter().map(|rank| RankEnd {
+            rank,
+            node: Some(node.clone()),
+            how,
+        }));
+    }
+    ends
 }
 
 #[cfg(test)]
@@ -284,7 +336,7 @@ mod tests {
             .args(["-x"]);
         assert_eq!(
             words(&even).unwrap(),
-            "nsenter -- srun --mpi=pmix --label --kill-on-bad-exit=1 --nodes=2 \
+            "nsenter -- srun --mpi=pmix --label --kill-on-bad-exit=1 -v --nodes=2 \
              --ntasks-per-node=2 --ntasks=4 --partition=debug /bin/true -x"
         );
         let spread = LaunchSpec::new("/bin/true", 4).layout(Layout::Spread { nodes: 2 });
@@ -294,5 +346,44 @@ mod tests {
         let uneven = LaunchSpec::new("/bin/true", 0).layout(Layout::PerNode(vec![3, 1]));
         let err = words(&uneven).unwrap_err().to_string();
         assert!(err.contains("without --ntasks-per-node"), "{err}");
+    }
+
+    /// `srun -v` names a task that ended with status 0 and its node; a task that left early
+    /// before any failure is read as such, the ones srun ended after a failure are not.
+    #[test]
+    fn a_task_srun_saw_complete_before_any_failure_is_read_as_status_0() {
+        let text = [
+            "srun: ntasks-per-node     : 2",
+            "srun: launching StepId=1.0 on host node-b, 2 tasks: [2-3]",
+            "srun: launch/slurm: _task_finish: Received task exit notification for 1 task of \
+             StepId=1.0 (status=0x0000).",
+            "srun: launch/slurm: _task_finish: node-b: task 3: Completed",
+            "srun: error: node-b: task 2: Exited with exit code 75",
+            "srun: launch/slurm: _task_finish: node-a: tasks 0-1: Completed",
+        ];
+        let ends: Vec<(usize, Option<String>, Ended)> =
+            reports(&lines(&text), ExitStatus::from_raw(0))
+                .into_iter()
+                .map(|r| (r.rank, r.node, r.how))
+                .collect();
+        assert_eq!(
+            ends,
+            [
+                (3, Some("node-b".into()), Ended::Exited(0)),
+                (2, Some("node-b".into()), Ended::Exited(75)),
+            ]
+        );
+        for added in &text[..4] {
+            assert!(verbose(added), "{added}");
+        }
+        for own in [
+            "srun: error: node-b: task 2: Exited with exit code 75",
+            "srun: launch/slurm: _step_signal: Terminating StepId=1.0",
+            "srun: Force Terminated StepId=1.0",
+            "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+            "3: a rank's line : with a colon",
+        ] {
+            assert!(!verbose(own), "{own}");
+        }
     }
 }
