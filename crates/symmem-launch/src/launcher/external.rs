@@ -125,6 +125,7 @@ pub(crate) fn run(
         sink,
         own: Vec::new(),
         log: Vec::new(),
+        said: Vec::new(),
         witnesses: BTreeSet::new(),
         late: BTreeSet::new(),
         accused: BTreeSet::new(),
@@ -154,7 +155,7 @@ pub(crate) fn run(
         }
     }
     let watchdog_lost = watchdog.lost().map(ended_as);
-    let reported = (job.reports)(&[&watch.own[..], &watch.log[..]].concat(), ended.status);
+    let reported = (job.reports)(&watch.said, ended.status);
     let told = Told {
         reported: &reported,
         witnesses: &watch.witnesses,
@@ -167,13 +168,8 @@ pub(crate) fn run(
     };
     // At the timeout: the ranks the launcher had already seen end (status 0) before it was
     // told to end the job are not among those still running.
-    let (own_seen, log_seen) = ended.seen_at_stop;
-    let before_stop = [
-        &watch.own[..own_seen.min(watch.own.len())],
-        &watch.log[..log_seen.min(watch.log.len())],
-    ]
-    .concat();
-    let finished: BTreeSet<usize> = (job.reports)(&before_stop, ended.status)
+    let before_stop = &watch.said[..ended.seen_at_stop.min(watch.said.len())];
+    let finished: BTreeSet<usize> = (job.reports)(before_stop, ended.status)
         .iter()
         .filter(|r| r.how.success())
         .map(|r| r.rank)
@@ -222,9 +218,9 @@ fn command(job: &Job<'_>, spec: &LaunchSpec, run_id: &str) -> Command {
 struct End {
     status: ExitStatus,
     stopped: Option<Why>,
-    /// How many of the launcher's own lines and of its kept log had come when it was
-    /// stopped: what it said of the ranks before being told to end them.
-    seen_at_stop: (usize, usize),
+    /// How many of the launcher's own lines (shown or kept) had come when it was stopped:
+    /// what it said of the ranks before being told to end them.
+    seen_at_stop: usize,
     /// Whether its group got SIGKILL (it outlived the grace period).
     killed: bool,
     /// Whether that was because it hung in its abort ([`Job::aborting`]).
@@ -511,6 +507,9 @@ struct Watch<'s> {
     own: Vec<String>,
     /// Its own lines kept from the sink ([`Job::quiet`]).
     log: Vec<String>,
+    /// All its own lines, shown or kept, in the order they came: what [`Job::reports`] reads
+    /// (the order tells what came before a failure).
+    said: Vec<String>,
     /// The ranks that wrote a witness's report (they gave up on a lost peer), in rank order.
     witnesses: BTreeSet<usize>,
     /// The ranks whose report says they themselves never arrived ([`Told::late`]).
@@ -528,12 +527,16 @@ struct Watch<'s> {
 impl Watch<'_> {
     fn take(&mut self, line: OutputLine) {
         match line.rank {
-            None if (self.quiet)(&line.text) => self.log.push(line.text),
+            None if (self.quiet)(&line.text) => {
+                self.said.push(line.text.clone());
+                self.log.push(line.text);
+            }
             None => {
                 (self.sink)(&line);
                 if self.aborting_since.is_none() && (self.aborting)(&line.text) {
                     self.aborting_since = Some(Instant::now());
                 }
+                self.said.push(line.text.clone());
                 self.own.push(line.text);
             }
             Some(rank) => {
@@ -571,7 +574,7 @@ impl Watch<'_> {
     ) -> std::io::Result<End> {
         let deadline = start.checked_add(spec.timeout);
         let mut stopped: Option<(Why, Instant)> = None;
-        let mut seen_at_stop = (usize::MAX, usize::MAX);
+        let mut seen_at_stop = usize::MAX;
         let mut killed = false;
         let mut abort_hung = false;
         loop {
@@ -598,7 +601,7 @@ impl Watch<'_> {
                 (None, Some(why)) => {
                     stop(child.id(), job.stop);
                     stopped = Some((why, now));
-                    seen_at_stop = (self.own.len(), self.log.len());
+                    seen_at_stop = self.said.len();
                 }
                 (Some((_, at)), _) if now >= at + spec.grace => killed = kill_group(child),
                 // Aborting for longer than the grace period: stuck in its abort, which a
