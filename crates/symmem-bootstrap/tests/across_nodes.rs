@@ -246,17 +246,7 @@ fn sigstop_of_node_b_s_leader_ends_the_job_naming_it() {
     // whatever its leader hands on once the launcher ends the job (mpirun resumes the leader
     // to deliver its signals, and both may then print node-a's verdict, naming themselves):
     // no claim on its lines, but it is not the culprit.
-    match &report.outcome {
-        Outcome::PeerLost {
-            culprits,
-            reason: Lost::StillRunning,
-            ..
-        } => assert_eq!(culprits, &[LEADER_B], "{report}\n{}", show(&lines)),
-        _ => panic!(
-            "the stopped rank 2 is not named: {report}\n{}",
-            show(&lines)
-        ),
-    }
+    stopped_leader_b_named_alone(&report, &lines);
     nothing_left(cluster);
 }
 
@@ -298,6 +288,18 @@ fn dropped_traffic_between_the_nodes_ends_the_job_within_its_waits() {
     // ended by themselves.
     assert_eq!(report.left_behind, [], "{report}");
     nothing_left(cluster);
+}
+
+/// The report names node-b's stopped leader (rank 2), and it alone, as still running.
+fn stopped_leader_b_named_alone(report: &RunReport, lines: &[OutputLine]) {
+    match &report.outcome {
+        Outcome::PeerLost {
+            culprits,
+            reason: Lost::StillRunning,
+            ..
+        } => assert_eq!(culprits, &[LEADER_B], "{report}\n{}", show(lines)),
+        _ => panic!("the stopped rank 2 is not named: {report}\n{}", show(lines)),
+    }
 }
 
 /// Drops every packet to and from node-b (198.18.0.3) on an isolated network's fabric, for
@@ -545,17 +547,7 @@ fn sigstop_of_the_leader_in_the_middle_of_the_tree_names_it_alone() {
     }) else {
         return;
     };
-    match &report.outcome {
-        Outcome::PeerLost {
-            culprits,
-            reason: Lost::StillRunning,
-            ..
-        } => assert_eq!(culprits, &[LEADER_B], "{report}\n{}", show(&lines)),
-        _ => panic!(
-            "the stopped rank 2 is not named: {report}\n{}",
-            show(&lines)
-        ),
-    }
+    stopped_leader_b_named_alone(&report, &lines);
     node_a_lost(&lines, "rank 2 never arrived");
     nothing_left(cluster);
 }
