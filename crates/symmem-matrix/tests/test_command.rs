@@ -336,11 +336,11 @@ fn srun_gets_each_layout_as_nodes_and_tasks_and_the_matrix_its_labels() {
         argv,
         [
             format!(
-                "--mpi=pmix --label --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=2 \
+                "--mpi=pmix --label --kill-on-bad-exit=1 -v --nodes=2 --ntasks-per-node=2 \
                  --ntasks=4 --partition=debug {rank} --provider host --check 9"
             ),
             format!(
-                "--mpi=pmix --label --kill-on-bad-exit=1 --nodes=2 --ntasks=3 \
+                "--mpi=pmix --label --kill-on-bad-exit=1 -v --nodes=2 --ntasks=3 \
                  --partition=debug {rank} --provider host --check 9"
             ),
         ]
