@@ -124,7 +124,6 @@ pub(crate) fn run(
         rx,
         sink,
         own: Vec::new(),
-        log: Vec::new(),
         said: Vec::new(),
         witnesses: BTreeSet::new(),
         late: BTreeSet::new(),
@@ -505,10 +504,8 @@ struct Watch<'s> {
     sink: &'s mut dyn FnMut(&OutputLine),
     /// The launcher's own lines.
     own: Vec<String>,
-    /// Its own lines kept from the sink ([`Job::quiet`]).
-    log: Vec<String>,
-    /// All its own lines, shown or kept, in the order they came: what [`Job::reports`] reads
-    /// (the order tells what came before a failure).
+    /// All its own lines, shown or kept from the sink ([`Job::quiet`]), in the order they
+    /// came: what [`Job::reports`] reads (the order tells what came before a failure).
     said: Vec<String>,
     /// The ranks that wrote a witness's report (they gave up on a lost peer), in rank order.
     witnesses: BTreeSet<usize>,
@@ -527,10 +524,7 @@ struct Watch<'s> {
 impl Watch<'_> {
     fn take(&mut self, line: OutputLine) {
         match line.rank {
-            None if (self.quiet)(&line.text) => {
-                self.said.push(line.text.clone());
-                self.log.push(line.text);
-            }
+            None if (self.quiet)(&line.text) => self.said.push(line.text),
             None => {
                 (self.sink)(&line);
                 if self.aborting_since.is_none() && (self.aborting)(&line.text) {
