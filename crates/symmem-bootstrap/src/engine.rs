@@ -23,6 +23,7 @@
 //! ([`nodes`](crate::nodes)), each leader at the centre of its node's star.
 
 use crate::address;
+use crate::calls::Runs;
 use crate::card::{Arrival, Host, Meeting, Place, may_lead, no_contact};
 use crate::exchange::root_exchange;
 use crate::nodes::{self, Call, Leader, NODE_MARGIN, Node, TreeLinks, Uplink, leaf_margin};
@@ -410,13 +411,13 @@ impl Links<'_> {
             .iter()
             .zip(links)
             .map(|(&node, link)| {
-                let mut ranks: Vec<usize> = self
+                let ranks = self
                     .tree
                     .subtree(node)
                     .into_iter()
-                    .flat_map(|n| self.groups[n].iter().copied())
-                    .collect();
-                ranks.sort_unstable();
+                    .flat_map(|n| self.groups[n].iter().copied());
+                // The groups partition the ranks: none comes twice.
+                let ranks = Runs::of(ranks).expect("node groups are disjoint");
                 let rank = self.leader(node);
                 Leader {
                     rank,

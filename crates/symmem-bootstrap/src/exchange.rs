@@ -5,6 +5,7 @@
 //! the descriptors of the rank's fd group), or `Fail` with one [`CollectiveFailure`] naming the
 //! ranks that never arrived, left, or disagreed.
 
+use crate::calls::Payloads;
 use crate::wire::{self, Message, Received, deadline_in};
 use crate::{BootstrapError, CollectiveFailure};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -58,6 +59,7 @@ pub(crate) fn root_exchange(
                 .collect();
             let ranks: Vec<usize> = (0..leaves.len() + 1).collect();
             let mine = Own { fd, fd_group };
+            let payloads = Payloads::compact(payloads);
             Ok(release(leaves, op, &ranks, payloads, arrivals, mine))
         }
         Err(failure) => Err(fail_all(leaves, failure).into()),
@@ -166,7 +168,7 @@ pub(crate) fn release(
     leaves: &[UnixStream],
     op: &CollectiveOp,
     ranks: &[usize],
-    payloads: Vec<Vec<u8>>,
+    payloads: Payloads,
     arrivals: Vec<Option<Arrival>>,
     own: Own<'_>,
 ) -> Gathered {
@@ -209,6 +211,7 @@ pub(crate) fn release(
             fds[ranks[local]] = a.and_then(|a| a.fd);
         }
     }
+    let payloads = payloads.expand();
     Gathered { payloads, fds }
 }
 
@@ -297,6 +300,7 @@ pub(crate) fn leaf_exchange(
                     }
                 }
             }
+            let payloads = payloads.expand();
             Ok(Gathered { payloads, fds })
         }
         (Message::Fail { failure }, _) => Err(failure.into()),

@@ -34,6 +34,7 @@
 
 mod address;
 mod bootstrap;
+mod calls;
 mod card;
 mod engine;
 mod error;

@@ -3,20 +3,24 @@
 //! fan-out covers every node), each leader at the centre of its node's Unix star.
 //!
 //! - every rank sends `Arrive` to its node leader (its node's lowest rank) over the Unix star;
-//! - a node leader gathers its node's calls and those of the leaders below it, and forwards
-//!   them up in one `NodeArrive` over TCP (or one `Fail`, naming the rank it lost, when its
-//!   node or one below failed);
-//! - rank 0 gathers its own node and the leaders below it, compares all calls
-//!   ([`CollectiveMismatch`] naming ranks), and answers them alike: `Release` with every
-//!   rank's payload, or `Fail`; each leader hands the answer on to the leaders below it;
+//! - a node leader gathers its node's calls and those of the leaders below it, folds them into
+//!   one [`Calls`] (each distinct call with its ranks, the payloads in rank order, compacted
+//!   when equal) and forwards that up in one `NodeArrive` over TCP (or one `Fail`, naming the
+//!   rank it lost, when its node or one below failed);
+//! - rank 0 gathers its own node and the leaders below it, folds them, and gives the verdict
+//!   ([`symmem::CollectiveMismatch`] naming ranks where the calls differ): `Release` with every rank's
+//!   payload ([`Payloads`]: a few bytes when they are all the same), or `Fail`, alike to all;
+//!   each leader hands the answer on to the leaders below it;
 //! - each leader answers its node's ranks, handing on the descriptors of its node (they never
 //!   leave it).
 //!
 //! A failure spreads over the tree from where it is found: a leader tells every link but the
 //! one it came from, and its node. Each leader waits for those below it a margin longer per
 //! level below ([`NODE_MARGIN`]), so the one nearest a lost or late rank speaks first and
-//! names it, never a leader in between. Rank 0's work per collective grows with the fan-out,
-//! not the node count; a call crosses the tree's levels up and its answer down.
+//! names it, never a leader in between. Rank 0's work per collective grows with the fan-out
+//! and the number of distinct calls and payloads, not the node count (where payloads differ,
+//! as in an all-gather of addresses, it grows with their bytes); a call crosses the tree's
+//! levels up and its answer down.
 //!
 //! Every TCP frame is authenticated ([`tcp::Link`]). One that fails its tag ends the collective
 //! with [`CollectiveFailure::Unauthenticated`], naming the lower leader and node of its link:
@@ -24,14 +28,15 @@
 //! answer from above forged also tells the leader above by a `Fail`, which that one (already
 //! released) meets at its next collective.
 
+use crate::calls::{Calls, Malformed, Payloads, Refusal, Runs};
 use crate::exchange::{self, Arrival, Own, fail_all, release};
 use crate::tcp::Link;
-use crate::wire::{Message, NodeCall, Received, deadline_in};
+use crate::wire::{Message, Received, deadline_in};
 use crate::{BootstrapError, CollectiveFailure, Gathered};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
-use symmem::{CollectiveMismatch, CollectiveOp};
+use symmem::CollectiveOp;
 
 /// A leader's wait for the leaders below it beyond the collective timeout, per level below
 /// it: their own verdicts (which name the late rank) reach it first.
@@ -47,8 +52,8 @@ pub(crate) struct Leader {
     pub(crate) rank: usize,
     /// Its node's name (host name).
     pub(crate) node: String,
-    /// The ranks of its node and of every node below it, in rank order (its own first).
-    pub(crate) ranks: Vec<usize>,
+    /// The ranks of its node and of every node below it.
+    pub(crate) ranks: Runs,
     pub(crate) link: Link,
 }
 
@@ -125,7 +130,7 @@ pub(crate) struct Call<'a> {
     pub(crate) fd_group: u64,
 }
 
-type NodeGathered = (Vec<Option<Arrival>>, Vec<NodeCall>);
+type NodeGathered = (Vec<Option<Arrival>>, Calls);
 
 /// Gathers the calls of this node's ranks (this one's being `call`), failures in job ranks.
 fn gather_node(node: &Node<'_>, call: &Call<'_>) -> Result<NodeGathered, BootstrapError> {
@@ -133,25 +138,25 @@ fn gather_node(node: &Node<'_>, call: &Call<'_>) -> Result<NodeGathered, Bootstr
         Ok(arrivals) => arrivals,
         Err(failure) => return Err(globalize(failure, node).into()),
     };
-    let mut calls = vec![NodeCall {
-        rank: node.ranks[0],
-        op: call.op.clone(),
-        payload: call.payload.to_vec(),
-    }];
+    let mut calls = vec![(node.ranks[0], call.op.clone(), call.payload.to_vec())];
     calls.extend(
         arrivals
             .iter()
             .enumerate()
             .skip(1)
             .filter_map(|(local, a)| {
-                a.as_ref().map(|a| NodeCall {
-                    rank: node.ranks[local],
-                    op: a.op.clone(),
-                    payload: a.payload.clone(),
-                })
+                let a = a.as_ref()?;
+                Some((node.ranks[local], a.op.clone(), a.payload.clone()))
             }),
     );
+    let calls = Calls::of(calls).map_err(|bad| malformed(node.ranks[0], call.op, bad))?;
     Ok((arrivals, calls))
+}
+
+/// A fold of calls refused at the leader of rank `leader` (its node's ranks are distinct, and
+/// each child's calls were checked against its ranks on arrival: a bug, said as such).
+fn malformed(leader: usize, op: &CollectiveOp, bad: Malformed) -> CollectiveFailure {
+    protocol(leader, op, format!("folded calls it could not: {bad:?}"))
 }
 
 /// A failure of the node's star, its local ranks turned into the job's.
@@ -193,19 +198,27 @@ pub(crate) fn tree_collective(
     // Counted from the start: the leaders' own deadlines run meanwhile.
     let waited = tree.children_wait(node.timeout);
     let children_deadline = deadline_in(waited);
-    let (arrivals, mut calls) = match gather_node(node, &call) {
+    let (arrivals, own) = match gather_node(node, &call) {
         Ok(gathered) => gathered,
         Err(BootstrapError::Collective(failure)) => {
             return Err(fail_around(node, tree, From::Here, failure));
         }
         Err(e) => return Err(e),
     };
+    let mut parts = vec![own];
     match gather_leaders(&tree.children, children_deadline, waited, op) {
-        Ok(below) => calls.extend(below),
+        Ok(below) => parts.extend(below),
         Err((failure, sender)) => {
             return Err(fail_around(node, tree, From::Below(sender), failure));
         }
     }
+    let calls = match Calls::fold(parts) {
+        Ok(calls) => calls,
+        Err(bad) => {
+            let failure = malformed(node.ranks[0], op, bad);
+            return Err(fail_around(node, tree, From::Here, failure));
+        }
+    };
     let payloads = match &tree.parent {
         None => match verdict(calls, node.world_size, op) {
             Ok(payloads) => payloads,
@@ -246,16 +259,17 @@ pub(crate) fn tree_collective(
 
 /// Rank 0's check of every rank's call: their payloads in rank order, or why not.
 fn verdict(
-    calls: Vec<NodeCall>,
+    calls: Calls,
     world_size: usize,
     op: &CollectiveOp,
-) -> Result<Vec<Vec<u8>>, CollectiveFailure> {
-    let calls = in_rank_order(calls, world_size, op)?;
-    let ops: Vec<CollectiveOp> = calls.iter().map(|c| c.op.clone()).collect();
-    match CollectiveMismatch::detect(&ops) {
-        Some(mismatch) => Err(CollectiveFailure::Mismatch(mismatch)),
-        None => Ok(calls.into_iter().map(|c| c.payload).collect()),
-    }
+) -> Result<Payloads, CollectiveFailure> {
+    calls.verdict(world_size).map_err(|refusal| match refusal {
+        Refusal::Missing(rank) => {
+            protocol(rank, op, "its node leader forwarded no call of it".into())
+        }
+        Refusal::Mismatch(mismatch) => CollectiveFailure::Mismatch(mismatch),
+        Refusal::Malformed(bad) => malformed(0, op, bad),
+    })
 }
 
 /// A leader below the root: sends `calls` (its node's and those below it) up, and waits for
@@ -264,9 +278,9 @@ fn answer(
     node: &Node<'_>,
     tree: &TreeLinks,
     up: &Uplink,
-    calls: Vec<NodeCall>,
+    calls: Calls,
     op: &CollectiveOp,
-) -> Result<Vec<Vec<u8>>, (CollectiveFailure, From)> {
+) -> Result<Payloads, (CollectiveFailure, From)> {
     // Rank 0 alone is above in a star: its leaders name it gone, as it went (it is the one
     // that gives every verdict, so nothing else ends it first). Further down, see
     // [`CollectiveFailure::AboveLost`].
@@ -350,37 +364,6 @@ fn fail_around(
     fail_all(node.leaves, failure).into()
 }
 
-/// Every rank's call, by rank: each exactly once.
-fn in_rank_order(
-    calls: Vec<NodeCall>,
-    world_size: usize,
-    op: &CollectiveOp,
-) -> Result<Vec<NodeCall>, CollectiveFailure> {
-    let mut slots: Vec<Option<NodeCall>> = (0..world_size).map(|_| None).collect();
-    for call in calls {
-        let rank = call.rank;
-        match slots.get_mut(rank) {
-            Some(slot @ None) => *slot = Some(call),
-            _ => {
-                return Err(CollectiveFailure::Protocol {
-                    rank,
-                    op: op.clone(),
-                    what: "its call came twice, or it is not a rank of this job".into(),
-                });
-            }
-        }
-    }
-    let missing: Vec<usize> = (0..world_size).filter(|&r| slots[r].is_none()).collect();
-    if !missing.is_empty() {
-        return Err(CollectiveFailure::Protocol {
-            rank: missing[0],
-            op: op.clone(),
-            what: "its node leader forwarded no call of it".into(),
-        });
-    }
-    Ok(slots.into_iter().flatten().collect())
-}
-
 /// Waits for every leader's `NodeArrive` until `deadline` (`waited` from the start): their
 /// calls, or the first failure, with the index of the leader that sent it as its `Fail`.
 fn gather_leaders(
@@ -388,7 +371,7 @@ fn gather_leaders(
     deadline: Instant,
     waited: Duration,
     op: &CollectiveOp,
-) -> Result<Vec<NodeCall>, (CollectiveFailure, Option<usize>)> {
+) -> Result<Vec<Calls>, (CollectiveFailure, Option<usize>)> {
     let mut pending: Vec<usize> = (0..leaders.len()).collect();
     let mut calls = Vec::new();
     while !pending.is_empty() {
@@ -411,7 +394,7 @@ fn gather_leaders(
         })?;
         for index in ready.into_iter().map(|i| pending[i]).collect::<Vec<_>>() {
             match receive_node(&leaders[index], op) {
-                Ok(below) => calls.extend(below),
+                Ok(below) => calls.push(below),
                 Err((failure, said)) => return Err((failure, said.then_some(index))),
             }
             pending.retain(|&i| i != index);
@@ -430,10 +413,7 @@ fn protocol(rank: usize, op: &CollectiveOp, what: String) -> CollectiveFailure {
 
 /// Reads the calls of `leader`'s node and those below it, whose socket is readable; or the
 /// failure, and whether the leader said it (its `Fail`) rather than this one found it.
-fn receive_node(
-    leader: &Leader,
-    op: &CollectiveOp,
-) -> Result<Vec<NodeCall>, (CollectiveFailure, bool)> {
+fn receive_node(leader: &Leader, op: &CollectiveOp) -> Result<Calls, (CollectiveFailure, bool)> {
     let gone = || CollectiveFailure::GoneFromNode {
         rank: leader.rank,
         node: leader.node.clone(),
@@ -441,12 +421,20 @@ fn receive_node(
     };
     let found = match leader.link.recv(deadline_in(Duration::from_secs(10))) {
         Ok(Received::Frame(Message::NodeArrive { calls }, _)) => {
-            let mut ranks: Vec<usize> = calls.iter().map(|c| c.rank).collect();
-            ranks.sort_unstable();
-            if ranks == leader.ranks {
-                return Ok(calls);
-            }
-            let what = format!("forwarded the calls of ranks {ranks:?}, not of its node");
+            let what = match calls.ranks() {
+                Ok(ranks) if ranks == leader.ranks && calls.payloads.len() == ranks.len() => {
+                    return Ok(calls);
+                }
+                Ok(ranks) if ranks == leader.ranks => format!(
+                    "forwarded {} payloads for the calls of {ranks}",
+                    calls.payloads.len()
+                ),
+                Ok(ranks) => format!(
+                    "forwarded the calls of {ranks}, not those of {}",
+                    leader.ranks
+                ),
+                Err(bad) => format!("forwarded calls that overlap: {bad:?}"),
+            };
             protocol(leader.rank, op, what)
         }
         Ok(Received::Frame(Message::Fail { failure }, _)) => return Err((failure, true)),
@@ -635,7 +623,7 @@ mod tests {
                 children: vec![Leader {
                     rank: 2,
                     node: "node-b".into(),
-                    ranks: vec![2, 3],
+                    ranks: Runs::of([2, 3]).unwrap(),
                     link: down,
                 }],
                 below: 1,
@@ -844,12 +832,8 @@ mod tests {
             let (near, far) = socket_pair();
             let keys = FrameKeys::fixed(child as u8);
             ups[child] = Some(Link::new(near, &keys, End::Leader));
-            let mut ranks: Vec<usize> = tree
-                .subtree(child)
-                .into_iter()
-                .flat_map(|n| [2 * n, 2 * n + 1])
-                .collect();
-            ranks.sort_unstable();
+            let ranks = tree.subtree(child).into_iter();
+            let ranks = Runs::of(ranks.flat_map(|n| [2 * n, 2 * n + 1])).unwrap();
             downs[tree.parent(child).unwrap()].push(Leader {
                 rank: 2 * child,
                 node: format!("node-{child}"),
@@ -1045,7 +1029,7 @@ mod tests {
         let child = |rank: usize, stream: TcpStream| Leader {
             rank,
             node: format!("node-{rank}"),
-            ranks: vec![rank],
+            ranks: Runs::of([rank]).unwrap(),
             link: Link::new(stream, &keys, End::Root),
         };
         let tree = TreeLinks {

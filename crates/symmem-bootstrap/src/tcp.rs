@@ -53,8 +53,8 @@ use std::time::{Duration, Instant};
 
 /// Opens every handshake (both directions), so that a stray client of another protocol is told
 /// apart at once. Its seventh byte is the control protocol's version ([`PROTOCOL`]: 2 since
-/// frames carry tags, 3 since node leaders form a tree), so that a leader of an older build is
-/// refused at its handshake, not blamed for forged frames.
+/// frames carry tags, 3 since node leaders form a tree, 4 since calls travel folded), so that a
+/// leader of an older build is refused at its handshake, not blamed for forged frames.
 const MAGIC: &[u8; 8] = &[b's', b'y', b'm', b'm', b'e', b'm', PROTOCOL as u8, 0];
 const NONCE: usize = 32;
 /// The length of an HMAC-SHA256: a handshake's proofs, a frame's key and its tag.

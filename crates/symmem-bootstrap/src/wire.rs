@@ -2,6 +2,7 @@
 //! descriptor (SCM_RIGHTS, attached to the frame's first byte).
 
 use crate::BootstrapError;
+use crate::calls::{Calls, Payloads};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use serde::{Deserialize, Serialize};
 use std::io::{IoSlice, IoSliceMut, Read};
@@ -14,7 +15,7 @@ use symmem::CollectiveOp;
 /// engines' cards and the TCP handshake carry it, and ranks of different versions refuse each
 /// other at once, naming both ([`BootstrapError::ProtocolMismatch`]). Raise it with any change
 /// to a message's meaning or layout (a build from before it had none: 0).
-pub(crate) const PROTOCOL: u32 = 3;
+pub(crate) const PROTOCOL: u32 = 4;
 
 /// Frames bigger than this are a protocol error (payloads are small: ids, sizes).
 const MAX_FRAME: usize = 16 << 20;
@@ -50,7 +51,8 @@ pub(crate) enum Message {
         has_fd: bool,
     },
     Release {
-        payloads: Vec<Vec<u8>>,
+        /// Every rank's payload, by rank.
+        payloads: Payloads,
         /// Ranks whose descriptors follow, one `Fd` frame each, in this order.
         fd_ranks: Vec<usize>,
     },
@@ -60,19 +62,12 @@ pub(crate) enum Message {
     Fail {
         failure: crate::CollectiveFailure,
     },
-    /// Across nodes, a node leader to rank 0 over TCP: the calls of every rank of its node,
-    /// once all arrived (a failure among them travels as `Fail` instead).
+    /// Across nodes, a node leader to the leader above it over TCP: the calls of every rank
+    /// of its node and of the nodes below it, folded, once all arrived (a failure among them
+    /// travels as `Fail` instead). Descriptors stay on their node.
     NodeArrive {
-        calls: Vec<NodeCall>,
+        calls: Calls,
     },
-}
-
-/// One rank's call as its node leader forwards it to rank 0 (descriptors stay on the node).
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct NodeCall {
-    pub(crate) rank: usize,
-    pub(crate) op: CollectiveOp,
-    pub(crate) payload: Vec<u8>,
 }
 
 /// One frame: the body's length (u32 LE), then the message as JSON.
