@@ -98,13 +98,8 @@ pub(crate) fn gather(
     // Wait on every rank at once, so a rank that dies is noticed at once whoever is late.
     while !pending.is_empty() {
         let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(Err(CollectiveFailure::NeverArrived {
-                op: op.clone(),
-                missing: pending,
-                waited_ms: timeout.as_millis() as u64,
-            }));
-        }
+        // Past the deadline, one look without waiting still takes the calls that came before
+        // it: a centre stopped or starved past its deadline must not name ranks that arrived.
         for rank in wait_readable(leaves, &pending, left)? {
             match receive_arrival(&leaves[rank - 1], rank, left, op) {
                 Ok(arrival) => {
@@ -113,6 +108,13 @@ pub(crate) fn gather(
                 }
                 Err(failure) => return Ok(Err(failure)),
             }
+        }
+        if left.is_zero() && !pending.is_empty() {
+            return Ok(Err(CollectiveFailure::NeverArrived {
+                op: op.clone(),
+                missing: pending,
+                waited_ms: timeout.as_millis() as u64,
+            }));
         }
     }
     Ok(Ok(arrivals))
@@ -237,7 +239,12 @@ pub(crate) fn poll_readable(
         .iter()
         .map(|fd| PollFd::new(*fd, PollFlags::POLLIN))
         .collect();
-    let ms = i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX);
+    // Zero only when `left` is: a last look without waiting (a sub-millisecond wait rounds up).
+    let ms = match left.as_millis() {
+        0 if left.is_zero() => 0,
+        ms => ms.max(1),
+    };
+    let ms = i32::try_from(ms).unwrap_or(i32::MAX);
     let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
     match poll(&mut polled, timeout) {
         Ok(_) | Err(nix::errno::Errno::EINTR) => {}

@@ -376,17 +376,9 @@ fn gather_leaders(
     let mut calls = Vec::new();
     while !pending.is_empty() {
         let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            // A leader that waited in vain for a rank of its own node said so before this
-            // deadline (it waits only the timeout): the silent one is the leader itself. The
-            // other ranks of its node may have arrived; they are not named.
-            let failure = CollectiveFailure::NeverArrived {
-                op: op.clone(),
-                missing: pending.iter().map(|&i| leaders[i].rank).collect(),
-                waited_ms: waited.as_millis() as u64,
-            };
-            return Err((failure, None));
-        }
+        // Past the deadline one look without waiting still takes what came before it: a
+        // leader stopped or starved past its deadline must not name the leaders below it,
+        // whose calls wait in its sockets.
         let fds: Vec<BorrowedFd<'_>> = pending.iter().map(|&i| leaders[i].link.as_fd()).collect();
         let ready = exchange::poll_readable(&fds, left).map_err(|e| {
             let leader = &leaders[pending[0]];
@@ -398,6 +390,17 @@ fn gather_leaders(
                 Err((failure, said)) => return Err((failure, said.then_some(index))),
             }
             pending.retain(|&i| i != index);
+        }
+        if left.is_zero() && !pending.is_empty() {
+            // A leader that waited in vain for a rank of its own node said so before this
+            // deadline (it waits only the timeout): the silent one is the leader itself. The
+            // other ranks of its node may have arrived; they are not named.
+            let failure = CollectiveFailure::NeverArrived {
+                op: op.clone(),
+                missing: pending.iter().map(|&i| leaders[i].rank).collect(),
+                waited_ms: waited.as_millis() as u64,
+            };
+            return Err((failure, None));
         }
     }
     Ok(calls)
@@ -1068,5 +1071,67 @@ mod tests {
             ),
             "the sender got its own failure back"
         );
+    }
+
+    /// A leader stopped (SIGSTOP) or starved past its deadline still takes what came before
+    /// it: the calls of its node's ranks and of the leaders below it, and a frame on its
+    /// link, waiting in its sockets. Naming them silent blamed the leader below a stopped
+    /// one (the SIGSTOP test across nodes, 1 run in 5 or so).
+    #[test]
+    fn what_came_before_a_deadline_counts_however_late_the_leader_looks() {
+        // The node's star: rank 1 arrived.
+        let (centre, leaf) = UnixStream::pair().unwrap();
+        let arrive = Message::Arrive {
+            op: op(1),
+            payload: vec![1],
+            fd_group: 0,
+            has_fd: false,
+        };
+        crate::wire::send(&leaf, &arrive, None).unwrap();
+        let leaves = [centre];
+        match exchange::gather(&leaves, Duration::ZERO, &op(1)).unwrap() {
+            Ok(arrivals) => assert_eq!(arrivals[1].as_ref().unwrap().payload, vec![1]),
+            Err(failure) => panic!("named a rank that had arrived: {failure}"),
+        }
+        // The leader below: its calls came before the deadline, which has passed.
+        let keys = FrameKeys::fixed(5);
+        let (near, far) = socket_pair();
+        let (below, above) = (
+            Link::new(near, &keys, End::Leader),
+            Link::new(far, &keys, End::Root),
+        );
+        let calls = Calls::of(vec![(2, op(1), vec![2]), (3, op(1), vec![3])]).unwrap();
+        below.send(&Message::NodeArrive { calls }).unwrap();
+        let leader = Leader {
+            rank: 2,
+            node: "node-b".into(),
+            ranks: Runs::of([2, 3]).unwrap(),
+            link: above,
+        };
+        let passed = Instant::now();
+        std::thread::sleep(Duration::from_millis(20));
+        let got = gather_leaders(std::slice::from_ref(&leader), passed, TIMEOUT, &op(1));
+        let got = got.unwrap_or_else(|(failure, _)| panic!("named the leader below: {failure}"));
+        assert_eq!(got[0].ranks().unwrap(), Runs::of([2, 3]).unwrap());
+        // The answer on a link, past the deadline.
+        let release = Message::Release {
+            payloads: Payloads::compact(vec![vec![]; 4]),
+            fd_ranks: Vec::new(),
+        };
+        leader.link.send(&release).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(matches!(
+            below.recv(passed),
+            Ok(Received::Frame(Message::Release { .. }, _))
+        ));
+        // And nothing there: still a timeout, at once.
+        let (quiet, _open) = UnixStream::pair().unwrap();
+        let start = Instant::now();
+        assert!(matches!(
+            crate::wire::recv(&quiet, passed),
+            Ok(Received::TimedOut)
+        ));
+        assert!(matches!(below.recv(passed), Ok(Received::TimedOut)));
+        assert!(start.elapsed() < Duration::from_secs(1));
     }
 }

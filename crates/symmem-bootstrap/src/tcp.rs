@@ -647,7 +647,18 @@ fn first_bytes(
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Ok(Err(Received::TimedOut));
+            // Past the deadline, what came before it still counts: a process stopped or
+            // starved past its deadline finds its peer's frame waiting, and must not call
+            // that peer silent.
+            use nix::sys::socket::{MsgFlags, recv};
+            return match recv(stream.as_raw_fd(), header, MsgFlags::MSG_DONTWAIT) {
+                Ok(0) => Ok(Err(Received::Closed)),
+                Ok(n) => Ok(Ok(n)),
+                Err(nix::errno::Errno::EAGAIN) => Ok(Err(Received::TimedOut)),
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(nix::errno::Errno::ECONNRESET) => Ok(Err(Received::Closed)),
+                Err(e) => Err(BootstrapError::io("receiving a control message", e)),
+            };
         }
         stream
             .set_read_timeout(Some(left))
