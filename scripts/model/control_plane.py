@@ -16,6 +16,7 @@ model.
 import argparse
 import json
 import math
+import statistics
 import sys
 
 HELP = """\
@@ -27,6 +28,9 @@ driver scripts/model/measure.sh adds the first four fields below and writes the 
   "shape":  "star" (every leader linked to rank 0) or "tree" (leaders in a k-ary tree)
   "fanout": k, the children per leader of a tree (ignored, may be null, for a star)
   "load":   the 1-minute load average at the run's start (shown, not fitted)
+  "calls":  "folded" where the leaders fold their subtree's calls into one entry (PROTOCOL 4
+            on, measure.sh adds it); missing or "whole" for older builds (every rank's call
+            went up to rank 0 whole)
 
 Of engine_bench's own fields the model reads:
 
@@ -53,20 +57,25 @@ THE TREE: the complete k-ary tree over the N leaders in heap order (leader i's p
       the busiest leader of each level handles one after the other (star: 2 (N - 1))
   F0 = 2 * min(k, N - 1), the frames at rank 0; every link carries 2 frames a collective,
       counted at both ends: the whole job handles 4 (N - 1), whatever the shape
-  E  = rank entries: every rank's call (its rank, the collective's op, its payload: JSON)
-      goes up to rank 0, which checks them all, so each leader parses (and re-encodes, on its
-      way up) the entries of every rank below it. E0 = N - 1 at rank 0; E_path = the entries
-      of the leaders of one root-to-leaf path (N - 1 at the root, its first child's subtree
-      less one, ...); E_all = the sum of every rank's depth (each entry, once per leader it
-      crosses).
+  E  = entries a leader parses per collective. Calls folded (as built): each leader sends up
+      one entry for its whole subtree (each distinct call with its ranks as runs, the
+      payloads compacted when equal), so a leader parses one entry per child: E0 = min(k,
+      N - 1), E_path = S / 2, E_all = N - 1. Calls whole (builds before PROTOCOL 4): every
+      rank's call (its rank, op, payload) went up to rank 0, so each leader parsed (and
+      re-encoded) the entries of every rank below it: E0 = N - 1, E_path = the subtrees of
+      one root-to-leaf path less their heads (N - 1 at the root, ...), E_all = the sum of
+      every rank's depth. In a star the two are the same.
 
 CPU (fitted, least squares on the relative error):
 
   rank 0 CPU per barrier = a + b * F0 + c * E0
-  job CPU per barrier    = a_all * N + b * 4 (N - 1) + c_all * E_all
+  job CPU per barrier    = a_all * N + a_inner * I + b * 4 (N - 1) + c_all * E_all
       b (CPU per frame) is rank 0's: 4 (N - 1) frames move with N in every run, so the job's
       own sums cannot tell a per-frame cost from a per-leader one. c_all is fitted from the
-      tree runs (stars only, or no all_cpu_us_per_barrier: c_all = c). a_all is a leader's fixed CPU per barrier.
+      tree runs (stars only, or no all_cpu_us_per_barrier: c_all = c). a_all is a leader's fixed CPU per barrier,
+      a_inner what a leader with leaders below it spends more (its poll over them, the fold,
+      the answer it sends down), I = ceil((N - 1) / k) such leaders; fitted where runs of
+      folded and whole calls tell it from c_all (else 0).
 
 THE MEASURED MACHINE (contended: N processes on --cores cores, other jobs beside them):
 
@@ -77,24 +86,25 @@ THE MEASURED MACHINE (contended: N processes on --cores cores, other jobs beside
       beta a fixed part (scheduling, the launcher's daemons). The job CPU is the model's, so
       the errors shown are the whole model's; the law alone (the same alpha, beta on the
       measured job CPU) is shown too.
-  allocate + free = 2 barriers + the payload (below): an allocation is one all-gather of
-      every rank's heap offset through the same tree (a barrier whose entries carry a
-      payload), a free one barrier.
+  allocate + free = 2 barriers + the payload (below) + L: an allocation is one all-gather
+      of every rank's heap offset through the same tree (a barrier whose entries carry a
+      payload), a free one barrier; L, fitted, is the provider's own work on each rank.
   start-up = r0 + r1 * N, fitted: on the measured machine rendezvous_us follows the launcher
       (mpirun, its orted daemons) starting N processes on the few cores. Not projected.
 
 A REAL CLUSTER (each leader its own cores: the critical path only, net one-way latency):
 
-  barrier = a + H * (net + w) + b * S + c * E_path            (as built)
-  barrier = a + H * (net + w) + b * S + c * S / 2             (if leaders aggregated: each
-      sends up one entry for its whole subtree, so a leader parses one entry per child)
+  barrier = a + H * (net + w) + b * S + c * E_path   (E_path = S / 2 as built; the whole
+      calls' E_path is shown beside it)
       w = --wakeup-us (assumed, default 5): a blocked leader woken on an idle core. b and c
       are this machine's, taken under contention: upper bounds for a dedicated core.
-  rank 0 CPU = a + b * F0 + c * E0 (aggregated: c * min(k, N - 1))
-  allocate + free = 2 barriers + payload, payload = (byte cost) * (payload bytes per rank) *
+  rank 0 CPU = a + b * F0 + c * E0
+  allocate + free = 2 barriers + payload + L, payload = (byte cost) * (payload bytes per rank) *
       (N * sum over the path's levels of (1 + children): the all-gather's answer, every rank's
       payload, parsed once and tagged (HMAC) once per child at each leader of the path; plus
-      E_path: the entries' payloads on the way up). --payload-bytes (default 30: an 8-digit
+      the payloads on the way up, one per rank below: payloads that differ are never folded;
+      equal ones, as a symmetric heap's offsets, travel as one, so this is an upper bound).
+      --payload-bytes (default 30: an 8-digit
       offset as serde_json writes a byte vector) and --byte-ns (default 2, assumed: JSON and
       HMAC-SHA256) are not fitted: 32 nodes' payloads (about 1 KB) are under the noise. The
       wire's own time per byte (0.08 ns at 100 Gb/s, 0.32 ns at 25 GbE) is left out.
@@ -206,10 +216,23 @@ def subtree_size(n, k, node):
     return size
 
 
-def path_entries(n, shape, k):
-    """Rank entries the leaders of the heaviest root-to-leaf path parse, summed: each leader
-    gets every entry of its subtree but its own; the first child of a level heads its
-    largest subtree."""
+def inner_leaders(n, shape, k):
+    """Leaders with leaders below them: node i has children while k i + 1 < n."""
+    return -(-(n - 1) // fanout_of(shape, n, k)) if n > 1 else 0
+
+
+def rank0_entries(n, shape, k, folded=False):
+    """Entries rank 0 parses per collective: one per child when calls are folded, one per
+    rank below it when they travel whole."""
+    return min(fanout_of(shape, n, k), n - 1) if folded else n - 1
+
+
+def path_entries(n, shape, k, folded=False):
+    """Entries the leaders of the heaviest root-to-leaf path parse, summed. Folded: one per
+    child of each (S / 2). Whole: each leader gets every entry of its subtree but its own;
+    the first child of a level heads its largest subtree."""
+    if folded:
+        return sum(busiest_per_level(n, fanout_of(shape, n, k)))
     kk = fanout_of(shape, n, k)
     total, node = 0, 0
     while node < n:
@@ -221,8 +244,11 @@ def path_entries(n, shape, k):
     return total
 
 
-def job_entries(n, shape, k):
-    """Rank entries parsed in the whole job per collective: every rank's depth, summed."""
+def job_entries(n, shape, k, folded=False):
+    """Entries parsed in the whole job per collective. Folded: one per link (N - 1). Whole:
+    every rank's depth, summed."""
+    if folded:
+        return n - 1
     kk = fanout_of(shape, n, k)
     total, depth, lo, hi = 0, 0, 0, 0
     while lo < n:
@@ -287,6 +313,8 @@ class Model:
         self.entry_fitted = False
         self.job_fixed = None  # a_all
         self.job_per_entry = None  # c_all
+        self.job_per_inner = 0.0  # a_inner
+        self.job_inner_fitted = False
         self.job_entry_fitted = False
         self.job_cpu_from = "all_cpu_us_per_barrier"
         # The measured machine (fitted).
@@ -295,6 +323,7 @@ class Model:
         self.beta = None
         self.measured_wakeup = 0.0  # w_m
         self.path_bound = []  # the measured runs bound by their critical path
+        self.alloc_local = 0.0  # L: an allocation's own work on each rank (fitted)
         self.start_fixed = None  # r0
         self.start_per_node = None  # r1
         # A real cluster (assumed).
@@ -307,50 +336,56 @@ class Model:
         self.fence_per_rank_ms = 1.0
 
     # CPU.
-    def rank0_cpu(self, n, shape, k, aggregated=False):
+    # Every method takes `folded`: whether the leaders fold their subtree's calls (the build
+    # as it is, the default) or send them up whole (builds before PROTOCOL 4).
+    def rank0_cpu(self, n, shape, k, folded=True):
         if self.cpu_fixed is None:
             return None
-        entries = min(fanout_of(shape, n, k), n - 1) if aggregated else n - 1
+        entries = rank0_entries(n, shape, k, folded)
         return self.cpu_fixed + self.cpu_per_frame * rank0_frames(n, shape, k) + self.cpu_per_entry * entries
 
-    def job_cpu(self, n, shape, k):
+    def job_cpu(self, n, shape, k, folded=True):
         if self.job_fixed is None:
             return None
         return (self.job_fixed * n + self.cpu_per_frame * job_frames(n)
-                + self.job_per_entry * job_entries(n, shape, k))
+                + self.job_per_inner * inner_leaders(n, shape, k)
+                + self.job_per_entry * job_entries(n, shape, k, folded))
 
     # Latency.
-    def critical_path(self, n, shape, k, net, wakeup, aggregated=False):
+    def critical_path(self, n, shape, k, net, wakeup, folded=True):
         """a + H (net + wakeup) + b S + c E: the path's own time, every leader on its cores."""
         frames = serial_frames(n, shape, k)
-        entries = frames / 2 if aggregated else path_entries(n, shape, k)
+        entries = path_entries(n, shape, k, folded)
         return (self.cpu_fixed + hops(n, shape, k) * (net + wakeup) + self.cpu_per_frame * frames
                 + self.cpu_per_entry * entries)
 
-    def contended_parts(self, n, shape, k, job_cpu=None):
+    def contended_parts(self, n, shape, k, job_cpu=None, folded=True):
         """(critical path, job CPU / cores) on the measured machine."""
-        job = self.job_cpu(n, shape, k) if job_cpu is None else job_cpu
-        return self.critical_path(n, shape, k, 0.0, self.measured_wakeup), job / self.cores
+        job = self.job_cpu(n, shape, k, folded) if job_cpu is None else job_cpu
+        return self.critical_path(n, shape, k, 0.0, self.measured_wakeup, folded), job / self.cores
 
-    def contended(self, n, shape, k, job_cpu=None):
-        path, cpu = self.contended_parts(n, shape, k, job_cpu)
+    def contended(self, n, shape, k, job_cpu=None, folded=True):
+        path, cpu = self.contended_parts(n, shape, k, job_cpu, folded)
         return self.alpha * max(path, cpu) + self.beta
 
-    def barrier(self, n, shape, k, net, aggregated=False):
-        return self.critical_path(n, shape, k, net, self.wakeup, aggregated)
+    def barrier(self, n, shape, k, net, folded=True):
+        return self.critical_path(n, shape, k, net, self.wakeup, folded)
 
     # Allocate + free.
     def payload(self, n, shape, k):
-        """The all-gather's payload work on the critical path, microseconds."""
+        """The all-gather's payload work on the critical path, microseconds, payloads that
+        differ (never folded: one per rank on the way up, whatever the build)."""
         handled = n * sum(1 + c for c in busiest_per_level(n, fanout_of(shape, n, k)))
         handled += path_entries(n, shape, k)
         return self.byte_ns * 1e-3 * self.payload_bytes * handled
 
-    def alloc_free(self, n, shape, k, net):
-        return ALLOC_FREE_COLLECTIVES * self.barrier(n, shape, k, net) + self.payload(n, shape, k)
+    def alloc_free(self, n, shape, k, net, folded=True):
+        return (ALLOC_FREE_COLLECTIVES * self.barrier(n, shape, k, net, folded) + self.payload(n, shape, k)
+                + self.alloc_local)
 
-    def alloc_free_contended(self, n, shape, k):
-        return ALLOC_FREE_COLLECTIVES * self.contended(n, shape, k) + self.payload(n, shape, k)
+    def alloc_free_contended(self, n, shape, k, folded=True):
+        return (ALLOC_FREE_COLLECTIVES * self.contended(n, shape, k, folded=folded) + self.payload(n, shape, k)
+                + self.alloc_local)
 
     # Start-up.
     def measured_start(self, n):
@@ -378,6 +413,7 @@ def fit(points, cores=2.0):
     fit_rank0(model, points)
     fit_job(model, points)
     fit_contended(model, points)
+    fit_alloc_local(model, points)
     starts = [p for p in points if p.get("rendezvous") is not None]
     if len({p["nodes"] for p in starts}) >= 2:
         ys = [p["rendezvous"] for p in starts]
@@ -388,16 +424,20 @@ def fit(points, cores=2.0):
 
 
 def fit_rank0(model, points):
-    """a, b, c from rank 0's CPU per barrier (c only when trees tell entries from frames)."""
+    """a, b, c from rank 0's CPU per barrier (c only when trees of whole calls tell entries
+    from frames)."""
     cpu = [p for p in points if p.get("rank0_cpu") is not None]
     if len({p["nodes"] for p in cpu}) < 2 and len({rank0_frames(p["nodes"], p["shape"], p["fanout"]) for p in cpu}) < 2:
         raise ValueError("the runs need rank0_cpu_us_per_barrier at two node counts at least")
     ys = [p["rank0_cpu"] for p in cpu]
     frames = [p["rank0_frames"] if p.get("rank0_frames") is not None
               else rank0_frames(p["nodes"], p["shape"], p["fanout"]) for p in cpu]
+    entries = [rank0_entries(*key(p)) for p in cpu]
     solved = None
-    if any(p["shape"] == "tree" for p in cpu) and len(cpu) >= 3:
-        solved = least_squares([[1.0, f, p["nodes"] - 1] for f, p in zip(frames, cpu)], ys, relative(ys))
+    # Entries tell apart from frames only where calls went up whole through a tree (folded,
+    # and in a star, rank 0 parses one entry per two frames).
+    if any(2 * e != f for e, f in zip(entries, frames)) and len(cpu) >= 3:
+        solved = least_squares([[1.0, f, e] for f, e in zip(frames, entries)], ys, relative(ys))
     if solved is not None:
         model.cpu_fixed, model.cpu_per_frame, model.cpu_per_entry = solved
         model.entry_fitted = True
@@ -428,11 +468,22 @@ def fit_job(model, points):
         model.job_cpu_from = "rank 0's plus (N - 1) x the other leaders' median (no all_cpu_us_per_barrier)"
     ys = [job_cpu_of(p) for p in runs]
     rest = [y - model.cpu_per_frame * job_frames(p["nodes"]) for y, p in zip(ys, runs)]
-    entries = [job_entries(p["nodes"], p["shape"], p["fanout"]) for p in runs]
+    entries = [job_entries(*key(p)) for p in runs]
+    inner = [inner_leaders(p["nodes"], p["shape"], p["fanout"]) for p in runs]
     solved = None
     # The entries need the job's own sum: the stand-in (rank 0 and the leaves' median) holds
     # no inner leader, whose entries are the trees' difference.
-    if any(p["shape"] == "tree" for p in runs) and len(runs) >= 2 and all(p.get("all_cpu") is not None for p in runs):
+    own_sums = all(p.get("all_cpu") is not None for p in runs)
+    if own_sums and len(runs) >= 4 and any(e != p["nodes"] - 1 for e, p in zip(entries, runs)):
+        # An inner leader's own work (its poll over the leaders below, the fold, the answer it
+        # sends down), where folded trees tell it from the entries.
+        rows = [[p["nodes"], i, e] for p, i, e in zip(runs, inner, entries)]
+        three = least_squares(rows, rest, relative(ys))
+        if three is not None and min(three[1:]) >= 0:
+            model.job_fixed, model.job_per_inner, model.job_per_entry = three
+            model.job_inner_fitted = model.job_entry_fitted = True
+            return
+    if own_sums and len(runs) >= 2 and any(e != p["nodes"] - 1 for e, p in zip(entries, runs)):
         solved = least_squares([[p["nodes"], e] for p, e in zip(runs, entries)], rest, relative(ys))
     if solved is not None and solved[1] >= 0:
         model.job_fixed, model.job_per_entry = solved
@@ -449,7 +500,7 @@ def fit_contended(model, points):
 
     def solve(wakeup):
         model.measured_wakeup = wakeup
-        xs = [max(model.contended_parts(p["nodes"], p["shape"], p["fanout"])) for p in points]
+        xs = [max(model.contended_parts(*key(p)[:3], folded=p["folded"])) for p in points]
         solved = least_squares([[x, 1.0] for x in xs], ys, relative(ys))
         if solved is None:
             return None, math.inf
@@ -478,9 +529,28 @@ def fit_contended(model, points):
     model.path_bound = [p for p in points if bound_by(model, p) == "path"]
 
 
+def fit_alloc_local(model, points):
+    """L: what allocate + free takes beyond its collectives and payload (the provider's own
+    work on each rank: the mapping, the allocator), by least squares on the relative error."""
+    runs = [p for p in points if p.get("alloc_free") is not None]
+    if not runs:
+        return
+    model.alloc_local = 0.0
+    ys = [p["alloc_free"] for p in runs]
+    rest = [y - model.alloc_free_contended(*key(p)) for y, p in zip(ys, runs)]
+    solved = least_squares([[1.0] for _ in runs], rest, relative(ys))
+    if solved is not None:
+        model.alloc_local = solved[0]
+
+
 def bound_by(model, p):
-    path, cpu = model.contended_parts(p["nodes"], p["shape"], p["fanout"])
+    path, cpu = model.contended_parts(*key(p)[:3], folded=p["folded"])
     return "path" if path > cpu else "CPU"
+
+
+def key(p):
+    """A point's (nodes, shape, fan-out, folded): the model's arguments."""
+    return p["nodes"], p["shape"], p["fanout"], p["folded"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -523,6 +593,10 @@ def point(run, stat, where):
     if shape == "tree" and (not isinstance(fanout, int) or fanout < 1):
         raise ValueError(f'{where}: a tree needs "fanout": k (its children per leader)')
 
+    calls = run.get("calls", "whole")
+    if calls not in ("folded", "whole"):
+        raise ValueError(f'{where}: "calls" must be "folded" or "whole", not {calls!r}')
+
     def stat_of(field):
         value = run.get(field)
         value = value.get(stat) if isinstance(value, dict) else None
@@ -535,6 +609,7 @@ def point(run, stat, where):
         "nodes": nodes,
         "shape": shape,
         "fanout": fanout if shape == "tree" else None,
+        "folded": calls == "folded",
         "load": run.get("load"),
         "barrier": barrier,
         "rank0_cpu": run.get("rank0_cpu_us_per_barrier"),
@@ -544,7 +619,28 @@ def point(run, stat, where):
         "all_frames": run.get("all_frames_per_barrier"),
         "alloc_free": stat_of("alloc_free_after_us"),
         "rendezvous": run.get("rendezvous_us"),
+        "runs": 1,
     }
+
+
+def merge_repeats(points):
+    """One point per configuration (nodes, shape, fan-out, calls): each figure the median of
+    its runs (on 2 shared cores one run's barrier may be off by 15 % from the next), in the
+    order each configuration first came."""
+    groups = {}
+    for p in points:
+        groups.setdefault(key(p), []).append(p)
+    merged = []
+    for runs in groups.values():
+        one = dict(runs[0])
+        for field, value in one.items():
+            if field in ("nodes", "shape", "fanout", "folded", "runs"):
+                continue
+            values = [r[field] for r in runs if isinstance(r.get(field), (int, float))]
+            one[field] = statistics.median(values) if values else None
+        one["runs"] = len(runs)
+        merged.append(one)
+    return merged
 
 
 # ---------------------------------------------------------------------------------------------
@@ -576,6 +672,13 @@ def shape_name(shape, k):
     return "star" if shape == "star" else f"tree k={k}"
 
 
+def run_name(p):
+    """A run's shape, and "calls whole" for a tree of a build before folding (a star's
+    calls are the same either way)."""
+    whole = not p["folded"] and p["shape"] == "tree"
+    return shape_name(p["shape"], p["fanout"]) + (", calls whole" if whole else "")
+
+
 def span(values):
     values = [abs(v) for v in values if v is not None]
     return max(values) if values else None
@@ -584,7 +687,10 @@ def span(values):
 def report(model, points, project, fanouts, nets, source):
     out = ["## Control plane at scale: star against tree (issue 44, model)", ""]
     loads = [p["load"] for p in points if isinstance(p.get("load"), (int, float))]
-    out += [f"`scripts/model/control_plane.py {source}`: {len(points)} engine_bench runs on emulated "
+    runs = sum(p.get("runs", 1) for p in points)
+    merged = (f" ({len(points)} configurations, the runs of each merged: the median of each figure)"
+              if runs > len(points) else "")
+    out += [f"`scripts/model/control_plane.py {source}`: {runs} engine_bench runs{merged} on emulated "
             f"nodes (`scripts/model/measure.sh`: one rank per node, mpirun, 10,000 barriers each), "
             f"{min(p['nodes'] for p in points)}-{max(p['nodes'] for p in points)} nodes on one machine "
             f"of {model.cores:g} cores"
@@ -603,7 +709,11 @@ def report(model, points, project, fanouts, nets, source):
     out.append(f"| c: CPU per rank entry (rank 0 parses and checks every rank's call) | "
                f"{num(model.cpu_per_entry, 3)} us | same fit |")
     out.append(f"| a_all: fixed CPU per barrier per leader | {num(model.job_fixed, 2)} us | "
-               f"job CPU = a_all N + b 4(N-1) + c_all E_all, b as above; from {model.job_cpu_from} |")
+               f"job CPU = a_all N + a_inner I + b 4(N-1) + c_all E_all, b as above; from {model.job_cpu_from} |")
+    out.append(f"| a_inner: an inner leader's own CPU per barrier (its poll over the leaders below, the "
+               f"fold, the answer down) | {num(model.job_per_inner, 2)} us | "
+               + ("same fit, I = the leaders with leaders below (ceil((N - 1) / k))" if model.job_inner_fitted
+                  else "not fitted (0): the runs do not tell it from the entries") + " |")
     out.append(f"| c_all: CPU per entry and leader crossed (parse + re-encode) | {num(model.job_per_entry, 3)} us | "
                + ("same fit (tree runs)" if model.job_entry_fitted
                   else "c (not fitted: no tree runs, or no all_cpu_us_per_barrier)") + " |")
@@ -619,6 +729,8 @@ def report(model, points, project, fanouts, nets, source):
                    f"{num(model.start_per_node / 1000, 2)} ms per node | rendezvous_us: the launcher "
                    f"starting N processes on {model.cores:g} cores; not projected |")
     out.append(f"| w: wake-up per hop, real cluster | {num(model.wakeup, 1)} us | assumed (--wakeup-us) |")
+    out.append(f"| L: allocate + free beyond its collectives and payload | {num(model.alloc_local, 1)} us | "
+               "least squares on the measured allocate + free (the provider's own work) |")
     out.append(f"| payload per rank, allocation | {num(model.payload_bytes, 0)} B at {num(model.byte_ns, 1)} "
                f"ns/B | assumed (--payload-bytes, --byte-ns) |")
     out.append(f"| handshake h | {num(model.handshake, 0)} us CPU, {HANDSHAKE_TRIPS} one-way trips, "
@@ -627,22 +739,22 @@ def report(model, points, project, fanouts, nets, source):
 
     out += ["### Measured runs against the model", "",
             "CPU per barrier (us): rank 0's and the whole job's.", "",
-            "| nodes | shape | load | rank 0 frames | rank 0 CPU | model | err % | job frames "
+            "| nodes | shape | runs | load | rank 0 frames | rank 0 CPU | model | err % | job frames "
             "| job CPU | model | err % |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     misses = []
     warnings = []
 
     def note_miss(what, p, model_value, measured):
         e = percent(model_value, measured)
         if e is not None and abs(e) > MISS_PERCENT:
-            misses.append(f"{what} at {p['nodes']} nodes, {shape_name(p['shape'], p['fanout'])}: "
+            misses.append(f"{what} at {p['nodes']} nodes, {run_name(p)}: "
                           f"model {num(model_value)} against {num(measured)} measured ({e:+.0f} %)")
 
     for p in points:
-        n, shape, k = p["nodes"], p["shape"], p["fanout"]
-        cpu = model.rank0_cpu(n, shape, k)
-        job = model.job_cpu(n, shape, k)
+        n, shape, k, f = key(p)
+        cpu = model.rank0_cpu(n, shape, k, f)
+        job = model.job_cpu(n, shape, k, f)
         frames = rank0_frames(n, shape, k)
         if p["rank0_frames"] is not None and abs(p["rank0_frames"] - frames) > 0.01:
             warnings.append(f"{n} nodes, {shape_name(shape, k)}: rank 0 handled {p['rank0_frames']} frames "
@@ -652,7 +764,7 @@ def report(model, points, project, fanouts, nets, source):
                             f"per barrier, the model {job_frames(n)}")
         note_miss("rank 0 CPU", p, cpu, p["rank0_cpu"])
         note_miss("job CPU", p, job, job_cpu_of(p))
-        out.append(f"| {n} | {shape_name(shape, k)} | {num(p['load'])} | {num(p['rank0_frames'], 0)} "
+        out.append(f"| {n} | {run_name(p)} | {p.get('runs', 1)} | {num(p['load'])} | {num(p['rank0_frames'], 0)} "
                    f"| {num(p['rank0_cpu'])} | {num(cpu)} | {err(cpu, p['rank0_cpu'])} "
                    f"| {num(p['all_frames'], 0)} | {num(job_cpu_of(p))} | {num(job)} | {err(job, job_cpu_of(p))} |")
     out += ["", f"Latency (us) on the measured machine: barrier = {num(model.alpha, 3)} max(P, job CPU / "
@@ -664,30 +776,30 @@ def report(model, points, project, fanouts, nets, source):
             "| alloc + free | model | err % | start-up ms | model | err % |",
             "|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in points:
-        n, shape, k = p["nodes"], p["shape"], p["fanout"]
-        path, cpu = model.contended_parts(n, shape, k)
-        b = model.contended(n, shape, k)
+        n, shape, k, f = key(p)
+        path, cpu = model.contended_parts(n, shape, k, folded=f)
+        b = model.contended(n, shape, k, folded=f)
         measured_job = job_cpu_of(p)
-        law = model.contended(n, shape, k, measured_job) if measured_job is not None else None
-        af = model.alloc_free_contended(n, shape, k)
+        law = model.contended(n, shape, k, measured_job, f) if measured_job is not None else None
+        af = model.alloc_free_contended(n, shape, k, f)
         start = model.measured_start(n)
         rendezvous = p["rendezvous"]
         note_miss("barrier", p, b, p["barrier"])
         note_miss("allocate + free", p, af, p["alloc_free"])
         note_miss("start-up", p, start, rendezvous)
-        out.append(f"| {n} | {shape_name(shape, k)} | {num(path)} | {num(cpu)} | {bound_by(model, p)} "
+        out.append(f"| {n} | {run_name(p)} | {num(path)} | {num(cpu)} | {bound_by(model, p)} "
                    f"| {num(p['barrier'])} | {num(b)} | {err(b, p['barrier'])} | {num(law)} | {err(law, p['barrier'])} "
                    f"| {num(p['alloc_free'])} | {num(af)} | {err(af, p['alloc_free'])} "
                    f"| {num(rendezvous / 1000 if rendezvous is not None else None)} "
                    f"| {num(start / 1000 if start is not None else None)} | {err(start, rendezvous)} |")
     out.append("")
     worst = {
-        "rank 0 CPU": span(percent(model.rank0_cpu(p["nodes"], p["shape"], p["fanout"]), p["rank0_cpu"]) for p in points),
-        "job CPU": span(percent(model.job_cpu(p["nodes"], p["shape"], p["fanout"]), job_cpu_of(p)) for p in points),
-        "barrier": span(percent(model.contended(p["nodes"], p["shape"], p["fanout"]), p["barrier"]) for p in points),
-        "barrier, law only": span(percent(model.contended(p["nodes"], p["shape"], p["fanout"], job_cpu_of(p)), p["barrier"])
+        "rank 0 CPU": span(percent(model.rank0_cpu(*key(p)), p["rank0_cpu"]) for p in points),
+        "job CPU": span(percent(model.job_cpu(*key(p)), job_cpu_of(p)) for p in points),
+        "barrier": span(percent(model.contended(*key(p)[:3], folded=p["folded"]), p["barrier"]) for p in points),
+        "barrier, law only": span(percent(model.contended(*key(p)[:3], job_cpu_of(p), p["folded"]), p["barrier"])
                                   for p in points if job_cpu_of(p) is not None),
-        "allocate + free": span(percent(model.alloc_free_contended(p["nodes"], p["shape"], p["fanout"]), p["alloc_free"])
+        "allocate + free": span(percent(model.alloc_free_contended(*key(p)), p["alloc_free"])
                                 for p in points),
         "start-up": span(percent(model.measured_start(p["nodes"]), p["rendezvous"]) for p in points),
     }
@@ -699,43 +811,45 @@ def report(model, points, project, fanouts, nets, source):
         out.append(f"Every measured point is within {MISS_PERCENT:.0f} % of the model.")
     out.append("")
     def path_only(p):
-        return model.critical_path(p["nodes"], p["shape"], p["fanout"], 0.0, model.measured_wakeup) + model.beta
+        n, shape, k, f = key(p)
+        return model.critical_path(n, shape, k, 0.0, model.measured_wakeup, f) + model.beta
 
     worst_path = max(points, key=lambda p: abs(percent(path_only(p), p["barrier"])))
     out.append(f"The critical path alone (P + beta, as if each leader had its own core) is off by up to "
                f"{abs(percent(path_only(worst_path), worst_path['barrier'])):.0f} % (at {worst_path['nodes']} nodes, "
-               f"{shape_name(worst_path['shape'], worst_path['fanout'])}: {num(path_only(worst_path))} us against "
+               f"{run_name(worst_path)}: {num(path_only(worst_path))} us against "
                f"{num(worst_path['barrier'])}): on this machine the job's CPU, not the path, sets the latency "
                "once the nodes outnumber the cores a few times.")
     out += alternatives(model, points)
     ratios = sorted(p["alloc_free"] / p["barrier"] for p in points if p["alloc_free"] is not None and p["barrier"])
     if ratios:
-        out += ["", f"Allocate + free is modelled as {ALLOC_FREE_COLLECTIVES} barriers plus the payload, not "
-                f"fitted: measured, it took {ratios[0]:.1f}-{ratios[-1]:.1f} barriers (median "
-                f"{ratios[len(ratios) // 2]:.1f}), with no trend in N; 32 nodes' payloads (about "
-                f"{num(32 * model.payload_bytes / 1000, 1)} KB) are too small to fit a cost per byte."]
+        out += ["", f"Allocate + free is modelled as {ALLOC_FREE_COLLECTIVES} barriers, the payload and L = "
+                f"{num(model.alloc_local, 1)} us (fitted: the provider's own work): measured, it took "
+                f"{ratios[0]:.1f}-{ratios[-1]:.1f} barriers (median {ratios[len(ratios) // 2]:.1f}); 32 nodes' "
+                f"payloads (about {num(32 * model.payload_bytes / 1000, 1)} KB) are too small to fit a cost "
+                "per byte."]
     if len(points) <= 3:
         warnings.append("as many runs as fitted constants, or nearly: the errors say little")
     out += [""] + [f"Note: {w}" for w in warnings] + ([""] if warnings else [])
 
     shapes = [("star", None)] + [("tree", k) for k in fanouts]
     out += ["### Projection: a real cluster (each leader its own cores, critical path only)", "",
-            f"Barrier = a + H (net + w) + b S + c E_path, w = {num(model.wakeup, 0)} us. **As built** every "
-            "rank's call goes up to rank 0 (E_path entries parsed on the path); **aggregated**: each "
-            "leader would send one entry for its subtree (c S/2). Rank 0's CPU = a + b F0 + c E0. "
-            "Times in us.", "",
-            "| nodes | shape | levels | rank 0 frames | rank 0 CPU | rank 0 CPU, aggregated | "
+            f"Barrier = a + H (net + w) + b S + c E_path, w = {num(model.wakeup, 0)} us. **As built** each "
+            "leader folds its subtree's calls into one entry (E_path = S / 2); **calls whole**, the "
+            "build before (PROTOCOL 3): every rank's call went up to rank 0 (E_path entries parsed on "
+            "the path). Rank 0's CPU = a + b F0 + c E0. Times in us.", "",
+            "| nodes | shape | levels | rank 0 frames | rank 0 CPU | rank 0 CPU, calls whole | "
             + " | ".join(f"barrier, net {num(net, 0)} us" for net in nets) + " | "
-            + " | ".join(f"aggregated, net {num(net, 0)} us" for net in nets) + " | "
+            + " | ".join(f"calls whole, net {num(net, 0)} us" for net in nets) + " | "
             + " | ".join(f"allocate + free, net {num(net, 0)} us" for net in nets) + " |",
             "|---:|---|---:|---:|---:|---:|" + "---:|" * (3 * len(nets))]
     for n in project:
         for shape, k in shapes:
             cells = [f"{n:,}", shape_name(shape, k), str(tree_height(n, fanout_of(shape, n, k))),
                      f"{rank0_frames(n, shape, k):,}", num(model.rank0_cpu(n, shape, k), 0),
-                     num(model.rank0_cpu(n, shape, k, aggregated=True), 0)]
+                     num(model.rank0_cpu(n, shape, k, folded=False), 0)]
             cells += [num(model.barrier(n, shape, k, net), 0) for net in nets]
-            cells += [num(model.barrier(n, shape, k, net, aggregated=True), 0) for net in nets]
+            cells += [num(model.barrier(n, shape, k, net, folded=False), 0) for net in nets]
             cells += [num(model.alloc_free(n, shape, k, net), 0) for net in nets]
             out.append("| " + " | ".join(cells) + " |")
     out += [""] + verdicts(model, project, fanouts, nets) + [""]
@@ -795,7 +909,7 @@ def alternatives(model, points):
         solved = least_squares([[p["nodes"], job_frames(p["nodes"])] for p in runs], ys, relative(ys))
         if solved is not None:
             errors = [percent(solved[0] * p["nodes"] + solved[1] * job_frames(p["nodes"]), y) for p, y in zip(runs, ys)]
-            used = span(percent(model.job_cpu(p["nodes"], p["shape"], p["fanout"]), p["all_cpu"]) for p in runs)
+            used = span(percent(model.job_cpu(*key(p)), p["all_cpu"]) for p in runs)
             top = max(p["nodes"] for p in runs)
             stars = [p["all_cpu"] for p in runs if p["nodes"] == top and p["shape"] == "star"]
             trees = [p["all_cpu"] for p in runs if p["nodes"] == top and p["shape"] == "tree"]
@@ -817,15 +931,15 @@ def verdicts(model, project, fanouts, nets):
         return ("yes for k = " + ", ".join(map(str, ks))) if ks else "no"
 
     for net in nets:
-        trees = [(k, model.barrier(top, "tree", k, net), model.barrier(top, "tree", k, net, aggregated=True))
+        trees = [(k, model.barrier(top, "tree", k, net), model.barrier(top, "tree", k, net, folded=False))
                  for k in fanouts]
         star = model.barrier(top, "star", None, net)
         lines.append(f"- **A barrier under 1 ms at {top:,} nodes, net {num(net, 0)} us?** Star: "
                      + ("yes" if star < 1000 else "no") + f" ({num(star / 1000, 1)} ms: rank 0 handles "
-                     f"{rank0_frames(top, 'star', None):,} frames one after the other). Tree as built: "
-                     + which([k for k, b, _ in trees if b < 1000])
-                     + " (" + ", ".join(f"k={k} {num(b / 1000, 2)} ms" for k, b, _ in trees) + "). Tree, "
-                     "leaders aggregating their subtree's calls: " + which([k for k, _, b in trees if b < 1000])
+                     f"{rank0_frames(top, 'star', None):,} frames one after the other). Tree as built "
+                     "(calls folded): " + which([k for k, b, _ in trees if b < 1000])
+                     + " (" + ", ".join(f"k={k} {num(b / 1000, 2)} ms" for k, b, _ in trees) + "). Tree "
+                     "with calls whole (the build before): " + which([k for k, _, b in trees if b < 1000])
                      + " (" + ", ".join(f"k={k} {num(b / 1000, 2)} ms" for k, _, b in trees) + ").")
     net = min(nets)
     af = [(k, model.alloc_free(top, "tree", k, net), model.payload(top, "tree", k)) for k in fanouts]
@@ -836,18 +950,17 @@ def verdicts(model, project, fanouts, nets):
                  + f", the payload at an assumed {num(model.byte_ns, 1)} ns a byte.")
     if model.cpu_per_entry > 0 and fanouts:
         k = max(fanouts)
-        entries = path_entries(top, "tree", k)
-        frames_only = model.barrier(top, "tree", k, net) - model.cpu_per_entry * entries
-        even = (1000 - frames_only) / entries
-        lines += ["", f"As built, the tree's barrier at {top:,} nodes is set by the rank entries, not the "
-                  f"frames: every rank's call travels up to rank 0, which parses {top - 1:,} of them "
+        whole = path_entries(top, "tree", k)
+        folded = path_entries(top, "tree", k, folded=True)
+        lines += ["", f"Calls whole, the tree's barrier at {top:,} nodes was set by the rank entries, not the "
+                  f"frames: every rank's call travelled up to rank 0, which parsed {top - 1:,} of them "
                   f"({num(model.cpu_per_entry, 2)} us each, fitted: {num(model.cpu_per_entry * (top - 1) / 1000, 1)} "
-                  f"ms), and the leaders below it on the path {entries - (top - 1):,} more (k={k}). c was "
-                  "taken under contention, but the tree as built would reach 1 ms only at c = "
-                  + (f"{even * 1000:.0f} ns" if even > 0 else "0") + " an entry. With several ranks per node "
-                  "the entries grow with the ranks, not the nodes. The tree's frames alone stay under a "
-                  "millisecond; checking the calls where they gather (each leader forwarding one entry "
-                  "for its subtree, or a digest) is what the aggregated columns assume."]
+                  f"ms), and the leaders below it on the path {whole - (top - 1):,} more (k={k}). Folded, as "
+                  f"built, the leaders of that path parse {folded} entries in all, one per child, and the "
+                  f"barrier is {num(model.barrier(top, 'tree', k, net) / 1000, 2)} ms against "
+                  f"{num(model.barrier(top, 'tree', k, net, folded=False) / 1000, 2)}. With several ranks per "
+                  "node the folded entries stay one per child (the ranks travel as runs); only payloads that "
+                  "differ (an all-gather of distinct values) still grow with the ranks."]
     return lines
 
 
@@ -874,17 +987,19 @@ def plot(model, points, project, fanouts, nets, path):
         lat.plot(ns, [model.barrier(n, shape, k, net) for n in ns], "-", color=colour)
         cpu.plot(ns, [model.rank0_cpu(n, shape, k) for n in ns], "-", color=colour)
         if shape == "tree":
-            lat.plot(ns, [model.barrier(n, shape, k, net, aggregated=True) for n in ns], "--", color=colour,
+            lat.plot(ns, [model.barrier(n, shape, k, net, folded=False) for n in ns], "--", color=colour,
                      linewidth=1)
-            cpu.plot(ns, [model.rank0_cpu(n, shape, k, aggregated=True) for n in ns], "--", color=colour,
+            cpu.plot(ns, [model.rank0_cpu(n, shape, k, folded=False) for n in ns], "--", color=colour,
                      linewidth=1)
         lat.plot(ms, [model.contended(n, shape, k) for n in ms], ":", color=colour, linewidth=1.5)
-        mine = [p for p in points if p["shape"] == shape and p["fanout"] == k]
-        lat.scatter([p["nodes"] for p in mine], [p["barrier"] for p in mine], color=colour, marker=marker,
-                    edgecolor="k", zorder=3)
-        cpu.scatter([p["nodes"] for p in mine if p["rank0_cpu"] is not None],
-                    [p["rank0_cpu"] for p in mine if p["rank0_cpu"] is not None], color=colour, marker=marker,
-                    edgecolor="k", zorder=3)
+        for folded in (True, False):
+            mine = [p for p in points if p["shape"] == shape and p["fanout"] == k and p["folded"] == folded]
+            face = colour if folded else "none"
+            lat.scatter([p["nodes"] for p in mine], [p["barrier"] for p in mine], facecolor=face,
+                        marker=marker, edgecolor=colour if not folded else "k", zorder=3)
+            mine = [p for p in mine if p["rank0_cpu"] is not None]
+            cpu.scatter([p["nodes"] for p in mine], [p["rank0_cpu"] for p in mine], facecolor=face,
+                        marker=marker, edgecolor=colour if not folded else "k", zorder=3)
     lat.axhline(1000, color="grey", linewidth=0.8)
     lat.text(ns[0], 1100, "1 ms", color="grey", fontsize=8)
     lat.set_title(f"barrier latency (us): measured on {model.cores:g} cores, projected at net {net:g} us",
@@ -895,10 +1010,10 @@ def plot(model, points, project, fanouts, nets, path):
     by_shape = [Line2D([], [], color=f"C{i % 10}", marker=markers[i % len(markers)], markeredgecolor="k",
                        label=shape_name(shape, k)) for i, (shape, k) in enumerate(shapes)]
     styles = {
-        lat: [("-", "real cluster (critical path), as built"),
-              ("--", "real cluster, leaders aggregating entries"),
-              (":", f"measured machine's model ({model.cores:g} cores)")],
-        cpu: [("-", "model, as built"), ("--", "model, leaders aggregating entries")],
+        lat: [("-", "real cluster (critical path), as built: calls folded"),
+              ("--", "real cluster, calls whole (the build before)"),
+              (":", f"measured machine's model ({model.cores:g} cores), as built")],
+        cpu: [("-", "model, as built: calls folded"), ("--", "model, calls whole (the build before)")],
     }
     for ax in (lat, cpu):
         ax.set_xscale("log", base=2)
@@ -907,7 +1022,9 @@ def plot(model, points, project, fanouts, nets, path):
         ax.grid(True, which="both", alpha=0.3)
         handles = by_shape + [Line2D([], [], color="k", linestyle=style, label=label) for style, label in styles[ax]]
         handles.append(Line2D([], [], color="w", marker="o", markerfacecolor="grey", markeredgecolor="k",
-                              label="measured (markers)"))
+                              label="measured, calls folded (filled)"))
+        handles.append(Line2D([], [], color="w", marker="o", markerfacecolor="none", markeredgecolor="grey",
+                              label="measured, calls whole (hollow)"))
         ax.legend(handles=handles, fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -931,8 +1048,10 @@ def self_test():
         assert hops(n, "star", None) == 2
         assert serial_frames(n, "star", None) == 2 * (n - 1)
         assert rank0_frames(n, "star", None) == 2 * (n - 1)
-        assert path_entries(n, "star", None) == n - 1
-        assert job_entries(n, "star", None) == n - 1
+        for folded in (False, True):
+            assert path_entries(n, "star", None, folded) == n - 1
+            assert job_entries(n, "star", None, folded) == n - 1
+            assert rank0_entries(n, "star", None, folded) == n - 1
         for k in (2, 3, 8):
             levels = busiest_per_level(n, k)
             assert len(levels) == tree_height(n, k)
@@ -952,6 +1071,10 @@ def self_test():
                 chain += size[node] - 1
                 node = k * node + 1
             assert path_entries(n, "tree", k) == chain, (n, k)
+            # Folded: one entry per child, whatever lies below it.
+            assert job_entries(n, "tree", k, True) == n - 1
+            assert rank0_entries(n, "tree", k, True) == len(range(1, min(k, n - 1) + 1))
+            assert 2 * path_entries(n, "tree", k, True) == serial_frames(n, "tree", k)
     assert busiest_per_level(10, 8) == [8, 1]
     assert busiest_per_level(8192, 8) == [8, 8, 8, 8, 8]
 
@@ -960,20 +1083,25 @@ def self_test():
     truth = Model()
     truth.cores = 3.0
     truth.cpu_fixed, truth.cpu_per_frame, truth.cpu_per_entry = 20.0, 6.0, 0.75
-    truth.job_fixed, truth.job_per_entry = 15.0, 3.0
+    truth.job_fixed, truth.job_per_entry, truth.job_per_inner = 15.0, 3.0, 20.0
     truth.alpha, truth.beta, truth.measured_wakeup = 1.2, 40.0, 12.5
     truth.start_fixed, truth.start_per_node = 30_000.0, 9_000.0
+    truth.alloc_local = 55.0
     runs = [(n, "star", None) for n in (2, 4, 8, 16, 32)]
     runs += [(n, "tree", 2) for n in (4, 8, 16, 32)] + [(n, "tree", 4) for n in (8, 16, 32)]
     runs += [(n, "tree", 8) for n in (16, 32)]
+    # The trees twice: calls whole (the build before, which tells entries from frames) and
+    # folded (as built).
+    runs = [(n, shape, k, False) for n, shape, k in runs] + [(n, "tree", k, True) for n, shape, k in runs
+                                                             if shape == "tree"]
     points = []
-    for n, shape, k in runs:
+    for n, shape, k, f in runs:
         points.append({
-            "nodes": n, "shape": shape, "fanout": k, "load": None,
-            "barrier": truth.contended(n, shape, k),
-            "rank0_cpu": truth.rank0_cpu(n, shape, k), "rank0_frames": rank0_frames(n, shape, k),
-            "leaders_cpu": None, "all_cpu": truth.job_cpu(n, shape, k), "all_frames": job_frames(n),
-            "alloc_free": truth.alloc_free_contended(n, shape, k),
+            "nodes": n, "shape": shape, "fanout": k, "folded": f, "load": None,
+            "barrier": truth.contended(n, shape, k, folded=f),
+            "rank0_cpu": truth.rank0_cpu(n, shape, k, f), "rank0_frames": rank0_frames(n, shape, k),
+            "leaders_cpu": None, "all_cpu": truth.job_cpu(n, shape, k, f), "all_frames": job_frames(n),
+            "alloc_free": truth.alloc_free_contended(n, shape, k, f),
             "rendezvous": truth.measured_start(n),
         })
     bound = {bound_by(truth, p) for p in points}
@@ -984,17 +1112,26 @@ def self_test():
 
     got = fit(points, cores=truth.cores)
     assert got.entry_fitted and got.job_entry_fitted
-    for name in ("cpu_fixed", "cpu_per_frame", "cpu_per_entry", "job_fixed", "job_per_entry",
-                 "alpha", "beta", "start_fixed", "start_per_node"):
+    assert got.job_inner_fitted
+    for name in ("cpu_fixed", "cpu_per_frame", "cpu_per_entry", "job_fixed", "job_per_entry", "job_per_inner",
+                 "alpha", "beta", "start_fixed", "start_per_node", "alloc_local"):
         close(getattr(got, name), getattr(truth, name), name)
     close(got.measured_wakeup, truth.measured_wakeup, "measured_wakeup", 1e-4)
     for p in points:
-        close(got.contended(p["nodes"], p["shape"], p["fanout"]), p["barrier"], "barrier", 1e-4)
-        close(got.alloc_free_contended(p["nodes"], p["shape"], p["fanout"]), p["alloc_free"], "alloc", 1e-4)
+        close(got.contended(*key(p)[:3], folded=p["folded"]), p["barrier"], "barrier", 1e-4)
+        close(got.alloc_free_contended(*key(p)), p["alloc_free"], "alloc", 1e-4)
 
     # Stars alone: frames and entries move together at rank 0 (c folds into b), the job's
     # entries per leader are N - 1 (c_all is taken as c).
     stars = [p for p in points if p["shape"] == "star"]
+    # Folded trees alone: the same (rank 0 parses one entry per two frames, the job one per
+    # link), so b takes c's share and the fit still predicts them.
+    folded = [p for p in points if p["folded"] or p["shape"] == "star"]
+    got = fit(folded, cores=truth.cores)
+    assert not got.entry_fitted and got.cpu_per_entry == 0.0
+    close(got.cpu_per_frame, truth.cpu_per_frame + truth.cpu_per_entry / 2, "per-frame cost, calls folded")
+    for p in folded:
+        close(got.rank0_cpu(*key(p)), p["rank0_cpu"], "rank 0 CPU, calls folded")
     got = fit(stars, cores=truth.cores)
     assert not got.entry_fitted and not got.job_entry_fitted and got.cpu_per_entry == 0.0
     close(got.cpu_per_frame, truth.cpu_per_frame + truth.cpu_per_entry / 2, "per-frame cost of stars alone")
@@ -1007,8 +1144,8 @@ def self_test():
     report(got, older, [128, 8192], [2, 8], [2.0, 20.0], "synthetic")
 
     # A real cluster: the tree's frames stay flat in N, the star's grow with it.
-    assert truth.barrier(8192, "tree", 8, 2.0, aggregated=True) < 1000
-    assert truth.barrier(8192, "star", None, 2.0) > 50 * truth.barrier(8192, "tree", 8, 2.0, aggregated=True)
+    assert truth.barrier(8192, "tree", 8, 2.0) < 1000 < truth.barrier(8192, "tree", 8, 2.0, folded=False)
+    assert truth.barrier(8192, "star", None, 2.0) > 50 * truth.barrier(8192, "tree", 8, 2.0)
     assert truth.connections(8192, "tree", 8, 2.0) == 5 * (truth.handshake + HANDSHAKE_TRIPS * 2.0)
     assert truth.connections(8192, "star", None, 2.0) == 128 * (truth.handshake + HANDSHAKE_TRIPS * 2.0)
     print("self-test: ok (tree heights, subtrees, entries; the fits recover known constants: rank 0's "
@@ -1059,6 +1196,9 @@ def main(argv=None):
                         help="the tree-shaped fence's cost per doubling of the nodes (assumed; default 10)")
     parser.add_argument("--fence-ms-per-rank", type=float, default=1.0, metavar="MS",
                         help="the per-rank fence bound (default 1: TCPStore's and NVSHMEM's start-up)")
+    parser.add_argument("--each-run", action="store_true",
+                        help="fit and show every run apart (default: the runs of one configuration merged, "
+                             "each figure their median)")
     parser.add_argument("--plot", metavar="PNG", help="also draw the model (needs matplotlib; skipped without)")
     args = parser.parse_args(argv)
     if args.self_test:
@@ -1070,6 +1210,8 @@ def main(argv=None):
         if args.cores <= 0:
             raise ValueError("--cores takes a positive number")
         points = read_points(args.runs, args.stat)
+        if not args.each_run:
+            points = merge_repeats(points)
         model = fit(points, args.cores)
         model.wakeup, model.payload_bytes, model.byte_ns = args.wakeup_us, args.payload_bytes, args.byte_ns
         model.handshake = args.handshake_us
