@@ -48,5 +48,8 @@ fn a_run_without_its_shape_is_refused_naming_the_line() {
     let (ok, _, err) = model(&[runs.to_str().unwrap()]);
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(!ok);
-    assert!(err.contains("runs.jsonl:1") && err.contains("\"shape\""), "{err}");
+    assert!(
+        err.contains("runs.jsonl:1") && err.contains("\"shape\""),
+        "{err}"
+    );
 }

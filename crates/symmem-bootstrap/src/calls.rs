@@ -11,9 +11,28 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use symmem::{CollectiveMismatch, CollectiveOp};
 
-/// A set of ranks: sorted, disjoint, non-adjacent runs `[first, end)`.
+/// A set of ranks: sorted, disjoint, non-adjacent runs `[first, end)` (refused otherwise
+/// when it comes off the wire).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "Vec<(usize, usize)>")]
 pub(crate) struct Runs(Vec<(usize, usize)>);
+
+impl TryFrom<Vec<(usize, usize)>> for Runs {
+    type Error = String;
+
+    fn try_from(runs: Vec<(usize, usize)>) -> Result<Self, String> {
+        let mut end_before = None;
+        for &(first, end) in &runs {
+            if first >= end || end_before.is_some_and(|before| first <= before) {
+                return Err(format!(
+                    "rank runs {runs:?} are not sorted, apart and each non-empty"
+                ));
+            }
+            end_before = Some(end);
+        }
+        Ok(Self(runs))
+    }
+}
 
 impl Runs {
     /// The ranks of `ranks`, in any order; `Err(rank)` for a rank given twice.
@@ -109,6 +128,14 @@ impl Payloads {
     }
 
     /// One payload per rank.
+    /// The bytes of every payload once expanded (the wire refuses more than a frame's worth).
+    pub(crate) fn expanded_bytes(&self) -> usize {
+        match self {
+            Self::Same { count, payload } => count.saturating_mul(payload.len()),
+            Self::Each(each) => each.iter().map(Vec::len).sum(),
+        }
+    }
+
     pub(crate) fn expand(self) -> Vec<Vec<u8>> {
         match self {
             Self::Same { count, payload } => vec![payload; count],
@@ -138,7 +165,12 @@ pub(crate) struct Calls {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Malformed {
     Twice(usize),
-    Payloads { ranks: usize, payloads: usize },
+    Payloads {
+        ranks: usize,
+        payloads: usize,
+    },
+    /// A call that names no rank.
+    Empty(CollectiveOp),
 }
 
 /// Why rank 0 refuses the calls of every rank.
@@ -146,6 +178,8 @@ pub(crate) enum Malformed {
 pub(crate) enum Refusal {
     /// The call of this rank (the lowest missing) never came up.
     Missing(usize),
+    /// A call came up for this rank, which is not one of the job's.
+    Beyond(usize),
     /// The ranks disagree on the collective.
     Mismatch(CollectiveMismatch),
     Malformed(Malformed),
@@ -164,8 +198,11 @@ impl Calls {
         Self::fold(parts)
     }
 
-    /// Every rank that called, `Err` where the parts of this one overlap.
+    /// Every rank that called, `Err` where the parts of this one overlap or one names none.
     pub(crate) fn ranks(&self) -> Result<Runs, Malformed> {
+        if let Some((op, _)) = self.issued.iter().find(|(_, runs)| runs.0.is_empty()) {
+            return Err(Malformed::Empty(op.clone()));
+        }
         Runs::union_of(self.issued.iter().map(|(_, runs)| runs)).map_err(Malformed::Twice)
     }
 
@@ -210,6 +247,11 @@ impl Calls {
         let ranks = self.ranks().map_err(Refusal::Malformed)?;
         if let Some(missing) = ranks.lowest_missing(world_size) {
             return Err(Refusal::Missing(missing));
+        }
+        if let Some(&(first, end)) = ranks.0.last()
+            && end > world_size
+        {
+            return Err(Refusal::Beyond(first.max(world_size)));
         }
         if self.issued.len() > 1 {
             let issued = self
@@ -340,6 +382,53 @@ mod tests {
         let want = CollectiveMismatch::detect(&[op(7), op(7), op(8), op(7), op(7), op(8)]);
         let folded = Calls::fold(vec![Calls::fold(parts).unwrap()]).unwrap();
         assert_eq!(folded.verdict(6), Err(Refusal::Mismatch(want.unwrap())));
+    }
+
+    /// Runs off the wire keep their invariant, or the frame is refused; a call that names no
+    /// rank, or a rank beyond the job, is refused by the fold or the verdict.
+    #[test]
+    fn runs_and_calls_that_break_their_shape_are_refused() {
+        let runs = |json: &str| serde_json::from_str::<Runs>(json);
+        assert_eq!(runs("[[0,2],[5,6]]").unwrap().len(), 3);
+        for bad in [
+            "[[2,2]]",
+            "[[3,1]]",
+            "[[4,6],[0,2]]",
+            "[[0,2],[2,4]]",
+            "[[0,3],[1,4]]",
+        ] {
+            assert!(runs(bad).is_err(), "{bad}");
+        }
+        let empty = Calls {
+            issued: vec![(op(1), Runs::of(0..2).unwrap()), (op(2), Runs::default())],
+            payloads: Payloads::Each(vec![vec![]; 2]),
+        };
+        assert_eq!(Calls::fold(vec![empty]), Err(Malformed::Empty(op(2))));
+        let beyond = Calls {
+            issued: vec![(op(1), Runs::of([0, 1, 2, 3, 7]).unwrap())],
+            payloads: Payloads::Same {
+                count: 5,
+                payload: vec![],
+            },
+        };
+        assert_eq!(beyond.verdict(4), Err(Refusal::Beyond(7)));
+    }
+
+    /// A payload that is the same on a million ranks is a small frame but 64 MiB once held:
+    /// the wire refuses it as it would the frame.
+    #[test]
+    fn payloads_too_big_once_expanded_are_refused_off_the_wire() {
+        let release = |count: usize| crate::wire::Message::Release {
+            payloads: Payloads::Same {
+                count,
+                payload: vec![7; 64],
+            },
+            fd_ranks: vec![],
+        };
+        let body = |count| serde_json::to_vec(&release(count)).unwrap();
+        assert!(crate::wire::decode(&body(1024)).is_ok());
+        let err = crate::wire::decode(&body(1 << 20)).unwrap_err();
+        assert!(err.to_string().contains("once expanded"), "{err}");
     }
 
     #[test]

@@ -267,6 +267,11 @@ fn verdict(
         Refusal::Missing(rank) => {
             protocol(rank, op, "its node leader forwarded no call of it".into())
         }
+        Refusal::Beyond(rank) => protocol(
+            rank,
+            op,
+            format!("a call came up for it, but the job has {world_size} ranks"),
+        ),
         Refusal::Mismatch(mismatch) => CollectiveFailure::Mismatch(mismatch),
         Refusal::Malformed(bad) => malformed(0, op, bad),
     })
@@ -1133,5 +1138,44 @@ mod tests {
         ));
         assert!(matches!(below.recv(passed), Ok(Received::TimedOut)));
         assert!(start.elapsed() < Duration::from_secs(1));
+    }
+
+    /// A leader below that forwards calls other than its subtree's (a rank of another, one
+    /// payload short) is named by its parent with what it sent.
+    #[test]
+    fn a_leader_below_that_forwards_the_wrong_calls_is_named() {
+        let keys = FrameKeys::fixed(6);
+        let (near, far) = socket_pair();
+        let below = Link::new(near, &keys, End::Leader);
+        let leader = Leader {
+            rank: 2,
+            node: "node-b".into(),
+            ranks: Runs::of([2, 3]).unwrap(),
+            link: Link::new(far, &keys, End::Root),
+        };
+        let wrong_ranks = Calls::of(vec![(2, op(1), vec![]), (4, op(1), vec![])]).unwrap();
+        let short = Calls {
+            issued: vec![(op(1), Runs::of([2, 3]).unwrap())],
+            payloads: Payloads::Each(vec![vec![2]]),
+        };
+        let right = Calls::of(vec![(2, op(1), vec![2]), (3, op(1), vec![3])]).unwrap();
+        for calls in [wrong_ranks, short, right] {
+            below.send(&Message::NodeArrive { calls }).unwrap();
+        }
+        let said = |result: Result<Calls, (CollectiveFailure, bool)>| match result {
+            Err((CollectiveFailure::Protocol { rank: 2, what, .. }, false)) => what,
+            other => panic!("the leader below is not named: {other:?}"),
+        };
+        let what = said(receive_node(&leader, &op(1)));
+        assert!(
+            what.contains("ranks 2, 4, not those of ranks 2-3"),
+            "{what}"
+        );
+        let what = said(receive_node(&leader, &op(1)));
+        assert!(
+            what.contains("1 payloads for the calls of ranks 2-3"),
+            "{what}"
+        );
+        assert!(receive_node(&leader, &op(1)).is_ok());
     }
 }

@@ -89,7 +89,20 @@ pub(crate) fn frame_len(header: [u8; 4]) -> Result<usize, BootstrapError> {
 }
 
 pub(crate) fn decode(body: &[u8]) -> Result<Message, BootstrapError> {
-    serde_json::from_slice(body).map_err(|e| BootstrapError::Protocol(e.to_string()))
+    let message: Message =
+        serde_json::from_slice(body).map_err(|e| BootstrapError::Protocol(e.to_string()))?;
+    // Payloads that are the same on every rank travel once: bound them as they will be held.
+    let expanded = match &message {
+        Message::Release { payloads, .. } => payloads.expanded_bytes(),
+        Message::NodeArrive { calls } => calls.payloads.expanded_bytes(),
+        _ => 0,
+    };
+    if expanded > MAX_FRAME {
+        return Err(BootstrapError::Protocol(format!(
+            "payloads of {expanded} bytes once expanded (at most {MAX_FRAME})"
+        )));
+    }
+    Ok(message)
 }
 
 pub(crate) enum Received {
