@@ -142,15 +142,6 @@ impl Payloads {
             Self::Each(each) => each,
         }
     }
-
-    fn iter(&self) -> Box<dyn Iterator<Item = &[u8]> + '_> {
-        match self {
-            Self::Same { count, payload } => {
-                Box::new(std::iter::repeat_n(payload.as_slice(), *count))
-            }
-            Self::Each(each) => Box::new(each.iter().map(Vec::as_slice)),
-        }
-    }
 }
 
 /// The calls of a set of ranks to one collective: each distinct call with the ranks that made
@@ -219,7 +210,8 @@ impl Calls {
             }
             ranked.push((ranks, part));
         }
-        Runs::union_of(ranked.iter().map(|(ranks, _)| ranks)).map_err(Malformed::Twice)?;
+        let all =
+            Runs::union_of(ranked.iter().map(|(ranks, _)| ranks)).map_err(Malformed::Twice)?;
         let mut issued: Vec<(CollectiveOp, Vec<&Runs>)> = Vec::new();
         for (_, part) in &ranked {
             for (op, runs) in &part.issued {
@@ -237,7 +229,7 @@ impl Calls {
             })
             .collect();
         issued.sort_by_key(|(_, runs)| runs.lowest());
-        let payloads = fold_payloads(&ranked);
+        let payloads = fold_payloads(ranked, &all);
         Ok(Self { issued, payloads })
     }
 
@@ -265,10 +257,12 @@ impl Calls {
     }
 }
 
-/// The payloads of every part, in the order of all their ranks: one `Same` where every part
-/// gave the same payload, else one per rank.
-fn fold_payloads(parts: &[(Runs, Calls)]) -> Payloads {
-    let count = parts.iter().map(|(ranks, _)| ranks.len()).sum();
+/// The payloads of every part (each one per rank of its `Runs`, checked by the fold), in the
+/// order of `all` their ranks: one `Same` where every part gave the same payload, else one per
+/// rank, each moved to its place (found from the runs, no sort: a leader of 8,192 ranks of
+/// differing payloads places them in one pass).
+fn fold_payloads(parts: Vec<(Runs, Calls)>, all: &Runs) -> Payloads {
+    let count = all.len();
     let mut sames = parts.iter().map(|(_, part)| match &part.payloads {
         Payloads::Same { payload, .. } => Some(payload),
         Payloads::Each(each) => match each.split_first() {
@@ -284,12 +278,38 @@ fn fold_payloads(parts: &[(Runs, Calls)]) -> Payloads {
             payload: first.clone(),
         };
     }
-    let mut by_rank: Vec<(usize, &[u8])> = parts
+    // Where each run of `all` starts among all the ranks.
+    let starts: Vec<usize> = all
+        .0
         .iter()
-        .flat_map(|(ranks, part)| ranks.ranks().zip(part.payloads.iter()))
+        .scan(0, |at, &(first, end)| {
+            let start = *at;
+            *at += end - first;
+            Some(start)
+        })
         .collect();
-    by_rank.sort_unstable_by_key(|(rank, _)| *rank);
-    Payloads::compact(by_rank.into_iter().map(|(_, p)| p.to_vec()).collect())
+    let place = |rank: usize| {
+        let run = all.0.partition_point(|&(_, end)| end <= rank);
+        starts[run] + (rank - all.0[run].0)
+    };
+    let mut out: Vec<Vec<u8>> = vec![Vec::new(); count];
+    for (ranks, part) in parts {
+        let mut payloads: Box<dyn Iterator<Item = Vec<u8>>> = match part.payloads {
+            Payloads::Same { count, payload } => Box::new(std::iter::repeat_n(payload, count)),
+            Payloads::Each(each) => Box::new(each.into_iter()),
+        };
+        // A part's run lies whole inside one run of `all` (which holds every rank of it).
+        for &(first, end) in &ranks.0 {
+            let from = place(first);
+            for (slot, payload) in out[from..from + (end - first)]
+                .iter_mut()
+                .zip(&mut payloads)
+            {
+                *slot = payload;
+            }
+        }
+    }
+    Payloads::compact(out)
 }
 
 #[cfg(test)]
@@ -368,6 +388,70 @@ mod tests {
         assert_eq!(outer.ranks().unwrap(), Runs::of(0..12).unwrap());
         let want: Vec<Vec<u8>> = (0..12).map(by).collect();
         assert_eq!(outer.verdict(12).unwrap(), Payloads::Each(want));
+    }
+
+    /// A part that gave one payload for all its ranks and parts that gave one each fold into
+    /// one per rank, in rank order.
+    #[test]
+    fn a_same_part_among_differing_ones_is_spread_over_its_ranks() {
+        let same = Calls {
+            issued: vec![(op(3), Runs::of([0, 1, 6]).unwrap())],
+            payloads: Payloads::Same {
+                count: 3,
+                payload: vec![9],
+            },
+        };
+        let each = singles(&[2, 3, 4, 5], 3, |r| vec![r as u8]);
+        let folded = Calls::fold(vec![each, same]).unwrap();
+        let want: Vec<Vec<u8>> = [9, 9, 2, 3, 4, 5, 9].map(|b| vec![b]).to_vec();
+        assert_eq!(folded.payloads, Payloads::Each(want));
+    }
+
+    /// Ranks dealt at random over parts, folded in random groups and orders (a tree of any
+    /// shape), come out with every payload at its rank.
+    #[test]
+    fn any_split_and_any_order_of_folds_give_every_payload_at_its_rank() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |below: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % below as u64) as usize
+        };
+        for round in 0..200 {
+            let world = 1 + next(40);
+            let payload = |r: usize| {
+                if round % 3 == 0 {
+                    vec![7]
+                } else {
+                    vec![r as u8, 1]
+                }
+            };
+            let mut parts: Vec<Vec<usize>> = (0..1 + next(6)).map(|_| Vec::new()).collect();
+            for rank in 0..world {
+                let at = next(parts.len());
+                parts[at].push(rank);
+            }
+            let mut calls: Vec<Calls> = parts
+                .iter()
+                .filter(|ranks| !ranks.is_empty())
+                .map(|ranks| singles(ranks, 1, payload))
+                .collect();
+            while calls.len() > 1 {
+                let take = 1 + next(calls.len());
+                let mut group = Vec::new();
+                for _ in 0..take {
+                    group.push(calls.swap_remove(next(calls.len())));
+                }
+                calls.push(Calls::fold(group).unwrap());
+            }
+            let all = calls.pop().unwrap().verdict(world).unwrap().expand();
+            assert_eq!(
+                all,
+                (0..world).map(payload).collect::<Vec<_>>(),
+                "round {round}"
+            );
+        }
     }
 
     /// Ranks that disagree are named in groups by first rank, as every rank's calls side by
