@@ -8,9 +8,9 @@
 //!   when equal) and forwards that up in one `NodeArrive` over TCP (or one `Fail`, naming the
 //!   rank it lost, when its node or one below failed);
 //! - rank 0 gathers its own node and the leaders below it, folds them, and gives the verdict
-//!   ([`symmem::CollectiveMismatch`] naming ranks where the calls differ): `Release` with every rank's
-//!   payload ([`Payloads`]: a few bytes when they are all the same), or `Fail`, alike to all;
-//!   each leader hands the answer on to the leaders below it;
+//!   ([`symmem::CollectiveMismatch`] naming ranks where the calls differ): `Release` with every
+//!   rank's payload ([`Payloads`]: a few bytes when they are all the same), or `Fail`, alike to
+//!   all; each leader hands the answer on to the leaders below it;
 //! - each leader answers its node's ranks, handing on the descriptors of its node (they never
 //!   leave it).
 //!

@@ -591,6 +591,18 @@ fn write_all(mut stream: &TcpStream, bytes: &[u8], deadline: Instant) -> Result<
     stream.write_all(bytes).map_err(|e| e.to_string())
 }
 
+/// One read of what is already waiting, without waiting (the last look past a deadline):
+/// `Ok(0)` when the peer closed, `Err(EAGAIN)` when nothing is there.
+fn read_waiting(stream: &TcpStream, buf: &mut [u8]) -> nix::Result<usize> {
+    use nix::sys::socket::{MsgFlags, recv};
+    loop {
+        match recv(stream.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT) {
+            Err(nix::errno::Errno::EINTR) => {}
+            other => return other,
+        }
+    }
+}
+
 /// What [`read_all`] says when the peer sent nothing more in time.
 const TIMED_OUT: &str = "the peer stalled";
 
@@ -601,11 +613,9 @@ fn read_all(mut stream: &TcpStream, buf: &mut [u8], deadline: Instant) -> Result
     while got < buf.len() {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            use nix::sys::socket::{MsgFlags, recv};
-            match recv(stream.as_raw_fd(), &mut buf[got..], MsgFlags::MSG_DONTWAIT) {
+            match read_waiting(stream, &mut buf[got..]) {
                 Ok(0) => return Err("the peer closed the connection".into()),
                 Ok(n) => got += n,
-                Err(nix::errno::Errno::EINTR) => {}
                 Err(nix::errno::Errno::EAGAIN) => return Err(TIMED_OUT.into()),
                 Err(e) => return Err(e.to_string()),
             }
@@ -659,12 +669,10 @@ fn first_bytes(
             // Past the deadline, what came before it still counts: a process stopped or
             // starved past its deadline finds its peer's frame waiting, and must not call
             // that peer silent.
-            use nix::sys::socket::{MsgFlags, recv};
-            return match recv(stream.as_raw_fd(), header, MsgFlags::MSG_DONTWAIT) {
+            return match read_waiting(stream, header) {
                 Ok(0) => Ok(Err(Received::Closed)),
                 Ok(n) => Ok(Ok(n)),
                 Err(nix::errno::Errno::EAGAIN) => Ok(Err(Received::TimedOut)),
-                Err(nix::errno::Errno::EINTR) => continue,
                 Err(nix::errno::Errno::ECONNRESET) => Ok(Err(Received::Closed)),
                 Err(e) => Err(BootstrapError::io("receiving a control message", e)),
             };
