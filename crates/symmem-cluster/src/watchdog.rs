@@ -40,6 +40,13 @@ for node in "$@"; do
     sleep 0.05
   done
   [ "$(readlink "/proc/$holder/ns/mnt" 2>/dev/null)" = "$ns" ] && kill -9 "$holder" 2>/dev/null
+  # A kill -9 lands when the kernel next runs the process: wait (5 s at most) until the holder
+  # has left its namespace, so that the root's removal below means every process is gone.
+  n=0
+  while [ "$n" -lt 100 ] && [ "$(readlink "/proc/$holder/ns/mnt" 2>/dev/null)" = "$ns" ]; do
+    n=$((n + 1))
+    sleep 0.05
+  done
 done
 rm -rf -- "$root"
 "#;
