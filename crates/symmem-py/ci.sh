@@ -6,7 +6,8 @@
 # --nnodes 2 across two emulated nodes (crates/symmem-cluster/tests/torchrun.rs; as root, with
 # the cluster's tools). Needs python3 (3.9+), cargo and PyPI; run from anywhere, extra
 # arguments go to pytest:
-#   bash crates/symmem-py/ci.sh   (PROFILE=release: optimised wheel; TRITON=0: no Triton or torch)
+#   bash crates/symmem-py/ci.sh   (PROFILE=release: optimised wheel; TRITON=0: no Triton or torch;
+#                                  KEEP_VENV=0: remove the venv at the end, pass or fail)
 # Leaves the venv in target/py-ci/venv (in ~/.cache/symmem/ when target/ is under /tmp, /run or
 # /dev/shm, out of the emulated nodes' sight) and the wheel in target/py-ci/wheels.
 set -euo pipefail
@@ -21,6 +22,8 @@ case "$venv" in
     venv="${XDG_CACHE_HOME:-$HOME/.cache}/symmem/py-ci-venv-$(printf %s "$target" | sha256sum | cut -c1-12)" ;;
 esac
 profile=${PROFILE:-debug}
+# With torch's CUDA wheels (PyPI's torch is the CUDA build) the venv is about 5 GB.
+[ "${KEEP_VENV:-1}" = 0 ] && trap 'rm -rf "$venv"' EXIT
 
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
