@@ -197,6 +197,7 @@ impl Failure {
     pub fn classify(output: &str, signal: bool) -> Self {
         let text = output.to_lowercase();
         let any = |words: &[&str]| words.iter().any(|w| text.contains(w));
+        let status = |codes: &[&str]| codes.iter().any(|c| has_status(&text, c));
         if any(&["no space left on device", "disk quota exceeded"]) {
             Failure::DiskFull
         } else if signal {
@@ -206,11 +207,10 @@ impl Failure {
             "authentication required",
             "no basic auth credentials",
             "denied",
-            "401",
-            "403",
-        ]) {
+        ]) || status(&["401", "403"])
+        {
             Failure::LoginNeeded
-        } else if any(&["manifest unknown", "not found", "404", "name unknown"]) {
+        } else if any(&["manifest unknown", "not found", "name unknown"]) || status(&["404"]) {
             Failure::TagMissing
         } else if any(&[
             "connection refused",
@@ -246,6 +246,17 @@ impl Failure {
             Failure::Other => format!("{} failed (its message is above)", engine.name()),
         }
     }
+}
+
+/// Whether `text` holds the HTTP status `code` as a word of its own ("status 401",
+/// "401 unauthorized"), not as digits of a port (`127.0.0.1:36401`), an address or a tag.
+fn has_status(text: &str, code: &str) -> bool {
+    text.match_indices(code).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + code.len()..].chars().next();
+        !before.is_some_and(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '.' | '/'))
+            && !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '.')
+    })
 }
 
 #[cfg(test)]
@@ -342,6 +353,32 @@ mod tests {
                 Failure::Unreachable,
             ),
             ("something odd", Failure::Other),
+            // A registry whose port holds 401: what Podman said when CI's loopback registry
+            // happened to listen on 36401 (it was read as a login once).
+            (
+                "Error: unable to copy from source docker://127.0.0.1:36401/nothing/\
+                 symmem-debian:872e373a3f1aabeb: initializing source docker://127.0.0.1:36401/\
+                 nothing/symmem-debian:872e373a3f1aabeb: reading manifest 872e373a3f1aabeb in \
+                 127.0.0.1:36401/nothing/symmem-debian: manifest unknown",
+                Failure::TagMissing,
+            ),
+            (
+                "dial tcp 127.0.0.1:40301: connect: connection refused",
+                Failure::Unreachable,
+            ),
+            ("tag 4031a404b401: something odd", Failure::Other),
+            (
+                "received unexpected HTTP status: 403 Forbidden",
+                Failure::LoginNeeded,
+            ),
+            (
+                "response status code 401: unauthorized",
+                Failure::LoginNeeded,
+            ),
+            (
+                "unexpected status code 404 from 127.0.0.1:5000",
+                Failure::TagMissing,
+            ),
         ];
         for (said, failure) in cases {
             assert_eq!(Failure::classify(said, false), failure, "{said}");
