@@ -35,7 +35,7 @@ mod watchdog;
 pub use error::{ClusterError, SLURM_FIX};
 pub use network::{HostNames, Network};
 pub use procs::Process;
-pub use slurm::{CPUS_PER_NODE, SLURM_PROGRAMS, Slurm};
+pub use slurm::{CPUS_PER_NODE, SLURM_PROGRAMS, Slurm, is_step_daemon};
 pub use versions::{engine_version, launcher_version};
 
 use std::io::{BufRead, BufReader, Read};

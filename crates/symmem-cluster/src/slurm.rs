@@ -193,9 +193,9 @@ fn first_line(command: &mut Command) -> String {
 /// The daemons that outlive every job step: what a sweep after a job leaves running.
 const DAEMONS: [&str; 3] = ["slurmctld", "slurmd", "munged"];
 
-/// The program name of `process` (`slurmstepd` for `slurmstepd: [1.0]`).
-fn program_name(process: &Process) -> &str {
-    let first = process.command.split_whitespace().next().unwrap_or("");
+/// The program name of a command line (`slurmstepd` for `slurmstepd: [1.0]`).
+fn program_name(command: &str) -> &str {
+    let first = command.split_whitespace().next().unwrap_or("");
     first
         .rsplit('/')
         .next()
@@ -205,12 +205,21 @@ fn program_name(process: &Process) -> &str {
 
 /// Whether `process` is one of [`SLURM_PROGRAMS`] (`slurmstepd: [1.0]` included).
 fn is_slurm(process: &Process) -> bool {
-    SLURM_PROGRAMS.contains(&program_name(process))
+    SLURM_PROGRAMS.contains(&program_name(&process.command))
 }
 
 /// Whether `process` is one of the [`DAEMONS`].
 fn is_daemon(process: &Process) -> bool {
-    DAEMONS.contains(&program_name(process))
+    DAEMONS.contains(&program_name(&process.command))
+}
+
+/// Whether `command` (a process's command line, as a sweep reports it) is Slurm's step daemon,
+/// `slurmstepd: [JOB.STEP]`: Slurm's own process, which srun does not wait for. It can outlive
+/// its step for good: its PMIx server may hang in `PMIx_server_finalize` once a task was
+/// killed during its PMIx start-up (seen here with gdb; openpmix#1233 describes the lock a
+/// killed client leaves held). A sweep ends it; it is not the job's.
+pub fn is_step_daemon(command: &str) -> bool {
+    program_name(command) == "slurmstepd"
 }
 
 impl Cluster {
@@ -584,6 +593,10 @@ mod tests {
         assert!(is_daemon(&p("/usr/sbin/slurmd -N node-b -f /x")));
         assert!(is_daemon(&p("/usr/sbin/munged --seed-file=x")));
         assert!(!is_daemon(&p("slurmstepd: [3.0]")));
+        assert!(is_step_daemon("slurmstepd: [3.0]"));
+        assert!(is_step_daemon("/usr/sbin/slurmstepd"));
+        assert!(!is_step_daemon("slurmd -N node-a"));
+        assert!(!is_step_daemon("/opt/x/symmem-conformance slurmstepd"));
         assert!(!is_daemon(&p("/usr/bin/srun --mpi=pmix rank")));
     }
 }

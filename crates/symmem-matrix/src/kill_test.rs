@@ -345,13 +345,23 @@ fn judge(
         problems.push(format!("the culprit's node was not named {node}: {report}"));
     }
     // A launcher killed in its abort leaves its daemons to the sweep, which ended them; a
-    // rank left behind is always a failure.
-    let program = plan.binary.to_string_lossy();
-    let left_ranks = report
+    // rank left behind is always a failure. Slurm's step daemon is Slurm's, not the job's
+    // (srun returns without it): named, never held against the job.
+    let (slurm_own, job_own): (Vec<_>, Vec<_>) = report
         .left_behind
         .iter()
-        .any(|l| l.command.contains(program.as_ref()));
-    if left_ranks || (!report.left_behind.is_empty() && !report.abort_hung) {
+        .partition(|l| symmem_cluster::is_step_daemon(&l.command));
+    for l in slurm_own {
+        println!(
+            "  note: Slurm's step daemon outlived its step, the sweep ended it: pid {} ({}) \
+             on {} (its PMIx server can hang in PMIx_server_finalize once a task died in its \
+             PMIx start-up: Slurm's and libpmix's, not the job's)",
+            l.pid, l.command, l.node
+        );
+    }
+    let program = plan.binary.to_string_lossy();
+    let left_ranks = job_own.iter().any(|l| l.command.contains(program.as_ref()));
+    if left_ranks || (!job_own.is_empty() && !report.abort_hung) {
         problems.push(format!("processes left behind: {report}"));
     }
     problems
