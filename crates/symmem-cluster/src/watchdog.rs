@@ -19,13 +19,15 @@ while IFS= read -r line; do
     node\ *) set -- "$@" "${line#node }" ;;
   esac
 done
+# Whether the holder still lives in its node's namespace.
+holds() { [ "$(readlink "/proc/$holder/ns/mnt" 2>/dev/null)" = "$ns" ]; }
 # Each line: the node's holder pid and its mount namespace. The holder is killed last: while it
 # lives, the namespace does, so its name cannot be reused by anyone else's.
 for node in "$@"; do
   holder=${node%% *}
   ns=${node#* }
   n=0
-  while [ "$n" -lt 100 ] && [ "$(readlink "/proc/$holder/ns/mnt" 2>/dev/null)" = "$ns" ]; do
+  while [ "$n" -lt 100 ] && holds; do
     found=
     for p in /proc/[0-9]*; do
       pid=${p#/proc/}
@@ -39,11 +41,11 @@ for node in "$@"; do
     n=$((n + 1))
     sleep 0.05
   done
-  [ "$(readlink "/proc/$holder/ns/mnt" 2>/dev/null)" = "$ns" ] && kill -9 "$holder" 2>/dev/null
+  holds && kill -9 "$holder" 2>/dev/null
   # A kill -9 lands when the kernel next runs the process: wait (5 s at most) until the holder
   # has left its namespace, so that the root's removal below means every process is gone.
   n=0
-  while [ "$n" -lt 100 ] && [ "$(readlink "/proc/$holder/ns/mnt" 2>/dev/null)" = "$ns" ]; do
+  while [ "$n" -lt 100 ] && holds; do
     n=$((n + 1))
     sleep 0.05
   done
